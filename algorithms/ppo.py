@@ -1,0 +1,134 @@
+"""PPO: Proximal Policy Optimization (Schulman et al. 2017, https://arxiv.org/abs/1707.06347).
+
+Synchronous sampling on all workers, GAE advantages (bootstrapping on truncation), a
+clipped surrogate objective, a value loss, an entropy bonus and an optional adaptive KL
+penalty; several epochs of minibatch SGD per batch. Discrete and Box action spaces.
+
+Example:
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+    >>> result = algo.train()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from flowrl.config import Config, param
+from flowrl.iter import LocalIterator
+from flowrl.ops import (
+    ConcatBatches,
+    ParallelRollouts,
+    StandardizeFields,
+    StandardMetricsReporting,
+    TrainOneStep,
+)
+from flowrl.policy import Policy
+from flowrl.postprocessing import add_advantages
+from flowrl.sample_batch import (
+    ACTIONS,
+    ADVANTAGES,
+    LOGP,
+    OBS,
+    VALUE_TARGETS,
+    Fragment,
+    SampleBatch,
+)
+from flowrl.spec import AlgorithmSpec
+from flowrl.worker import WorkerSet
+
+
+@dataclass
+class PPOConfig(Config):
+    """PPO settings; the defaults solve CartPole-v1 in well under 150k env steps."""
+
+    algo_name: ClassVar[str] = "ppo"
+    default_stop_timesteps: ClassVar[int] = 1_000_000
+
+    lr: float = param(1e-3, "learning rate (Adam)", gt=0)
+    rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
+    train_batch_size: int = param(2048, "env steps per SGD phase", ge=1)
+    sgd_minibatch_size: int = param(256, "rows per SGD minibatch", ge=1)
+    num_sgd_iter: int = param(6, "epochs over each train batch", ge=1)
+    gae_lambda: float = param(0.95, "GAE lambda", ge=0, le=1)
+    clip_param: float = param(0.2, "PPO surrogate clip range", gt=0)
+    vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
+    entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
+    kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)
+    kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
+
+
+class PPOPolicy(Policy):
+    """Actor-critic with the PPO-clip loss."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kl_coeff = self.config.kl_coeff
+
+    def postprocess(self, fragment: Fragment) -> SampleBatch:
+        last_values = self.compute_values(fragment.last_obs)
+        return add_advantages(
+            fragment, last_values, gamma=self.config.gamma, lam=self.config.gae_lambda
+        )
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        cfg = self.config
+        dist, values = self.distribution(batch[OBS])
+        log_ratio = dist.log_prob(batch[ACTIONS]) - batch[LOGP]
+        ratio = log_ratio.exp()
+        adv = batch[ADVANTAGES]
+        clipped = ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param)
+        surrogate = -torch.min(ratio * adv, clipped * adv).mean()
+        vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
+        entropy = dist.entropy().mean()
+        kl = ((ratio - 1) - log_ratio).mean()  # unbiased estimate of KL(old || new)
+        loss = surrogate + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        if self.kl_coeff > 0:
+            loss = loss + self.kl_coeff * kl
+        stats = {"policy_loss": surrogate, "vf_loss": vf_loss, "entropy": entropy, "kl": kl}
+        return loss, {k: v.detach() for k, v in stats.items()}
+
+    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
+        stats = super().learn_on_batch(batch, **kwargs)
+        if self.kl_coeff > 0:  # adaptive KL penalty, as in the PPO paper
+            if stats["kl"] > 2.0 * self.config.kl_target:
+                self.kl_coeff *= 1.5
+            elif stats["kl"] < 0.5 * self.config.kl_target:
+                self.kl_coeff *= 0.5
+        return {**stats, "kl_coeff": self.kl_coeff}
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "kl_coeff": self.kl_coeff}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.kl_coeff = state["kl_coeff"]
+
+
+def execution_plan(workers: WorkerSet, config: PPOConfig) -> LocalIterator[dict[str, Any]]:
+    """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> report."""
+    rollouts = ParallelRollouts(workers, mode="bulk_sync")
+    train_op = (
+        rollouts.combine(ConcatBatches(min_batch_size=config.train_batch_size))
+        .for_each(StandardizeFields([ADVANTAGES]))
+        .for_each(
+            TrainOneStep(
+                workers,
+                num_sgd_iter=config.num_sgd_iter,
+                sgd_minibatch_size=config.sgd_minibatch_size,
+            )
+        )
+    )
+    return StandardMetricsReporting(train_op, workers, config)
+
+
+ALGORITHM = AlgorithmSpec(
+    name="ppo",
+    summary="Proximal Policy Optimization: synchronous sampling, clipped surrogate, GAE",
+    config_cls=PPOConfig,
+    policy_cls=PPOPolicy,
+    execution_plan=execution_plan,
+)

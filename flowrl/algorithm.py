@@ -1,0 +1,251 @@
+"""Algorithm: builds the workers and the execution plan, pulls one result per ``train()``.
+
+Example:
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+    >>> result = algo.train()
+    >>> path = algo.save("/tmp/ppo_ckpt")
+    >>> algo.evaluate(episodes=5)["episode_return_mean"]
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flowrl.config import Config, ConfigError
+from flowrl.envs import check_env_id
+from flowrl.iter import LocalIterator, NotReady
+from flowrl.spec import AlgorithmSpec, Plan
+from flowrl.worker import WorkerSet
+
+STATE_FILE = "algorithm_state.pt"
+META_FILE = "checkpoint.json"
+
+
+def list_algorithms() -> list[AlgorithmSpec]:
+    """The algorithms that ship with flowrl."""
+    from flowrl.algorithms import NAMES
+
+    return [get_algorithm(name) for name in NAMES]
+
+
+def get_algorithm(ref: str) -> AlgorithmSpec:
+    """An algorithm by name (``ppo``) or a user plan (``path/to/file.py:plan``)."""
+    if ":" in ref and ref.split(":", 1)[0].endswith(".py"):
+        return load_plan_file(ref)
+    from flowrl.algorithms import NAMES
+
+    if ref.lower() not in NAMES:
+        raise ConfigError(f"unknown algorithm '{ref}'; available: {', '.join(NAMES)}")
+    return importlib.import_module(f"flowrl.algorithms.{ref.lower()}").ALGORITHM
+
+
+def load_plan_file(ref: str) -> AlgorithmSpec:
+    """``file.py:plan``: the plan function of a user file. The file may define ``Config``
+    and ``Policy``; the ones it leaves out are PPO's."""
+    path_str, func_name = ref.rsplit(":", 1)
+    path = Path(path_str).resolve()
+    if not path.is_file():
+        raise ConfigError(f"plan file not found: {path_str}")
+    module_name = f"flowrl_user_plan_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ConfigError(f"cannot load plan file {path_str}: {type(e).__name__}: {e}") from None
+    plan = getattr(module, func_name, None)
+    if not callable(plan):
+        raise ConfigError(f"{path_str} has no function '{func_name}'")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import it by name
+    ppo = get_algorithm("ppo")
+    return AlgorithmSpec(
+        name=f"{path}:{func_name}",
+        summary=(plan.__doc__ or "user plan").strip().splitlines()[0],
+        config_cls=getattr(module, "Config", ppo.config_cls),
+        policy_cls=getattr(module, "Policy", ppo.policy_cls),
+        execution_plan=plan,
+    )
+
+
+def ensure_ray(address: str | None, num_cpus: float) -> None:
+    """Start Ray (or join the cluster at ``address``) unless it is already running."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, logging_level="ERROR")
+    else:
+        cpus = max(os.cpu_count() or 1, int(num_cpus + 0.999))
+        ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+
+
+def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
+    if isinstance(config, Config):
+        return config.replace(**overrides) if overrides else config
+    return spec.config_cls.from_dict({**(config or {}), **overrides})
+
+
+class Algorithm:
+    """An algorithm ready to train: its config, workers and execution plan.
+
+    ``algo`` is a name (``"ppo"``), a ``"file.py:plan"`` reference or an AlgorithmSpec;
+    ``plan`` replaces the algorithm's execution plan with your own function
+    ``plan(workers, config) -> LocalIterator[result dict]``.
+
+    Example:
+        >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=1)
+        >>> algo.train()["env_steps_sampled"] > 0
+        True
+    """
+
+    def __init__(
+        self,
+        algo: str | AlgorithmSpec = "ppo",
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        address: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
+        self.config = build_config(self.spec, config, **overrides)
+        check_env_id(self.config.env)
+        if self.config.num_workers > 0:
+            ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
+        torch.manual_seed(self.config.seed)
+        self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
+        self._plan_fn = plan or self.spec.execution_plan
+        self.plan: LocalIterator[dict[str, Any]] = self._plan_fn(self.workers, self.config)
+        self.last_result: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
+
+    @property
+    def iteration(self) -> int:
+        return self.plan.context.counters["iteration"]
+
+    def train(self) -> dict[str, Any]:
+        """Run the plan until it produces its next result, and return that result."""
+        while True:
+            try:
+                result = next(self.plan)
+            except StopIteration:
+                raise RuntimeError(f"the execution plan {self.plan} ended") from None
+            if result is not NotReady:
+                self.last_result = result
+                return result
+
+    def rebuild_after_failure(self) -> list[int]:
+        """Replace dead remote workers and rebuild the plan (counters and weights kept)."""
+        replaced = self.workers.recreate_failed_workers()
+        context = self.plan.context
+        self.plan = self._plan_fn(self.workers, self.config)
+        self.plan.context = context
+        return replaced
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        """Train until a stop criterion holds; see :func:`flowrl.runner.run` for the options.
+
+        Example:
+            >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs/ppo"))
+        """
+        from flowrl.runner import run
+
+        return run(self, **kwargs)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint directory (weights, optimiser, counters, config); returns it."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        ctx = self.plan.context
+        state = {
+            "policy": self.workers.local_worker.policy.get_state(),
+            "counters": dict(ctx.counters),
+            "recent_episodes": list(ctx.info.get("recent_episodes", [])),
+            "time_total_s": ctx.info.get("time_total_s", 0.0),
+            "torch_rng": torch.get_rng_state(),
+        }
+        torch.save(state, path / STATE_FILE)
+        meta = {"algo": self.spec.name, "config": self.config.to_dict(), "iteration": self.iteration}
+        (path / META_FILE).write_text(json.dumps(meta, indent=2))
+        return path
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Load a checkpoint written by :meth:`save` into this algorithm."""
+        state = torch.load(Path(path) / STATE_FILE, weights_only=False)
+        self.workers.local_worker.policy.set_state(state["policy"])
+        self.workers.sync_weights()
+        ctx = self.plan.context
+        ctx.counters.clear()
+        ctx.counters.update(state["counters"])
+        window = collections.deque(maxlen=self.config.metrics_smoothing_episodes)
+        window.extend(state["recent_episodes"])
+        ctx.info["recent_episodes"] = window
+        ctx.info["time_total_s"] = state["time_total_s"]
+        torch.set_rng_state(state["torch_rng"])
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | os.PathLike[str], *, address: str | None = None, **overrides: Any
+    ) -> Algorithm:
+        """Rebuild an algorithm from a checkpoint alone (``overrides`` change its config)."""
+        meta = read_checkpoint_meta(path)
+        algo = cls(meta["algo"], {**meta["config"], **overrides}, address=address)
+        algo.restore(path)
+        return algo
+
+    # -- evaluation and shutdown ---------------------------------------------------------
+    def evaluate(self, episodes: int = 10, *, explore: bool = False) -> dict[str, Any]:
+        """Mean return and length over ``episodes`` fresh episodes of the current policy."""
+        if episodes < 1:
+            raise ConfigError(f"episodes must be >= 1, got {episodes}")
+        results = self.workers.local_worker.evaluate(episodes, explore=explore)
+        returns = [r for r, _ in results]
+        return {
+            "episodes": len(results),
+            "episode_return_mean": sum(returns) / len(returns),
+            "episode_return_min": min(returns),
+            "episode_return_max": max(returns),
+            "episode_len_mean": sum(n for _, n in results) / len(results),
+        }
+
+    def stop(self) -> None:
+        """Stop the workers (Ray itself stays up for the next algorithm)."""
+        self.workers.stop()
+
+    def __enter__(self) -> Algorithm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint's algorithm name and config, or a ConfigError naming the problem."""
+    meta_path = Path(path) / META_FILE
+    if not Path(path).exists():
+        raise ConfigError(f"checkpoint not found: {path}")
+    if not meta_path.is_file() or not (Path(path) / STATE_FILE).is_file():
+        raise ConfigError(f"not a flowrl checkpoint (no {META_FILE} / {STATE_FILE}): {path}")
+    try:
+        return json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"unreadable checkpoint {meta_path}: {e}") from None

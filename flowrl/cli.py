@@ -1,0 +1,231 @@
+"""The ``flowrl`` command: train, evaluate, list.
+
+Exit codes: 0 done (a Ctrl-C stop included), 2 bad usage or config (one line, no
+traceback), 1 failure during training.
+
+Example:
+    $ flowrl train ppo --env CartPole-v1
+    $ flowrl evaluate runs/ppo_CartPole-v1_20261121-130000 --episodes 10
+    $ flowrl list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from flowrl.config import ConfigError, parse_set_value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage in one line with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"flowrl: error: {message} (see flowrl {self.prog.split()[-1]} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
+    train.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
+    train.add_argument("--env", help="gymnasium env id (default: the config's, CartPole-v1)")
+    train.add_argument("--num-workers", type=int, help="remote rollout workers; 0: no Ray")
+    train.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
+    train.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
+    train.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    train.add_argument("--stop-time", type=float, help="stop after this many seconds")
+    train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    train.add_argument("--seed", type=int, help="random seed")
+    train.add_argument("--config", help="JSON or TOML file of config values")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="one config value"
+    )
+    train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
+    train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
+    train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
+    train.add_argument("--address", help="address of a running Ray cluster to join")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
+    list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
+    list_.set_defaults(func=cmd_list)
+    return parser
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Config values from a JSON or TOML file; a ConfigError names what is wrong."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        if path.endswith(".toml"):
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys to values")
+    return data
+
+
+def _config_values(args: argparse.Namespace) -> dict[str, Any]:
+    values = read_config_file(args.config) if args.config else {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
+        values[key.strip()] = parse_set_value(value)
+    flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
+    flags["num_envs_per_worker"] = args.num_envs_per_worker
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return values
+
+
+def _stop_criteria(args: argparse.Namespace) -> Any:
+    from flowrl.runner import StopCriteria
+
+    for name in ("stop_timesteps", "stop_iters", "checkpoint_every"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
+    return StopCriteria(
+        reward=args.stop_reward,
+        timesteps=args.stop_timesteps,
+        time_s=args.stop_time,
+        iters=args.stop_iters,
+    )
+
+
+def _default_output(algo: str, env: str) -> Path:
+    name = Path(algo.split(":")[0]).stem if ":" in algo else algo
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}_{env.replace('/', '-')}_{stamp}"
+
+
+def _build_for_train(args: argparse.Namespace) -> tuple[Any, Path]:
+    from flowrl.algorithm import Algorithm, read_checkpoint_meta
+    from flowrl.runner import latest_checkpoint
+
+    if args.resume:
+        output = Path(args.resume)
+        ckpt = latest_checkpoint(output)
+        if ckpt is None:
+            raise ConfigError(f"--resume: no checkpoint in {output}/checkpoints")
+        meta = read_checkpoint_meta(ckpt)
+        algo = Algorithm(meta["algo"], {**meta["config"], **_config_values(args)}, address=args.address)
+        algo.restore(ckpt)
+        return algo, output
+    values = _config_values(args)
+    algo = Algorithm(args.algo, values, address=args.address)
+    output = Path(args.output) if args.output else _default_output(args.algo, algo.config.env)
+    return algo, output
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from flowrl.logger import RunLogger
+    from flowrl.runner import run
+
+    stop = _stop_criteria(args)
+    algo, output = _build_for_train(args)
+    meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+    RunLogger(output).write_json("config.json", meta)  # written first: a crash still leaves it
+    print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
+    try:
+        summary = run(
+            algo,
+            stop=stop,
+            output_dir=output,
+            checkpoint_every=args.checkpoint_every,
+            progress=not args.no_progress,
+        )
+    finally:
+        algo.stop()
+    ret = summary["episode_return_mean"]
+    print(
+        f"flowrl: stopped by {summary['stopped_by']} after {summary['env_steps_sampled']} env "
+        f"steps, {summary['time_total_s']:.1f} s: episode_return_mean {ret:.1f} "
+        f"(best {summary['best_episode_return_mean']:.1f}); checkpoint {summary['checkpoint']}"
+    )
+    return 0
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """A checkpoint directory, or the latest checkpoint of a run directory."""
+    from flowrl.algorithm import META_FILE
+    from flowrl.runner import latest_checkpoint
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"checkpoint not found: {path}")
+    if (p / META_FILE).exists():
+        return p
+    latest = latest_checkpoint(p)
+    if latest is None:
+        raise ConfigError(f"no flowrl checkpoint in {path}")
+    return latest
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowrl.algorithm import Algorithm
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    ckpt = resolve_checkpoint(args.checkpoint)
+    algo = Algorithm.from_checkpoint(ckpt, num_workers=0)
+    try:
+        res = algo.evaluate(args.episodes, explore=args.explore)
+    finally:
+        algo.stop()
+    print(
+        f"{algo.spec.name} on {algo.config.env} ({ckpt}): episode_return_mean "
+        f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "
+        f"(min {res['episode_return_min']:.1f}, max {res['episode_return_max']:.1f}, "
+        f"mean length {res['episode_len_mean']:.1f})"
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from flowrl.algorithm import get_algorithm, list_algorithms
+
+    if args.algo:
+        spec = get_algorithm(args.algo)
+        print(f"{spec.name}: {spec.summary}\n")
+        for name, default, doc in spec.config_cls.docs():
+            print(f"  {name:<28} {default!s:<14} {doc}")
+        return 0
+    for spec in list_algorithms():
+        print(f"{spec.name:<8} {spec.summary}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``flowrl`` console script."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"flowrl: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Typed, validated algorithm configs.
+
+Each algorithm subclasses :class:`Config` (a dataclass). Every field is declared with
+:func:`param`: a default, a one-line doc and its allowed range. Construction validates and
+coerces every field and raises :class:`ConfigError` with a message that names the field.
+
+Example:
+    >>> Config(lr=1e-3).lr
+    0.001
+    >>> Config.from_dict({"num_workers": "3"}).num_workers
+    3
+    >>> Config(gamma=2.0)
+    Traceback (most recent call last):
+    ...
+    flowrl.config.ConfigError: gamma must be <= 1, got 2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+C = TypeVar("C", bound="Config")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used: unknown key, wrong type or value out of range."""
+
+
+def param(
+    default: Any,
+    doc: str,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """Declare a config field with its doc and allowed range."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Convert ``value`` to the field type ``tp`` or raise a ConfigError naming the field."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(name, value, inner)
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} expects a list, got {value!r}")
+        inner = typing.get_args(tp)[0]
+        return tuple(_coerce(name, v, inner) for v in value)
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, str):
+            try:
+                value = int(value.replace("_", ""))
+            except ValueError:
+                pass
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{name} expects {_type_name(tp)}, got {value!r}")
+
+
+def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if v is None:
+            continue
+        if meta.get("ge") is not None and v < meta["ge"]:
+            raise ConfigError(f"{name} must be >= {meta['ge']}, got {value!r}")
+        if meta.get("gt") is not None and v <= meta["gt"]:
+            raise ConfigError(f"{name} must be > {meta['gt']}, got {value!r}")
+        if meta.get("le") is not None and v > meta["le"]:
+            raise ConfigError(f"{name} must be <= {meta['le']}, got {value!r}")
+        if meta.get("choices") is not None and v not in meta["choices"]:
+            raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}, got {v!r}")
+
+
+@dataclasses.dataclass
+class Config:
+    """Settings every algorithm shares. Subclasses add their own fields."""
+
+    algo_name: ClassVar[str] = "custom"
+    default_stop_timesteps: ClassVar[int] = 1_000_000
+
+    env: str = param("CartPole-v1", "gymnasium env id (ALE/... ids for Atari)")
+    num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
+    num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
+    rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
+    num_cpus_per_worker: float = param(1.0, "CPUs Ray reserves for each worker", ge=0)
+    seed: int = param(0, "seed for envs, torch and sampling", ge=0)
+    gamma: float = param(0.99, "discount factor", ge=0, le=1)
+    lr: float = param(5e-4, "learning rate (Adam)", gt=0)
+    grad_clip: float = param(0.5, "max global gradient norm; 0 turns clipping off", ge=0)
+    model_hiddens: tuple[int, ...] = param((64, 64), "hidden layer sizes of the MLPs", ge=1)
+    device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
+    min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
+    min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = _coerce(f.name, getattr(self, f.name), hints[f.name])
+            _check_range(f.name, value, f.metadata)
+            object.__setattr__(self, f.name, value)
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """Build from a mapping, rejecting keys the config does not have."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"unknown config key '{key}' for {cls.algo_name}{hint}")
+        return cls(**data)
+
+    def replace(self: C, **changes: Any) -> C:
+        """A validated copy with ``changes`` applied."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        out = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+    @classmethod
+    def docs(cls) -> list[tuple[str, Any, str]]:
+        """``(name, default, doc)`` for every field."""
+        return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+
+def parse_set_value(text: str) -> Any:
+    """A ``--set key=value`` value: JSON when it parses (numbers, true, lists), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text

@@ -1,0 +1,68 @@
+"""Environment creation: gymnasium vector envs in NEXT_STEP autoreset mode.
+
+A registered vectorised implementation (CartPole's numpy one, say) is used when the env has
+one; otherwise a ``SyncVectorEnv`` of copies. Atari ids (``ALE/...``) use ale-py's native
+vector env with the standard preprocessing (84x84 grey frames, 4 stacked, frame skip 4).
+
+Example:
+    >>> env = make_vector_env("CartPole-v1", num_envs=4, seed=0)
+    >>> env.num_envs, env.single_action_space
+    (4, Discrete(2))
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from flowrl.config import ConfigError
+
+
+def _register_atari() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/")
+
+
+def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The env's spec, or a ConfigError that names the id (with gymnasium's suggestion)."""
+    if is_atari(env_id):
+        _register_atari()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ConfigError(f"unknown env id '{env_id}': {e}") from None
+
+
+def make_vector_env(env_id: str, *, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode (seed it on reset)."""
+    spec = check_env_id(env_id)
+    if is_atari(env_id):
+        from ale_py.vector_env import AtariVectorEnv
+
+        env: gym.vector.VectorEnv = AtariVectorEnv(
+            game=_ale_game(env_id), num_envs=num_envs, reward_clipping=False
+        )
+    elif spec.vector_entry_point is not None:
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    else:
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+    mode = env.metadata.get("autoreset_mode")
+    if mode is not None and getattr(mode, "name", str(mode)) != "NEXT_STEP":
+        raise ValueError(f"{env_id}: expected NEXT_STEP autoreset, got {mode}")
+    env.action_space.seed(seed)
+    return env
+
+
+def _ale_game(env_id: str) -> str:
+    """``ALE/Pong-v5`` -> ``pong``."""
+    name = env_id.split("/", 1)[1].split("-")[0]
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """The env's registered reward threshold, if it has one."""
+    return check_env_id(env_id).reward_threshold

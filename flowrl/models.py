@@ -1,0 +1,110 @@
+"""Torch models: MLPs for vector observations, the Nature CNN for image observations.
+
+Example:
+    >>> space = gym.spaces.Box(-1, 1, (4,))
+    >>> model = ActorCritic(space, gym.spaces.Discrete(2), hiddens=(64, 64))
+    >>> logits, values = model(torch.zeros(3, 4))
+    >>> logits.shape, values.shape
+    (torch.Size([3, 2]), torch.Size([3]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from flowrl.distributions import distribution_for
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    if isinstance(layer, nn.Linear | nn.Conv2d):
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = nn.Tanh):
+    """Linear layers of ``sizes`` with ``activation`` between them, orthogonally initialised."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        last = i == len(sizes) - 2
+        layers.append(_init(nn.Linear(sizes[i], sizes[i + 1]), out_gain if last else np.sqrt(2)))
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+def is_image_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+
+
+class NatureCNN(nn.Module):
+    """The DQN Nature convolutional trunk: uint8 frames in, a 512-d feature out."""
+
+    def __init__(self, obs_shape: Sequence[int]) -> None:
+        super().__init__()
+        self.channels_last = obs_shape[-1] < obs_shape[0]
+        channels = obs_shape[-1] if self.channels_last else obs_shape[0]
+        self.net = nn.Sequential(
+            _init(nn.Conv2d(channels, 32, 8, stride=4), np.sqrt(2)),
+            nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), np.sqrt(2)),
+            nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), np.sqrt(2)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            probe = torch.zeros(1, *obs_shape)
+            n_flat = self.net(self._to_nchw(probe)).shape[1]
+        self.fc = nn.Sequential(_init(nn.Linear(n_flat, 512), np.sqrt(2)), nn.ReLU())
+        self.out_features = 512
+
+    def _to_nchw(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.permute(0, 3, 1, 2) if self.channels_last else obs
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.net(self._to_nchw(obs.float() / 255.0)))
+
+
+class ActorCritic(nn.Module):
+    """Policy and value heads. Vector observations get two separate MLPs; images share a CNN.
+
+    ``forward(obs)`` returns ``(distribution inputs, values)``. Box actions use a learned,
+    state-independent log standard deviation.
+    """
+
+    def __init__(
+        self, obs_space: gym.Space, action_space: gym.Space, *, hiddens: Sequence[int]
+    ) -> None:
+        super().__init__()
+        _, n_inputs = distribution_for(action_space)
+        self.continuous = isinstance(action_space, gym.spaces.Box)
+        n_out = n_inputs // 2 if self.continuous else n_inputs
+        if is_image_space(obs_space):
+            self.trunk: nn.Module | None = NatureCNN(obs_space.shape)
+            self.pi = _init(nn.Linear(self.trunk.out_features, n_out), 0.01)
+            self.vf = _init(nn.Linear(self.trunk.out_features, 1), 1.0)
+        else:
+            self.trunk = None
+            n_obs = int(np.prod(obs_space.shape))
+            self.pi = mlp([n_obs, *hiddens, n_out], out_gain=0.01)
+            self.vf = mlp([n_obs, *hiddens, 1], out_gain=1.0)
+        self.log_std = nn.Parameter(torch.zeros(n_out)) if self.continuous else None
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.trunk is not None:
+            features = self.trunk(obs)
+        else:
+            features = obs.reshape(obs.shape[0], -1).float()
+        out = self.pi(features)
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out, self.vf(features).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.forward(obs)[1]

@@ -1,0 +1,24 @@
+"""The operators execution plans are made of. Names are part of the public API."""
+
+from flowrl.ops.metrics import CollectMetrics, OncePerIteration, StandardMetricsReporting
+from flowrl.ops.rollouts import (
+    AsyncGradients,
+    ComputeGradients,
+    ConcatBatches,
+    ParallelRollouts,
+    StandardizeFields,
+)
+from flowrl.ops.train import ApplyGradients, TrainOneStep
+
+__all__ = [
+    "ApplyGradients",
+    "AsyncGradients",
+    "CollectMetrics",
+    "ComputeGradients",
+    "ConcatBatches",
+    "OncePerIteration",
+    "ParallelRollouts",
+    "StandardMetricsReporting",
+    "StandardizeFields",
+    "TrainOneStep",
+]

@@ -1,0 +1,165 @@
+"""Sources and transforms of experience: ParallelRollouts, AsyncGradients, ConcatBatches,
+StandardizeFields, SelectExperiences.
+
+Example:
+    >>> rollouts = ParallelRollouts(workers, mode="bulk_sync")
+    >>> batches = rollouts.combine(ConcatBatches(min_batch_size=4000))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from flowrl.context import STEPS_SAMPLED, PlanContext
+from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
+from flowrl.sample_batch import SampleBatch
+from flowrl.worker import WorkerSet
+
+Gradients = tuple[list[np.ndarray], dict[str, float]]
+
+
+def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIterator[Any]:
+    """``source`` with the time spent waiting for each item and the env steps it holds
+    recorded in the plan's context."""
+
+    def build(ctx: PlanContext, timeout: float | None):
+        it = source.build(ctx, timeout)
+        while True:
+            with ctx.timer("sample"):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            if item is not NotReady:
+                ctx.counters[STEPS_SAMPLED] += size(item)
+            yield item
+
+    return LocalIterator(build, name=name)
+
+
+def ParallelRollouts(
+    workers: WorkerSet, *, mode: str = "bulk_sync", num_async: int = 1
+) -> LocalIterator[SampleBatch] | ParallelIterator[SampleBatch]:
+    """Experience from the workers, counted as env steps sampled.
+
+    ``bulk_sync``: one fragment from every worker per round, concatenated (on-policy).
+    ``async``: fragments as they complete, ``num_async`` requests in flight per worker.
+    ``raw``: the ParallelIterator over the remote workers, to transform on the actors.
+    With no remote workers the local worker samples in-process.
+
+    Example:
+        >>> ParallelRollouts(workers, mode="async", num_async=2).take(1)
+    """
+    if mode not in ("bulk_sync", "async", "raw"):
+        raise ValueError(f"mode must be bulk_sync, async or raw, got {mode!r}")
+    if not workers.remote_workers:
+        if mode == "raw":
+            raise ValueError("ParallelRollouts(mode='raw') needs remote workers (num_workers > 0)")
+        local = LocalIterator.from_generator(
+            lambda: iter(workers.local_worker.sample, None), name="local_worker"
+        )
+        return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len)
+    shards = ParallelIterator.from_actors(workers.remote_workers, name="ParallelRollouts(raw)")
+    if mode == "raw":
+        return shards
+    if mode == "bulk_sync":
+        source = shards.batch_across_shards().for_each(SampleBatch.concat)
+    else:
+        source = shards.gather_async(num_async=num_async)
+    return _counted(source, name=f"ParallelRollouts({mode})", size=len)
+
+
+class ComputeGradients(Operator):
+    """Turns a batch into ``(gradients, info)`` on ``worker`` or, on a remote shard, on the
+    rollout worker that runs it.
+
+    Example:
+        >>> ParallelRollouts(workers, mode="raw").for_each(ComputeGradients())
+    """
+
+    def __init__(self, worker: Any = None) -> None:
+        self._worker = worker
+
+    def __call__(self, batch: SampleBatch) -> Gradients:
+        worker = self._worker if self._worker is not None else self.context.worker
+        grads, stats = worker.compute_gradients(batch)
+        return grads, {**stats, "batch_count": len(batch)}
+
+
+def _gradient_count(item: Gradients) -> int:
+    return item[1]["batch_count"]
+
+
+def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
+    """Each remote worker samples and computes a gradient; gradients arrive as they
+    complete, with ``context.current_actor`` set to their source (A3C).
+
+    Example:
+        >>> AsyncGradients(workers).for_each(ApplyGradients(workers, update_all=False))
+    """
+    if not workers.remote_workers:
+        local = ParallelRollouts(workers, mode="async")
+        return local.for_each(ComputeGradients(workers.local_worker))
+    grads = (
+        ParallelIterator.from_actors(workers.remote_workers, name="rollouts")
+        .for_each(ComputeGradients())
+        .gather_async()
+    )
+    return _counted(grads, name="AsyncGradients", size=_gradient_count)
+
+
+class ConcatBatches(Operator):
+    """Buffers fragments; emits one batch once it holds at least ``min_batch_size`` steps.
+    Use it with ``combine``.
+
+    Example:
+        >>> rollouts.combine(ConcatBatches(min_batch_size=4000))
+    """
+
+    def __init__(self, min_batch_size: int) -> None:
+        self.min_batch_size = min_batch_size
+        self._buffer: list[SampleBatch] = []
+        self._count = 0
+
+    def __call__(self, batch: SampleBatch) -> list[SampleBatch]:
+        self._buffer.append(batch)
+        self._count += len(batch)
+        if self._count < self.min_batch_size:
+            return []
+        out = SampleBatch.concat(self._buffer)
+        self._buffer, self._count = [], 0
+        return [out]
+
+
+class StandardizeFields(Operator):
+    """Zero mean, unit variance on the named columns of each batch.
+
+    Example:
+        >>> batches.for_each(StandardizeFields(["advantages"]))
+    """
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = list(fields)
+
+    def __call__(self, batch: SampleBatch) -> SampleBatch:
+        for field in self.fields:
+            x = batch[field]
+            batch[field] = (x - x.mean()) / max(float(x.std()), 1e-8)
+        return batch
+
+
+class SelectExperiences(Operator):
+    """Keeps the batches whose ``policy_id`` attribute is among ``policy_ids``.
+
+    Example:
+        >>> rollouts.filter(SelectExperiences(["default"]))
+    """
+
+    def __init__(self, policy_ids: Sequence[str]) -> None:
+        self.policy_ids = list(policy_ids)
+
+    def __call__(self, batch: Any) -> bool:
+        return getattr(batch, "policy_id", "default") in self.policy_ids

@@ -1,0 +1,67 @@
+"""Learning operators: TrainOneStep (minibatch SGD on the local worker) and ApplyGradients.
+
+Example:
+    >>> train_op = batches.for_each(TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256))
+"""
+
+from __future__ import annotations
+
+from flowrl.context import STEPS_TRAINED, WEIGHT_BROADCASTS
+from flowrl.iter import Operator
+from flowrl.ops.rollouts import Gradients
+from flowrl.sample_batch import SampleBatch
+from flowrl.worker import WorkerSet
+
+
+class TrainOneStep(Operator):
+    """Learns on the local worker, then puts the weights in the object store once and
+    sends them to every remote worker without waiting. Counts env steps trained.
+
+    Example:
+        >>> batches.for_each(TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256))
+    """
+
+    def __init__(
+        self, workers: WorkerSet, *, num_sgd_iter: int = 1, sgd_minibatch_size: int = 0
+    ) -> None:
+        self.workers = workers
+        self.num_sgd_iter = num_sgd_iter
+        self.sgd_minibatch_size = sgd_minibatch_size
+
+    def __call__(self, batch: SampleBatch) -> dict[str, float]:
+        with self.context.timer("learn"):
+            stats = self.workers.local_worker.learn_on_batch(
+                batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
+            )
+        self.context.counters[STEPS_TRAINED] += len(batch)
+        self.context.info["learner"] = stats
+        if self.workers.remote_workers:
+            with self.context.timer("weight_sync"):
+                self.workers.sync_weights()
+            self.context.counters[WEIGHT_BROADCASTS] += 1
+        return stats
+
+
+class ApplyGradients(Operator):
+    """Applies a ``(gradients, info)`` item on the local worker; sends the new weights to
+    all remote workers (``update_all``) or only to the worker the gradient came from.
+
+    Example:
+        >>> AsyncGradients(workers).for_each(ApplyGradients(workers, update_all=False))
+    """
+
+    def __init__(self, workers: WorkerSet, *, update_all: bool = True) -> None:
+        self.workers = workers
+        self.update_all = update_all
+
+    def __call__(self, item: Gradients) -> dict[str, float]:
+        grads, info = item
+        with self.context.timer("apply"):
+            self.workers.local_worker.apply_gradients(grads)
+        self.context.counters[STEPS_TRAINED] += info["batch_count"]
+        self.context.info["learner"] = info
+        if self.update_all:
+            self.workers.sync_weights()
+        elif self.context.current_actor is not None:
+            self.workers.sync_weights([self.context.current_actor])
+        return info

@@ -1,0 +1,179 @@
+"""Policy: a torch model, its action distribution, an optimiser and a loss.
+
+Algorithms subclass :class:`Policy` and define :meth:`Policy.loss` (and, when they need
+returns or advantages, :meth:`Policy.postprocess`). Weights travel as numpy arrays, so they
+cross Ray's object store without pickling torch tensors.
+
+Example:
+    >>> class MyPolicy(Policy):
+    ...     def loss(self, batch):
+    ...         dist, values = self.distribution(batch["obs"])
+    ...         loss = -(dist.log_prob(batch["actions"]) * batch["rewards"]).mean()
+    ...         return loss, {"loss": loss.detach()}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from flowrl.config import Config
+from flowrl.distributions import Distribution, distribution_for
+from flowrl.models import ActorCritic
+from flowrl.sample_batch import LOGP, VF_PREDS, Fragment, SampleBatch
+
+Weights = dict[str, np.ndarray]
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` is CUDA when torch sees a GPU, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class Policy:
+    """Model + distribution + optimiser; subclasses supply ``loss``."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Config,
+        *,
+        device: str = "cpu",
+    ) -> None:
+        self.config = config
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = resolve_device(device)
+        self.dist_cls, _ = distribution_for(action_space)
+        self.model = self.make_model().to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
+        self.rng = np.random.default_rng(config.seed)
+        self.num_updates = 0
+
+    def make_model(self) -> nn.Module:
+        """The torch model; override for another architecture."""
+        return ActorCritic(
+            self.observation_space, self.action_space, hiddens=self.config.model_hiddens
+        )
+
+    # -- acting --------------------------------------------------------------------------
+    def distribution(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor]:
+        dist_inputs, values = self.model(obs)
+        return self.dist_cls(dist_inputs), values
+
+    @torch.inference_mode()
+    def compute_actions(
+        self, obs: np.ndarray, *, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of observations, with their log-probs and value estimates."""
+        dist, values = self.distribution(torch.from_numpy(obs).to(self.device))
+        actions = dist.sample() if explore else dist.mode()
+        extras = {LOGP: dist.log_prob(actions).cpu().numpy(), VF_PREDS: values.cpu().numpy()}
+        return actions.cpu().numpy(), extras
+
+    @torch.inference_mode()
+    def compute_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.model(torch.from_numpy(obs).to(self.device))[1].cpu().numpy()
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the env receives: Box actions are clipped to their bounds."""
+        if isinstance(self.action_space, gym.spaces.Box):
+            return np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions
+
+    def postprocess(self, fragment: Fragment) -> SampleBatch:
+        """Turn a sampled fragment into training rows (returns, advantages, ...)."""
+        return fragment.to_batch()
+
+    # -- learning ------------------------------------------------------------------------
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The scalar loss and a dict of detached statistics."""
+        raise NotImplementedError
+
+    def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+
+    def _backward(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, stats = self.loss(batch)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            stats["grad_norm"] = norm.detach()
+        return stats
+
+    def learn_on_batch(
+        self, batch: SampleBatch, *, num_sgd_iter: int = 1, minibatch_size: int = 0
+    ) -> dict[str, float]:
+        """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0).
+
+        The batch moves to the learner device once; minibatches are shuffled index sets.
+        """
+        tensors = self._tensors(batch)
+        n = len(batch)
+        size = minibatch_size if 0 < minibatch_size < n else n
+        stats: list[dict[str, Any]] = []
+        for _ in range(num_sgd_iter):
+            order = torch.from_numpy(self.rng.permutation(n)).to(self.device)
+            for start in range(0, n, size):
+                idx = order[start : start + size]
+                stats.append(self._backward({k: v[idx] for k, v in tensors.items()}))
+                self.optimizer.step()
+                self.num_updates += 1
+        return _mean_stats(stats)
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Gradients of the loss on ``batch`` as numpy arrays (parameters are unchanged)."""
+        stats = self._backward(self._tensors(batch))
+        grads = [
+            np.zeros(p.shape, np.float32) if p.grad is None else p.grad.cpu().numpy()
+            for p in self.model.parameters()
+        ]
+        return grads, _mean_stats([stats])
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """One optimiser step with gradients computed elsewhere."""
+        for p, g in zip(self.model.parameters(), grads, strict=True):
+            p.grad = torch.tensor(g, device=self.device)  # copy: Ray arrays are read-only
+        self.optimizer.step()
+        self.num_updates += 1
+
+    # -- weights and state ---------------------------------------------------------------
+    def get_weights(self) -> Weights:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Weights) -> None:
+        # torch.tensor copies: arrays from Ray's object store are read-only
+        self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything a restore needs: weights, optimiser, shuffling RNG, update count."""
+        return {
+            "weights": self.get_weights(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "num_updates": self.num_updates,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+        self.num_updates = state["num_updates"]
+
+
+def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
+    if not stats:
+        return {}
+    out = {}
+    for key in stats[0]:
+        values = torch.stack([torch.as_tensor(s[key], dtype=torch.float32) for s in stats])
+        out[key] = float(values.mean())
+    return out

@@ -1,0 +1,77 @@
+"""Return estimators on time-major rollout fragments (arrays shaped ``[T, num_envs]``).
+
+Rows come from gymnasium vector envs in NEXT_STEP autoreset mode: after a step that ends
+an episode, the env's next step only resets it. That step's observation is the episode's
+final observation, so its value estimate is exactly what a truncated episode bootstraps
+from; the step itself is masked out (``valid == False``) and never learned from.
+
+Example:
+    >>> r = np.ones((3, 1)); v = np.zeros((3, 1)); f = np.zeros((3, 1), bool)
+    >>> adv, targets = compute_gae(r, v, f, f, np.zeros(1), gamma=1.0, lam=1.0)
+    >>> adv[:, 0].tolist()
+    [3.0, 2.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowrl.sample_batch import (
+    ADVANTAGES,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    VALUE_TARGETS,
+    VF_PREDS,
+    Fragment,
+    SampleBatch,
+)
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    last_values: np.ndarray,
+    *,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimates and value targets over a ``[T, N]`` fragment.
+
+    ``values[t]`` is V(obs_t); the value after step ``t`` is ``values[t + 1]`` (for the last
+    step, ``last_values``). A terminated step bootstraps with 0, a truncated one with the
+    value of its final observation; neither lets advantages flow across the boundary.
+    """
+    num_steps = len(rewards)
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    not_terminated = 1.0 - terminateds.astype(np.float32)
+    continues = 1.0 - (terminateds | truncateds).astype(np.float32)
+    deltas = rewards + gamma * next_values * not_terminated - values
+    advantages = np.zeros_like(deltas, dtype=np.float32)
+    running = np.zeros(deltas.shape[1:], dtype=np.float32)
+    for t in reversed(range(num_steps)):
+        running = deltas[t] + gamma * lam * continues[t] * running
+        advantages[t] = running
+    return advantages, (advantages + values).astype(np.float32)
+
+
+def add_advantages(
+    fragment: Fragment, last_values: np.ndarray, *, gamma: float, lam: float
+) -> SampleBatch:
+    """GAE advantages and value targets added to a fragment's columns, as training rows.
+
+    ``last_values`` are the value estimates of ``fragment.last_obs``.
+    """
+    cols = fragment.columns
+    cols[ADVANTAGES], cols[VALUE_TARGETS] = compute_gae(
+        cols[REWARDS],
+        cols[VF_PREDS],
+        cols[TERMINATEDS],
+        cols[TRUNCATEDS],
+        last_values,
+        gamma=gamma,
+        lam=lam,
+    )
+    return fragment.to_batch()

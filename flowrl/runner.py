@@ -1,0 +1,153 @@
+"""The training loop shared by the CLI and the Python API: stop criteria, logging,
+checkpoints, a progress bar, clean Ctrl-C, recovery from dead workers.
+
+Example:
+    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+    >>> summary = run(algo, stop=StopCriteria(reward=195.0), output_dir=Path("/tmp/run"))
+    >>> summary["stopped_by"]
+    'reward'
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowrl.algorithm import Algorithm
+from flowrl.envs import reward_threshold
+from flowrl.logger import RunLogger
+
+logger = logging.getLogger(__name__)
+
+MAX_WORKER_FAILURES = 3
+
+
+@dataclass
+class StopCriteria:
+    """Stop when any criterion is met: mean return, env steps, seconds, iterations."""
+
+    reward: float | None = None
+    timesteps: int | None = None
+    time_s: float | None = None
+    iters: int | None = None
+
+    @classmethod
+    def default_for(cls, algo: Algorithm) -> StopCriteria:
+        """The env's registered reward threshold and the algorithm's default step budget."""
+        return cls(
+            reward=reward_threshold(algo.config.env),
+            timesteps=algo.config.default_stop_timesteps,
+        )
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in (self.reward, self.timesteps, self.time_s, self.iters))
+
+    def reason(self, result: dict[str, Any]) -> str | None:
+        """The name of the first criterion ``result`` meets, or None."""
+        ret = result.get("episode_return_mean", math.nan)
+        if self.reward is not None and math.isfinite(ret) and ret >= self.reward:
+            return "reward"
+        if self.timesteps is not None and result["env_steps_sampled"] >= self.timesteps:
+            return "timesteps"
+        if self.time_s is not None and result["time_total_s"] >= self.time_s:
+            return "time"
+        if self.iters is not None and result["iteration"] >= self.iters:
+            return "iterations"
+        return None
+
+
+def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=stop.timesteps,
+        unit=" steps",
+        unit_scale=True,
+        disable=not enabled,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
+
+
+def checkpoint_dir(output_dir: Path, iteration: int) -> Path:
+    return output_dir / "checkpoints" / f"checkpoint_{iteration:06d}"
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    found = sorted((output_dir / "checkpoints").glob("checkpoint_*"))
+    return found[-1] if found else None
+
+
+def _train_with_recovery(algo: Algorithm, failures: list[int]) -> dict[str, Any]:
+    """One ``train()``; a dead remote worker is replaced and the plan rebuilt."""
+    import ray
+
+    while True:
+        try:
+            return algo.train()
+        except ray.exceptions.RayActorError:
+            failures.append(1)
+            if len(failures) > MAX_WORKER_FAILURES:
+                raise
+            replaced = algo.rebuild_after_failure()
+            logger.warning("replaced dead rollout workers %s; training goes on", replaced)
+
+
+def run(
+    algo: Algorithm,
+    *,
+    stop: StopCriteria | None = None,
+    output_dir: Path | None = None,
+    checkpoint_every: int = 0,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train until a stop criterion holds (default: :meth:`StopCriteria.default_for`).
+
+    With ``output_dir``, writes the run's files and checkpoints (every
+    ``checkpoint_every`` iterations, and at the end). Ctrl-C stops cleanly and an error
+    re-raises, but both still write the final checkpoint and summary. Returns the summary.
+    """
+    stop = StopCriteria.default_for(algo) if stop is None or stop.is_empty() else stop
+    log = RunLogger(output_dir) if output_dir is not None else None
+    bar = _progress_bar(stop, progress)
+    best, result, stopped_by = -math.inf, algo.last_result, None
+    failures: list[int] = []
+    error: Exception | None = None
+    try:
+        while stopped_by is None:
+            result = _train_with_recovery(algo, failures)
+            ret = result["episode_return_mean"]
+            best = max(best, ret) if math.isfinite(ret) else best
+            if log is not None:
+                log.log(result)
+                if checkpoint_every and result["iteration"] % checkpoint_every == 0:
+                    algo.save(checkpoint_dir(output_dir, result["iteration"]))
+            bar.update(result["env_steps_sampled"] - bar.n)
+            bar.set_postfix(ret=f"{ret:.1f}", steps_s=f"{result['env_steps_per_s']:.0f}")
+            stopped_by = stop.reason(result)
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+    except Exception as e:  # keep what was learned, then let the caller see the error
+        stopped_by, error = "error", e
+    finally:
+        bar.close()
+    summary = {
+        "algo": algo.spec.name,
+        "env": algo.config.env,
+        "iterations": algo.iteration,
+        "env_steps_sampled": result["env_steps_sampled"] if result else 0,
+        "time_total_s": result["time_total_s"] if result else 0.0,
+        "episode_return_mean": result["episode_return_mean"] if result else math.nan,
+        "best_episode_return_mean": best if math.isfinite(best) else math.nan,
+        "stopped_by": stopped_by,
+    }
+    if log is not None:
+        summary["checkpoint"] = str(algo.save(checkpoint_dir(output_dir, algo.iteration)))
+        log.write_json("summary.json", summary)
+        log.close()
+    if error is not None:
+        raise error
+    return summary

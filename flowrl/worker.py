@@ -1,0 +1,262 @@
+"""RolloutWorker (a vector env + a CPU copy of the policy) and WorkerSet (local + N remote).
+
+A worker steps all its envs with one batched forward pass per step and returns
+post-processed :class:`SampleBatch` fragments. As a Ray actor it is also a shard of a
+:class:`~flowrl.iter.ParallelIterator` that yields one fragment per pull.
+
+Example:
+    >>> from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    >>> worker = RolloutWorker(policy_cls=PPOPolicy, config=PPOConfig(num_envs_per_worker=2))
+    >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowrl.config import Config
+from flowrl.envs import make_vector_env
+from flowrl.iter import ParallelIteratorWorker
+from flowrl.policy import Policy, Weights
+from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, TRUNCATEDS, Fragment
+
+logger = logging.getLogger(__name__)
+
+Episode = tuple[float, int]  # (return, length)
+
+
+def worker_seed(config: Config, worker_index: int) -> int:
+    return config.seed + 10_007 * worker_index
+
+
+class RolloutWorker(ParallelIteratorWorker):
+    """Samples experience from a gymnasium vector env with a local copy of the policy."""
+
+    def __init__(
+        self,
+        *,
+        policy_cls: type[Policy],
+        config: Config,
+        worker_index: int = 0,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(self._fragments)
+        if worker_index > 0:
+            torch.set_num_threads(1)
+        self.config = config
+        self.worker_index = worker_index
+        seed = worker_seed(config, worker_index)
+        torch.manual_seed(seed)
+        self.env = make_vector_env(config.env, num_envs=config.num_envs_per_worker, seed=seed)
+        self.policy = policy_cls(
+            self.env.single_observation_space, self.env.single_action_space, config, device=device
+        )
+        self.obs, _ = self.env.reset(seed=seed)
+        n = self.env.num_envs
+        self._needs_reset = np.zeros(n, dtype=bool)
+        self._ep_return = np.zeros(n, dtype=np.float64)
+        self._ep_len = np.zeros(n, dtype=np.int64)
+        self._episodes: list[Episode] = []
+
+    # -- sampling ------------------------------------------------------------------------
+    def _fragments(self):
+        while True:
+            yield self.sample()
+
+    def sample(self):
+        """One post-processed fragment: ``rollout_fragment_length`` steps of every env."""
+        return self.policy.postprocess(self.sample_fragment())
+
+    def sample_fragment(self) -> Fragment:
+        """``rollout_fragment_length`` raw steps of every env, time-major."""
+        steps, n = self.config.rollout_fragment_length, self.env.num_envs
+        cols: dict[str, np.ndarray] = {}
+        valid = np.empty((steps, n), dtype=bool)
+        for t in range(steps):
+            actions, extras = self.policy.compute_actions(self.obs)
+            next_obs, rewards, terminated, truncated, _ = self.env.step(
+                self.policy.env_actions(actions)
+            )
+            row = {
+                OBS: self.obs,
+                ACTIONS: actions,
+                REWARDS: rewards,
+                TERMINATEDS: terminated,
+                TRUNCATEDS: truncated,
+                **extras,
+            }
+            if not cols:
+                cols = {
+                    k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row.items()
+                }
+            for k, v in row.items():
+                cols[k][t] = v
+            valid[t] = ~self._needs_reset
+            self._track_episodes(rewards, terminated | truncated, valid[t])
+            self._needs_reset = terminated | truncated
+            self.obs = next_obs
+        cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
+        return Fragment(cols, valid, last_obs=np.array(self.obs))
+
+    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        self._ep_return += rewards * valid
+        self._ep_len += valid
+        finished = done & valid
+        if finished.any():
+            for i in np.flatnonzero(finished):
+                self._episodes.append((float(self._ep_return[i]), int(self._ep_len[i])))
+            self._ep_return[finished] = 0.0
+            self._ep_len[finished] = 0
+
+    def get_metrics(self) -> list[Episode]:
+        """Episodes completed since the last call, as ``(return, length)``."""
+        episodes, self._episodes = self._episodes, []
+        return episodes
+
+    # -- learning (used on the local worker, and by remote gradient workers) -------------
+    def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
+        return self.policy.learn_on_batch(batch, **kwargs)
+
+    def compute_gradients(self, batch) -> tuple[list[np.ndarray], dict[str, float]]:
+        return self.policy.compute_gradients(batch)
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        self.policy.apply_gradients(grads)
+
+    def get_weights(self) -> Weights:
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: Weights) -> None:
+        self.policy.set_weights(weights)
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, episodes: int, *, explore: bool = False, seed: int = 12345) -> list[Episode]:
+        """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``)."""
+        n = min(episodes, self.config.num_envs_per_worker)
+        env = make_vector_env(self.config.env, num_envs=n, seed=seed)
+        quota = np.array([len(range(i, episodes, n)) for i in range(n)])
+        obs, _ = env.reset(seed=seed)
+        ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
+        needs_reset = np.zeros(n, dtype=bool)
+        results: list[Episode] = []
+        while (quota > 0).any():
+            actions, _ = self.policy.compute_actions(obs, explore=explore)
+            obs, rewards, terminated, truncated, _ = env.step(self.policy.env_actions(actions))
+            counting = ~needs_reset & (quota > 0)
+            ret += rewards * counting
+            length += counting
+            finished = (terminated | truncated) & counting
+            for i in np.flatnonzero(finished):
+                results.append((float(ret[i]), int(length[i])))
+                quota[i] -= 1
+            ret[finished], length[finished] = 0.0, 0
+            needs_reset = terminated | truncated
+        env.close()
+        return results
+
+    def ping(self) -> int:
+        return self.worker_index
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class WorkerSet:
+    """One local worker (the learner, and the sampler when there are no remote workers)
+    and ``num_workers`` remote :class:`RolloutWorker` actors.
+
+    Example:
+        >>> workers = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=0))
+        >>> workers.remote_workers
+        []
+    """
+
+    def __init__(self, *, policy_cls: type[Policy], config: Config) -> None:
+        self.config = config
+        self.policy_cls = policy_cls
+        self.local_worker = RolloutWorker(
+            policy_cls=policy_cls, config=config, worker_index=0, device=config.device
+        )
+        self._remote_cls: Any = None
+        self.remote_workers: list[Any] = []
+        if config.num_workers > 0:
+            import ray
+
+            self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+            self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
+            self.sync_weights()
+        self._pending_metrics: dict[Any, Any] = {}
+
+    def _make_remote(self, index: int) -> Any:
+        return self._remote_cls.remote(
+            policy_cls=self.policy_cls, config=self.config, worker_index=index
+        )
+
+    def sync_weights(self, actors: list[Any] | None = None) -> None:
+        """Put the local weights in the object store once and send them to ``actors``
+        (all remote workers by default) without waiting."""
+        targets = self.remote_workers if actors is None else actors
+        if not targets:
+            return
+        import ray
+
+        ref = ray.put(self.local_worker.get_weights())
+        for actor in targets:
+            actor.set_weights.remote(ref)
+
+    def collect_episodes(self, timeout_s: float = 0.05) -> list[Episode]:
+        """Episodes finished on all workers since the last call.
+
+        A remote worker that is busy past ``timeout_s`` keeps its request pending and
+        reports on a later call, so nothing is lost and nobody waits for a long sample.
+        """
+        episodes = self.local_worker.get_metrics()
+        if not self.remote_workers:
+            return episodes
+        import ray
+
+        for actor in self.remote_workers:
+            if actor not in self._pending_metrics:
+                self._pending_metrics[actor] = actor.get_metrics.remote()
+        refs = list(self._pending_metrics.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        ready_set = set(ready)
+        for actor, ref in list(self._pending_metrics.items()):
+            if ref in ready_set:
+                episodes.extend(ray.get(ref))
+                del self._pending_metrics[actor]
+        return episodes
+
+    def recreate_failed_workers(self) -> list[int]:
+        """Replace remote workers that no longer answer; returns their indices."""
+        if not self.remote_workers:
+            return []
+        import ray
+
+        replaced = []
+        for i, actor in enumerate(self.remote_workers):
+            try:
+                ray.get(actor.ping.remote(), timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                logger.warning("rollout worker %d died; starting a new one", i + 1)
+                self._pending_metrics.pop(actor, None)
+                self.remote_workers[i] = self._make_remote(i + 1)
+                replaced.append(i + 1)
+        if replaced:
+            self.sync_weights([self.remote_workers[i - 1] for i in replaced])
+        return replaced
+
+    def stop(self) -> None:
+        """Close the local env and kill the remote actors."""
+        self.local_worker.close()
+        if self.remote_workers:
+            import ray
+
+            for actor in self.remote_workers:
+                ray.kill(actor)
+            self.remote_workers = []
