@@ -69,7 +69,7 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
     plan = getattr(module, func_name, None)
     if not callable(plan):
         raise ConfigError(f"{path_str} has no function '{func_name}'")
-    import cloudpickle
+    from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import it by name
     ppo = get_algorithm("ppo")
@@ -184,7 +184,11 @@ class Algorithm:
             "torch_rng": torch.get_rng_state(),
         }
         torch.save(state, path / STATE_FILE)
-        meta = {"algo": self.spec.name, "config": self.config.to_dict(), "iteration": self.iteration}
+        meta = {
+            "algo": self.spec.name,
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+        }
         (path / META_FILE).write_text(json.dumps(meta, indent=2))
         return path
 

@@ -129,7 +129,9 @@ def _build_for_train(args: argparse.Namespace) -> tuple[Any, Path]:
         if ckpt is None:
             raise ConfigError(f"--resume: no checkpoint in {output}/checkpoints")
         meta = read_checkpoint_meta(ckpt)
-        algo = Algorithm(meta["algo"], {**meta["config"], **_config_values(args)}, address=args.address)
+        algo = Algorithm(
+            meta["algo"], {**meta["config"], **_config_values(args)}, address=args.address
+        )
         algo.restore(ckpt)
         return algo, output
     values = _config_values(args)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -50,6 +51,38 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+def _to_bool(value: Any) -> Any:
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    return value if isinstance(value, bool) else _INVALID
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value.replace("_", ""))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else _INVALID
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return _INVALID
+
+
+def _to_str(value: Any) -> Any:
+    return value if isinstance(value, str) else _INVALID
+
+
+_INVALID = object()
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+
+
 def _coerce(name: str, value: Any, tp: Any) -> Any:
     """Convert ``value`` to the field type ``tp`` or raise a ConfigError naming the field."""
     origin = typing.get_origin(tp)
@@ -61,40 +94,17 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         return _coerce(name, value, inner)
     if origin is tuple:
         if isinstance(value, str):
-            value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
+            value = [v for v in value.strip("[]").split(",") if v.strip()]
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} expects a list, got {value!r}")
-        inner = typing.get_args(tp)[0]
-        return tuple(_coerce(name, v, inner) for v in value)
-    if tp is bool:
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, str):
-            try:
-                value = int(value.replace("_", ""))
-            except ValueError:
-                pass
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    else:
+        return tuple(_coerce(name, v, typing.get_args(tp)[0]) for v in value)
+    convert = _SCALARS.get(tp)
+    if convert is None:
         return value
-    raise ConfigError(f"{name} expects {_type_name(tp)}, got {value!r}")
+    out = convert(value)
+    if out is _INVALID:
+        raise ConfigError(f"{name} expects {_type_name(tp)}, got {value!r}")
+    return out
 
 
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:

@@ -40,7 +40,7 @@ class Categorical:
 
 
 class DiagGaussian:
-    """A Gaussian with diagonal covariance: ``inputs[..., :d]`` mean, ``inputs[..., d:]`` log std."""
+    """Diagonal Gaussian: ``inputs[..., :d]`` is the mean, ``inputs[..., d:]`` the log std."""
 
     def __init__(self, inputs: torch.Tensor) -> None:
         self.mean, self.log_std = inputs.chunk(2, dim=-1)

@@ -292,22 +292,9 @@ class LocalIterator(Generic[T]):
                 c.build(ctx, 0.0 if nb else timeout)
                 for c, nb in zip(children, non_blocking, strict=True)
             ]
-            active = list(range(len(its)))
+            active = dict(enumerate(its))
             while active:
-                produced = False
-                for i in list(active):
-                    pulled = 0
-                    while weights[i] == "*" or pulled < weights[i]:
-                        try:
-                            item = next(its[i])
-                        except StopIteration:
-                            active.remove(i)
-                            break
-                        if item is NotReady:
-                            break
-                        pulled += 1
-                        produced = True
-                        yield item
+                produced = yield from _union_round(active, weights)
                 if not produced and active:
                     if not deterministic and timeout is None:
                         time.sleep(0.0005)  # nothing ready anywhere: don't spin a core
@@ -316,6 +303,26 @@ class LocalIterator(Generic[T]):
         names = ", ".join(c.name for c in children)
         mode = f"round_robin{list(weights)}" if deterministic else "async"
         return LocalIterator(build, context=self.context, name=f"Union[{mode}]({names})")
+
+
+def _union_round(active: dict[int, Iterator[Any]], weights: list[int | str]):
+    """One round robin pass: up to ``weights[i]`` items from each active input (``"*"``:
+    until it is not ready). Drops exhausted inputs; returns whether anything was yielded."""
+    produced = False
+    for i, it in list(active.items()):
+        pulled = 0
+        while weights[i] == "*" or pulled < weights[i]:
+            try:
+                item = next(it)
+            except StopIteration:
+                del active[i]
+                break
+            if item is NotReady:
+                break
+            pulled += 1
+            produced = True
+            yield item
+    return produced
 
 
 class ParallelIteratorWorker:

@@ -1,0 +1,28 @@
+"""Shared fixtures: one Ray session for every Ray-backed test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+settings.register_profile("flowrl", deadline=None, max_examples=60)
+settings.load_profile("flowrl")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance shared by the whole test session."""
+    import ray
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Ray's workers import the test modules' actor classes by name
+    tests_dir = os.path.dirname(__file__)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p
+    )
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()

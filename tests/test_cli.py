@@ -1,0 +1,152 @@
+"""The flowrl command, run as a user runs it (a subprocess of the installed script)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FLOWRL = str(Path(sys.executable).parent / "flowrl")
+QUICK = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=256"]
+
+
+def flowrl(*args, cwd=None, timeout=180):
+    return subprocess.run(
+        [FLOWRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def test_list():
+    out = flowrl("list")
+    assert out.returncode == 0
+    assert "ppo" in out.stdout and "a3c" in out.stdout
+    detail = flowrl("list", "ppo")
+    assert detail.returncode == 0 and "clip_param" in detail.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "nope", "--env", "CartPole-v1"], "unknown algorithm 'nope'"),
+        (["train", "ppo", "--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
+        (["train", "ppo", "--set", "bogus=1"], "unknown config key 'bogus'"),
+        (["train", "ppo", "--set", "lr=fast"], "lr expects float, got 'fast'"),
+        (["train", "ppo", "--set", "gamma=2"], "gamma must be <= 1"),
+        (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),
+        (["train", "ppo", "--num-workers", "two"], "invalid int value: 'two'"),
+        (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
+        (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),
+        (["train", "ppo", "--env", "CartPole-v1", "--resume", "/no/such/run"], "no checkpoint"),
+        (["train", "missing.py:plan"], "plan file not found"),
+        (["train"], "the following arguments are required: algo"),
+        (["evaluate", "/no/such/checkpoint"], "checkpoint not found"),
+        (["evaluate", ".", "--episodes", "0"], "--episodes must be >= 1"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message):
+    out = flowrl(*args)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unparsable_config_file_exits_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    out = flowrl("train", "ppo", "--config", bad)
+    assert out.returncode == 2 and "cannot parse config file" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("run") / "ppo_run"
+    cfg = out_dir.parent / "cfg.json"
+    cfg.write_text(json.dumps({"rollout_fragment_length": 32}))
+    out = flowrl("train", "ppo", "--env", "CartPole-v1", "--stop-iters", 2, "--config", cfg,
+                 "--output", out_dir, *QUICK)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "stopped by iterations" in out.stdout
+    return out_dir
+
+
+def test_train_writes_the_run_files(run_dir):
+    results = [json.loads(line) for line in (run_dir / "result.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in results] == [1, 2]
+    for key in ("time_total_s", "env_steps_sampled", "env_steps_trained", "episodes_total",
+                "episode_return_mean", "episode_len_mean", "env_steps_per_s"):  # fmt: skip
+        assert key in results[-1]
+    assert any(k.startswith("learner/") for k in results[-1])
+    assert any(k.startswith("timers/") for k in results[-1])
+    assert (run_dir / "progress.csv").read_text().count("\n") == 3
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["algo"] == "ppo" and config["config"]["rollout_fragment_length"] == 32
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "iterations" and summary["iterations"] == 2
+    for key in ("algo", "env", "env_steps_sampled", "time_total_s", "episode_return_mean",
+                "best_episode_return_mean"):  # fmt: skip
+        assert key in summary
+    assert (run_dir / "checkpoints" / "checkpoint_000002").is_dir()
+
+
+def test_evaluate_a_run_dir(run_dir):
+    out = flowrl("evaluate", run_dir, "--episodes", 3)
+    assert out.returncode == 0, out.stderr
+    assert "episode_return_mean" in out.stdout and "over 3 episodes" in out.stdout
+
+
+def test_resume_continues_the_run(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "resumed"
+    shutil.copytree(run_dir, copy)
+    out = flowrl("train", "ppo", "--resume", copy, "--stop-iters", 3, *QUICK)
+    assert out.returncode == 0, out.stderr
+    results = [json.loads(line) for line in (copy / "result.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in results] == [1, 2, 3]
+    assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
+
+
+def test_user_plan_file(tmp_path):
+    plan = tmp_path / "my_plan.py"
+    plan.write_text(
+        "from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep\n\n"
+        "def plan(workers, config):\n"
+        '    """One SGD step per fragment."""\n'
+        "    train_op = ParallelRollouts(workers).for_each(TrainOneStep(workers))\n"
+        "    return StandardMetricsReporting(train_op, workers, config)\n"
+    )
+    out = flowrl("train", f"{plan}:plan", "--stop-iters", 2, "--output", tmp_path / "o", *QUICK)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["iterations"] == 2
+    missing = flowrl("train", f"{plan}:nope", *QUICK)
+    assert missing.returncode == 2 and "has no function 'nope'" in missing.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_checkpoints(tmp_path):
+    out_dir = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [FLOWRL, "train", "ppo", "--stop-timesteps", "100000000", "--output", out_dir, *QUICK],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    results = out_dir / "result.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (results.exists() and results.read_text().count("\n")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "interrupted"
+    assert Path(summary["checkpoint"]).is_dir()

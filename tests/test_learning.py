@@ -1,0 +1,42 @@
+"""Learning tests: fixed seeds, a reward threshold within a step budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowrl import Algorithm
+from flowrl.runner import StopCriteria
+
+pytestmark = pytest.mark.slow
+
+
+def reach(algo: Algorithm, reward: float, budget: int) -> dict:
+    try:
+        return algo.run(stop=StopCriteria(reward=reward, timesteps=budget))
+    finally:
+        algo.stop()
+
+
+@pytest.mark.ray
+def test_ppo_with_ray_workers_reaches_450_on_cartpole(ray_session):
+    summary = reach(Algorithm("ppo", env="CartPole-v1", seed=0), 450, 150_000)
+    assert summary["stopped_by"] == "reward", summary
+    assert summary["env_steps_sampled"] <= 150_000
+
+
+def test_ppo_without_ray_reaches_150_on_cartpole(monkeypatch):
+    import ray
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("num_workers=0 must not start Ray")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    monkeypatch.setattr(ray, "put", no_ray)
+    summary = reach(Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=1), 150, 100_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
+@pytest.mark.ray
+def test_a3c_reaches_150_on_cartpole(ray_session):
+    summary = reach(Algorithm("a3c", env="CartPole-v1", seed=0), 150, 200_000)
+    assert summary["stopped_by"] == "reward", summary

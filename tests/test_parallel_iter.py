@@ -1,0 +1,69 @@
+"""ParallelIterator over Ray actors: gather_sync order, gather_async completion order."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from flowrl.iter import Operator, ParallelIterator, ParallelIteratorWorker
+
+pytestmark = pytest.mark.ray
+
+
+def test_gather_sync_takes_one_item_per_shard_per_round(ray_session):
+    it = ParallelIterator.from_items(list(range(6)), num_shards=2)
+    # shard 0 holds 0, 2, 4 and shard 1 holds 1, 3, 5
+    assert it.for_each(lambda x: x * 10).gather_sync().take(6) == [0, 10, 20, 30, 40, 50]
+    rounds = ParallelIterator.from_items(list(range(4)), num_shards=2).batch_across_shards()
+    assert rounds.take(3) == [[0, 1], [2, 3]]
+
+
+def test_transforms_run_on_the_shards_and_names_describe_them(ray_session):
+    it = ParallelIterator.from_items(list(range(8)), num_shards=2).filter(lambda x: x % 2 == 0)
+    assert "filter(<lambda>)" in str(it)
+    assert sorted(it.gather_async().take(4)) == [0, 2, 4, 6]
+
+
+class Sleeper(ParallelIteratorWorker):
+    """Three items, each after ``delay`` seconds; holds the weights the plan sends it."""
+
+    def __init__(self, name, delay):
+        super().__init__(self.items)
+        self.name, self.delay, self.weights = name, delay, 0
+
+    def items(self):
+        for i in range(3):
+            time.sleep(self.delay)
+            yield self.name, i
+
+    def set_weights(self, w):
+        self.weights = w
+
+
+class WithWeights(Operator):
+    """Runs on the shard: tags each item with the weights its worker holds."""
+
+    def __call__(self, item):
+        return (*item, self.context.worker.weights)
+
+
+def test_gather_async_yields_in_completion_order(ray_session):
+    ray = ray_session
+    actor_cls = ray.remote(num_cpus=0)(Sleeper)
+    fast, slow = actor_cls.remote("fast", 0.01), actor_cls.remote("slow", 0.6)
+    it = ParallelIterator.from_actors([slow, fast]).for_each(WithWeights()).gather_async()
+    names = [name for name, _, _ in it.take(4)]
+    assert names[:3] == ["fast", "fast", "fast"] and names[3] == "slow"
+
+
+def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session):
+    ray = ray_session
+    actor = ray.remote(num_cpus=0)(Sleeper).remote("a", 0.0)
+    it = ParallelIterator.from_actors([actor]).for_each(WithWeights())
+    it = it.zip_with_source_actor().gather_async()
+    source, (_, _, weights) = next(it)
+    assert source is actor and weights == 0
+    source.set_weights.remote(7)  # what the plan sends back before pulling again
+    _, (_, _, weights) = next(it)
+    assert weights == 7

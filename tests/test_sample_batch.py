@@ -1,0 +1,59 @@
+"""SampleBatch properties."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flowrl.sample_batch import SampleBatch
+
+sizes = st.lists(st.integers(0, 30), min_size=1, max_size=5)
+
+
+def make(n, start=0):
+    return SampleBatch(
+        obs=np.arange(start, start + n, dtype=np.float32)[:, None].repeat(3, 1),
+        rewards=np.arange(start, start + n, dtype=np.float32),
+    )
+
+
+@given(sizes)
+def test_concat_keeps_every_row_in_order(ns):
+    starts = np.cumsum([0, *ns[:-1]])
+    batch = SampleBatch.concat([make(n, s) for n, s in zip(ns, starts, strict=True)])
+    assert len(batch) == sum(ns)
+    assert batch["rewards"].tolist() == list(range(sum(ns)))
+    assert batch["obs"].flags["C_CONTIGUOUS"]
+
+
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40))
+def test_slicing_is_row_slicing(n, a, b):
+    batch = make(n)
+    assert batch[a:b]["rewards"].tolist() == list(range(n))[a:b]
+
+
+@given(st.integers(1, 100), st.integers(1, 40), st.integers(0, 10_000))
+def test_minibatches_cover_every_row_once(n, size, seed):
+    batch = make(n)
+    parts = list(batch.minibatches(size, rng=np.random.default_rng(seed)))
+    assert all(len(p) == size for p in parts[:-1])
+    rows = np.concatenate([p["rewards"] for p in parts])
+    assert sorted(rows.tolist()) == list(range(n))
+
+
+def test_columns_must_have_equal_rows_and_concat_equal_columns():
+    with pytest.raises(ValueError, match="rows"):
+        SampleBatch(a=np.zeros(3), b=np.zeros(4))
+    with pytest.raises(ValueError, match="concat"):
+        SampleBatch.concat([SampleBatch(a=np.zeros(1)), SampleBatch(b=np.zeros(1))])
+
+
+def test_pickles_and_keeps_dtypes():
+    batch = SampleBatch(obs=np.zeros((2, 84, 84), np.uint8), rewards=np.ones(2, np.float32))
+    back = pickle.loads(pickle.dumps(batch, protocol=5))
+    assert back["obs"].dtype == np.uint8 and len(back) == 2
+    assert "obs" in back and back.keys() == ["obs", "rewards"]

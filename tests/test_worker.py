@@ -1,0 +1,101 @@
+"""RolloutWorker sampling semantics (local) and WorkerSet behaviour under Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+
+from flowrl.sample_batch import ADVANTAGES, OBS, REWARDS, TERMINATEDS, TRUNCATEDS
+from flowrl.worker import RolloutWorker, WorkerSet
+
+
+def local_worker(**overrides):
+    cfg = PPOConfig(num_workers=0, num_envs_per_worker=4, rollout_fragment_length=50, **overrides)
+    return RolloutWorker(policy_cls=PPOPolicy, config=cfg)
+
+
+def test_fragment_shapes_and_reset_steps_are_masked():
+    worker = local_worker()
+    frag = worker.sample_fragment()
+    assert frag.columns[OBS].shape == (50, 4, 4)
+    assert frag.valid.shape == (50, 4)
+    ends = frag.columns[TERMINATEDS] | frag.columns[TRUNCATEDS]
+    # the step after an episode end is the reset step, and only those are invalid
+    expected_invalid = np.zeros_like(ends)
+    expected_invalid[1:] = ends[:-1]
+    assert (~frag.valid == expected_invalid).all()
+    assert (frag.columns[REWARDS][~frag.valid] == 0).all()
+
+
+def test_episode_returns_match_lengths_on_cartpole():
+    worker = local_worker()
+    batches = [worker.sample() for _ in range(10)]
+    episodes = worker.get_metrics()
+    assert episodes, "random CartPole episodes are short"
+    assert all(ret == length for ret, length in episodes)
+    valid_rows = sum(len(b) for b in batches)
+    assert valid_rows <= 10 * 50 * 4 and ADVANTAGES in batches[0]
+    assert worker.get_metrics() == []
+
+
+def test_continuous_actions_are_clipped_for_the_env_only():
+    worker = local_worker(env="Pendulum-v1")
+    batch = worker.sample()
+    assert batch["actions"].shape == (len(batch), 1)
+    clipped = worker.policy.env_actions(np.array([[5.0], [-5.0]], np.float32))
+    assert clipped.tolist() == [[2.0], [-2.0]]
+
+
+def test_evaluate_runs_exactly_the_episodes_asked_for():
+    worker = local_worker()
+    assert len(worker.evaluate(7)) == 7
+
+
+def test_same_seed_same_samples():
+    a, b = local_worker(seed=3).sample(), local_worker(seed=3).sample()
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(v, b[k]) for k, v in a.items())
+
+
+@pytest.mark.ray
+def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
+    ray = ray_session
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=100)
+    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    try:
+        policy = workers.local_worker.policy
+        for p in policy.model.parameters():
+            p.data.add_(1.0)
+        workers.sync_weights()
+        remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
+        local = policy.get_weights()
+        for weights in remote:
+            assert all(np.array_equal(weights[k], local[k]) for k in local)
+        seeds = ray.get([w.sample.remote() for w in workers.remote_workers])
+        assert not np.array_equal(seeds[0][OBS], seeds[1][OBS]), "workers use different seeds"
+        episodes = []
+        for _ in range(50):
+            episodes += workers.collect_episodes(timeout_s=1.0)
+            if episodes:
+                break
+        assert episodes and all(r == n for r, n in episodes)
+    finally:
+        workers.stop()
+
+
+@pytest.mark.ray
+def test_dead_worker_is_replaced_with_current_weights(ray_session):
+    ray = ray_session
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2)
+    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    try:
+        dead = workers.remote_workers[0]
+        ray.kill(dead)
+        assert workers.recreate_failed_workers() == [1]
+        assert workers.remote_workers[0] is not dead
+        weights = ray.get(workers.remote_workers[0].get_weights.remote())
+        local = workers.local_worker.get_weights()
+        assert all(np.array_equal(weights[k], local[k]) for k in local)
+    finally:
+        workers.stop()
