@@ -20,9 +20,8 @@ import torch
 from flowrl.config import Config, param
 from flowrl.iter import LocalIterator
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
-from flowrl.policy import Policy
-from flowrl.postprocessing import add_advantages
-from flowrl.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS, Fragment, SampleBatch
+from flowrl.policy import ActorCriticPolicy
+from flowrl.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
 
@@ -44,14 +43,8 @@ class A3CConfig(Config):
     min_time_s_per_iteration: float = param(0.5, "least wall-clock per train() result", ge=0)
 
 
-class A3CPolicy(Policy):
+class A3CPolicy(ActorCriticPolicy):
     """Actor-critic with the advantage policy-gradient loss."""
-
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        last_values = self.compute_values(fragment.last_obs)
-        return add_advantages(
-            fragment, last_values, gamma=self.config.gamma, lam=self.config.gae_lambda
-        )
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config

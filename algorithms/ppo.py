@@ -26,15 +26,13 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
-from flowrl.policy import Policy
-from flowrl.postprocessing import add_advantages
+from flowrl.policy import ActorCriticPolicy
 from flowrl.sample_batch import (
     ACTIONS,
     ADVANTAGES,
     LOGP,
     OBS,
     VALUE_TARGETS,
-    Fragment,
     SampleBatch,
 )
 from flowrl.spec import AlgorithmSpec
@@ -61,18 +59,12 @@ class PPOConfig(Config):
     kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
 
 
-class PPOPolicy(Policy):
+class PPOPolicy(ActorCriticPolicy):
     """Actor-critic with the PPO-clip loss."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kl_coeff = self.config.kl_coeff
-
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        last_values = self.compute_values(fragment.last_obs)
-        return add_advantages(
-            fragment, last_values, gamma=self.config.gamma, lam=self.config.gae_lambda
-        )
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config

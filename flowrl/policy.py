@@ -24,6 +24,7 @@ from torch import nn
 from flowrl.config import Config
 from flowrl.distributions import Distribution, distribution_for
 from flowrl.models import ActorCritic
+from flowrl.postprocessing import add_advantages
 from flowrl.sample_batch import LOGP, VF_PREDS, Fragment, SampleBatch
 
 Weights = dict[str, np.ndarray]
@@ -177,3 +178,14 @@ def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
         values = torch.stack([torch.as_tensor(s[key], dtype=torch.float32) for s in stats])
         out[key] = float(values.mean())
     return out
+
+
+class ActorCriticPolicy(Policy):
+    """A policy trained on GAE advantages and value targets (the config has ``gamma``
+    and ``gae_lambda``); subclasses supply ``loss``."""
+
+    def postprocess(self, fragment: Fragment) -> SampleBatch:
+        last_values = self.compute_values(fragment.last_obs)
+        return add_advantages(
+            fragment, last_values, gamma=self.config.gamma, lam=self.config.gae_lambda
+        )

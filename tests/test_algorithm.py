@@ -78,3 +78,16 @@ def test_bad_input_raises_config_error(kwargs, message):
     kwargs = {"algo": "ppo", **kwargs}
     with pytest.raises(ConfigError, match=message):
         Algorithm(**kwargs)
+
+
+def test_ppo_trains_on_continuous_actions():
+    algo = Algorithm("ppo", env="Pendulum-v1", **FAST)
+    result = algo.train()
+    assert result["learner/entropy"] > 0 and "learner/kl" in result
+    assert algo.workers.local_worker.policy.model.log_std is not None
+    algo.stop()
+
+
+def test_discrete_only_spaces_are_rejected_clearly():
+    with pytest.raises(ConfigError, match="unsupported action space"):
+        Algorithm("ppo", env="Blackjack-v1", num_workers=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
 
 from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
@@ -60,3 +61,25 @@ def test_async_gradients_locally_apply_and_count():
     assert all(info["batch_count"] > 0 for info in infos)
     assert plan.context.counters[STEPS_TRAINED] == sum(i["batch_count"] for i in infos)
     assert workers.local_worker.policy.num_updates == 3
+
+
+@pytest.mark.ray
+def test_parallel_rollouts_async_and_raw_modes(ray_session):
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
+    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    try:
+        rollouts = ParallelRollouts(workers, mode="async", num_async=2)
+        batches = rollouts.take(6)
+        assert rollouts.context.counters[STEPS_SAMPLED] == sum(len(b) for b in batches)
+        assert rollouts.context.current_actor in workers.remote_workers
+        raw = ParallelRollouts(workers, mode="raw")
+        assert raw.num_shards == 2
+        assert len(raw.for_each(len).gather_sync().take(2)) == 2
+    finally:
+        workers.stop()
+
+
+def test_raw_rollouts_need_remote_workers():
+    workers = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=0))
+    with pytest.raises(ValueError, match="remote workers"):
+        ParallelRollouts(workers, mode="raw")
