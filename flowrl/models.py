@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from flowrl.config import ConfigError
 from flowrl.distributions import distribution_for
 
 
@@ -82,6 +83,10 @@ class ActorCritic(nn.Module):
         self, obs_space: gym.Space, action_space: gym.Space, *, hiddens: Sequence[int]
     ) -> None:
         super().__init__()
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise ConfigError(
+                f"unsupported observation space {obs_space}: flowrl's models take Box observations"
+            )
         _, n_inputs = distribution_for(action_space)
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = n_inputs // 2 if self.continuous else n_inputs

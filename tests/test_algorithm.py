@@ -88,6 +88,6 @@ def test_ppo_trains_on_continuous_actions():
     algo.stop()
 
 
-def test_discrete_only_spaces_are_rejected_clearly():
-    with pytest.raises(ConfigError, match="unsupported action space"):
+def test_unsupported_spaces_are_rejected_clearly():
+    with pytest.raises(ConfigError, match="unsupported observation space Tuple"):
         Algorithm("ppo", env="Blackjack-v1", num_workers=0)
