@@ -91,3 +91,27 @@ def test_ppo_trains_on_continuous_actions():
 def test_unsupported_spaces_are_rejected_clearly():
     with pytest.raises(ConfigError, match="unsupported observation space Tuple"):
         Algorithm("ppo", env="Blackjack-v1", num_workers=0)
+
+
+def test_atari_frames_train_through_the_cnn_and_stay_uint8():
+    algo = Algorithm(
+        "ppo", env="ALE/Pong-v5", num_workers=0, num_envs_per_worker=2,
+        rollout_fragment_length=32, train_batch_size=64, sgd_minibatch_size=32, num_sgd_iter=1,
+    )  # fmt: skip
+    assert algo.workers.local_worker.sample()["obs"].dtype == np.uint8
+    assert algo.train()["env_steps_trained"] >= 64
+    algo.stop()
+
+
+@pytest.mark.ray
+def test_training_survives_a_dead_worker(ray_session):
+    from flowrl.runner import StopCriteria
+
+    algo = Algorithm("ppo", env="CartPole-v1", seed=0, **{**FAST, "num_workers": 2})
+    algo.train()
+    dead = algo.workers.remote_workers[0]
+    ray_session.kill(dead)
+    summary = algo.run(stop=StopCriteria(iters=4))
+    assert summary["iterations"] == 4 and summary["stopped_by"] == "iterations"
+    assert algo.workers.remote_workers[0] is not dead
+    algo.stop()
