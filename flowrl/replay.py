@@ -1,0 +1,145 @@
+"""Replay storage: a fixed-capacity ring buffer over numpy columns, and samplers on it.
+
+Storage and sampling stay apart: :class:`ReplayBuffer` stores rows; a sampler picks them.
+:class:`UniformSampler` picks uniformly; :class:`PrioritizedSampler` (Schaul et al. 2016,
+https://arxiv.org/abs/1511.05952) picks rows with probability proportional to
+``priority ** alpha`` and returns importance weights ``(N * P(i)) ** -beta`` normalised by
+their maximum. Columns keep their dtype: uint8 frames stay uint8.
+
+Example:
+    >>> buf = ReplayBuffer(1000, sampler=PrioritizedSampler(1000, alpha=0.6, beta=0.4))
+    >>> _ = buf.add(SampleBatch(obs=np.zeros((8, 4), np.float32), rewards=np.ones(8)))
+    >>> batch = buf.sample(4)
+    >>> sorted(batch.keys())
+    ['batch_indexes', 'obs', 'rewards', 'weights']
+    >>> buf.update_priorities(batch["batch_indexes"], np.full(4, 2.0))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowrl.sample_batch import SampleBatch
+from flowrl.segment_tree import MinTree, SumTree
+
+BATCH_INDEXES = "batch_indexes"
+WEIGHTS = "weights"
+
+
+class UniformSampler:
+    """Every stored row is equally likely; all importance weights are 1."""
+
+    def on_add(self, indices: np.ndarray) -> None:
+        pass
+
+    def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return rng.integers(0, size, n), np.ones(n, dtype=np.float32)
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        raise TypeError("uniform replay has no priorities; use a PrioritizedSampler")
+
+
+class PrioritizedSampler:
+    """Proportional prioritized sampling over sum/min segment trees.
+
+    New rows get the largest priority seen so far. ``beta`` may be changed between
+    samples (annealing towards 1).
+    """
+
+    def __init__(
+        self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6
+    ) -> None:
+        if alpha < 0 or beta < 0:
+            raise ValueError(f"alpha and beta must be >= 0, got {alpha}, {beta}")
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self._sum = SumTree(capacity)
+        self._min = MinTree(capacity)
+        self.max_priority = 1.0
+
+    def on_add(self, indices: np.ndarray) -> None:
+        self._set(indices, np.full(len(indices), self.max_priority))
+
+    def _set(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        scaled = priorities**self.alpha
+        self._sum.set(indices, scaled)
+        self._min.set(indices, scaled)
+
+    def probabilities(self, indices: np.ndarray) -> np.ndarray:
+        """P(i) for the given stored rows."""
+        return self._sum.get(indices) / self._sum.total()
+
+    def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        total = self._sum.total()
+        indices = self._sum.find_prefix(rng.random(n) * total)
+        indices = np.minimum(indices, size - 1)  # guards float round-off at the top end
+        probs = self._sum.get(indices) / total
+        max_weight = (self._min.min() / total * size) ** -self.beta
+        weights = (probs * size) ** -self.beta / max_weight
+        return indices, weights.astype(np.float32)
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        priorities = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self._set(np.asarray(indices), priorities)
+
+
+class ReplayBuffer:
+    """A ring buffer of ``capacity`` rows over numpy columns, sampled by ``sampler``.
+
+    Columns are allocated on the first ``add`` with the dtypes and shapes of that batch.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
+        seed: int = 0,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.sampler = sampler if sampler is not None else UniformSampler()
+        self.rng = np.random.default_rng(seed)
+        self._columns: dict[str, np.ndarray] = {}
+        self._next = 0
+        self._size = 0
+        self.num_added = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, batch: SampleBatch) -> np.ndarray:
+        """Store the rows of ``batch`` (the oldest rows make room); returns their slots."""
+        n = len(batch)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        if not self._columns:
+            self._columns = {
+                k: np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in batch.items()
+            }
+        elif set(batch.keys()) != set(self._columns):
+            raise ValueError(f"batch columns {batch.keys()} differ from {list(self._columns)}")
+        keep = min(n, self.capacity)  # a batch larger than the buffer keeps its last rows
+        slots = (self._next + np.arange(keep)) % self.capacity
+        for k, col in self._columns.items():
+            col[slots] = batch[k][n - keep :]
+        self._next = int((self._next + keep) % self.capacity)
+        self._size = min(self._size + keep, self.capacity)
+        self.num_added += n
+        self.sampler.on_add(slots)
+        return slots
+
+    def sample(self, n: int) -> SampleBatch:
+        """``n`` rows (with replacement), plus ``batch_indexes`` and ``weights`` columns."""
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        indices, weights = self.sampler.sample(n, self._size, self.rng)
+        out = SampleBatch({k: v[indices] for k, v in self._columns.items()})
+        out[BATCH_INDEXES] = indices
+        out[WEIGHTS] = weights
+        return out
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """New priorities (e.g. absolute TD errors) for rows returned by ``sample``."""
+        self.sampler.update(indices, priorities)
