@@ -18,6 +18,7 @@ import numpy as np
 
 from flowrl.sample_batch import (
     ADVANTAGES,
+    OBS,
     REWARDS,
     TERMINATEDS,
     TRUNCATEDS,
@@ -75,3 +76,45 @@ def add_advantages(
         lam=lam,
     )
     return fragment.to_batch()
+
+
+NEXT_OBS = "next_obs"
+DISCOUNTS = "discounts"
+
+
+def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBatch:
+    """Off-policy training rows with ``n``-step returns from a time-major fragment.
+
+    Row ``t`` sums the rewards of steps ``t .. t+m-1`` discounted by gamma, where ``m <= n``
+    stops early at an episode end or at the end of the fragment. ``next_obs`` is the
+    observation after step ``t+m-1`` (the final observation when the episode ended),
+    ``terminateds`` says whether the episode terminated within those steps (no bootstrap),
+    and ``discounts`` is ``gamma ** m``, the factor on the bootstrap value.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    cols = fragment.columns
+    rewards, terminated = cols[REWARDS], cols[TERMINATEDS]
+    ended = terminated | cols[TRUNCATEDS]
+    obs_after = np.concatenate([cols[OBS][1:], fragment.last_obs[None]], axis=0)
+    steps, num_envs = rewards.shape
+    returns = np.zeros((steps, num_envs), np.float32)
+    done = np.zeros((steps, num_envs), bool)
+    length = np.zeros((steps, num_envs), np.int64)
+    for t in range(steps):
+        running = np.ones(num_envs, bool)  # still accumulating
+        for k in range(min(n, steps - t)):
+            returns[t] += running * gamma**k * rewards[t + k]
+            length[t] += running
+            done[t] |= running & terminated[t + k]
+            running &= ~ended[t + k]
+    last = np.arange(steps)[:, None] + length - 1
+    env = np.arange(num_envs)[None, :].repeat(steps, 0)
+    extra = {
+        REWARDS: returns,
+        NEXT_OBS: obs_after[last, env],
+        TERMINATEDS: done,
+        DISCOUNTS: (gamma**length).astype(np.float32),
+    }
+    keep = {k: v for k, v in cols.items() if k not in (REWARDS, TERMINATEDS, TRUNCATEDS)}
+    return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs).to_batch()

@@ -63,3 +63,51 @@ def test_truncation_bootstraps_from_the_final_observation_and_termination_does_n
     assert adv[0, 0] == np.float32(1.0 + 0.9 * 10.0)
     adv, _ = compute_gae(rewards, values, trunc, no, np.zeros(1), gamma=0.9, lam=1.0)
     assert adv[0, 0] == np.float32(1.0)
+
+
+def reference_n_step(obs, rewards, terminated, truncated, last_obs, n, gamma):
+    """One env, one row at a time."""
+    steps = len(rewards)
+    out = []
+    for t in range(steps):
+        total, m, done = 0.0, 0, False
+        for k in range(t, min(t + n, steps)):
+            total += gamma ** (k - t) * rewards[k]
+            m += 1
+            if terminated[k]:
+                done = True
+            if terminated[k] or truncated[k]:
+                break
+        nxt = obs[t + m] if t + m < steps else last_obs
+        out.append((total, nxt, done, gamma**m))
+    return out
+
+
+@given(st.integers(1, 20), st.integers(1, 3), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_n_step_matches_reference_loop(steps, envs, n, seed):
+    from flowrl.postprocessing import n_step_transitions
+    from flowrl.sample_batch import Fragment
+
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(steps, envs, 2)).astype(np.float32)
+    rewards = rng.normal(size=(steps, envs)).astype(np.float32)
+    ends = rng.random((steps, envs))
+    terminated, truncated = ends < 0.15, (ends >= 0.15) & (ends < 0.3)
+    last_obs = rng.normal(size=(envs, 2)).astype(np.float32)
+    columns = {
+        "obs": obs, "actions": np.zeros((steps, envs), np.int64), "rewards": rewards,
+        "terminateds": terminated, "truncateds": truncated,
+    }  # fmt: skip
+    valid = np.ones((steps, envs), bool)
+    batch = n_step_transitions(Fragment(columns, valid, last_obs), n=n, gamma=0.9)
+    # rows are flattened time-major: row t * envs + i
+    for i in range(envs):
+        ref = reference_n_step(
+            obs[:, i], rewards[:, i], terminated[:, i], truncated[:, i], last_obs[i], n, 0.9
+        )
+        for t, (ret, nxt, done, disc) in enumerate(ref):
+            row = t * envs + i
+            assert np.isclose(batch["rewards"][row], ret, atol=1e-5)
+            assert np.array_equal(batch["next_obs"][row], nxt)
+            assert batch["terminateds"][row] == done
+            assert np.isclose(batch["discounts"][row], disc)
