@@ -1,6 +1,13 @@
 """The operators execution plans are made of. Names are part of the public API."""
 
 from flowrl.ops.metrics import CollectMetrics, OncePerIteration, StandardMetricsReporting
+from flowrl.ops.replay import (
+    Concurrently,
+    Replay,
+    StoreToReplayBuffer,
+    UpdatePriorities,
+    UpdateTargets,
+)
 from flowrl.ops.rollouts import (
     AsyncGradients,
     ComputeGradients,
@@ -16,9 +23,14 @@ __all__ = [
     "CollectMetrics",
     "ComputeGradients",
     "ConcatBatches",
+    "Concurrently",
     "OncePerIteration",
     "ParallelRollouts",
+    "Replay",
     "StandardMetricsReporting",
     "StandardizeFields",
+    "StoreToReplayBuffer",
     "TrainOneStep",
+    "UpdatePriorities",
+    "UpdateTargets",
 ]

@@ -1,0 +1,93 @@
+"""Concurrently and the replay operators on plain iterators, without Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowrl.context import STEPS_TRAINED
+from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.ops.replay import (
+    Concurrently,
+    Replay,
+    StoreToReplayBuffer,
+    UpdatePriorities,
+    UpdateTargets,
+)
+from flowrl.replay import PrioritizedSampler, ReplayBuffer
+from flowrl.sample_batch import SampleBatch
+
+
+def items(xs):
+    return LocalIterator.from_items(xs)
+
+
+def drain(it):
+    return [x for x in it if x is not NotReady]
+
+
+def test_round_robin_weights_and_output_indexes():
+    seen = []
+    a = items(["a1", "a2", "a3"]).for_each(lambda x: seen.append(x) or x)
+    b = items(["b1", "b2", "b3", "b4", "b5", "b6"])
+    out = drain(Concurrently([a, b], output_indexes=[1], round_robin_weights=[1, 2]))
+    assert out == ["b1", "b2", "b3", "b4", "b5", "b6"]
+    assert seen == ["a1", "a2", "a3"], "the non-output branch still runs"
+
+
+def test_round_robin_interleaves_all_outputs_by_default():
+    out = drain(Concurrently([items([1, 2]), items([10, 20])]))
+    assert out == [1, 10, 2, 20]
+
+
+def test_async_mode_yields_everything_once():
+    out = drain(Concurrently([items([1, 2, 3]), items([10, 20])], mode="async"))
+    assert sorted(out) == [1, 2, 3, 10, 20]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="out of range"):
+        Concurrently([items([1])], output_indexes=[1])
+    with pytest.raises(ValueError, match="round_robin_weights need"):
+        Concurrently([items([1])], mode="async", round_robin_weights=[1])
+
+
+def frag(start, n):
+    return SampleBatch(obs=np.arange(start, start + n, dtype=np.float32)[:, None])
+
+
+def test_store_then_replay_waits_for_learning_starts():
+    buf = ReplayBuffer(100)
+    store = items([frag(0, 4), frag(4, 4), frag(8, 4)]).for_each(StoreToReplayBuffer(buf))
+    replay = Replay(buf, batch_size=3, learning_starts=8)
+    plan = Concurrently([store, replay], output_indexes=[1])
+    first = next(x for x in plan if x is not NotReady)
+    assert len(buf) == 8 and len(first) == 3
+
+
+def test_update_priorities_uses_the_rows_a_batch_came_from():
+    buf = ReplayBuffer(4, sampler=PrioritizedSampler(4, alpha=1.0, eps=0.0))
+    buf.add(frag(0, 4))
+    batch = buf.sample(2)
+    UpdatePriorities(buf)((batch, np.array([-3.0, 3.0])))
+    probs = buf.sampler.probabilities(batch["batch_indexes"])
+    assert (probs > 0.25).all()
+
+
+class Train(Operator):
+    def __call__(self, n):
+        self.context.counters[STEPS_TRAINED] += n
+        return n
+
+
+def test_update_targets_hard_copies_on_period_and_soft_with_tau():
+    calls = []
+    plan = items([10] * 10).for_each(Train()).for_each(UpdateTargets(calls.append, period=25))
+    drain(plan)
+    # copies at 30, 60 and 90 trained steps (each 25+ after the last)
+    assert calls == [1.0, 1.0, 1.0] and plan.context.counters["num_target_updates"] == 3
+    soft = []
+    drain(items([1, 2, 3]).for_each(UpdateTargets(soft.append, tau=0.005)))
+    assert soft == [0.005] * 3
+    with pytest.raises(ValueError, match="either period"):
+        UpdateTargets(soft.append)
