@@ -54,7 +54,9 @@ def _type_name(tp: Any) -> str:
 def _to_bool(value: Any) -> Any:
     if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
         return value.lower() in ("true", "1", "yes")
-    return value if isinstance(value, bool) else _INVALID
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    return _INVALID
 
 
 def _to_int(value: Any) -> Any:

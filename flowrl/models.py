@@ -113,3 +113,44 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs)[1]
+
+
+class QNetwork(nn.Module):
+    """Q-values for Discrete actions: an MLP (vector observations) or the Nature CNN
+    (images) trunk, with dueling value/advantage heads when ``dueling``."""
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        hiddens: Sequence[int],
+        dueling: bool,
+    ) -> None:
+        super().__init__()
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(f"Q-learning (DQN) needs a Discrete action space, got {action_space}")
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise ConfigError(f"unsupported observation space {obs_space}: need Box observations")
+        n_actions = int(action_space.n)
+        if is_image_space(obs_space):
+            self.trunk: nn.Module = NatureCNN(obs_space.shape)
+            features = self.trunk.out_features
+        else:
+            n_obs = int(np.prod(obs_space.shape))
+            self.trunk = nn.Sequential(
+                nn.Flatten(),
+                mlp([n_obs, *hiddens], out_gain=np.sqrt(2), activation=nn.ReLU),
+                nn.ReLU(),
+            )
+            features = hiddens[-1]
+        self.dueling = dueling
+        self.advantage = _init(nn.Linear(features, n_actions), 0.01)
+        self.value = _init(nn.Linear(features, 1), 1.0) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(obs if obs.dtype == torch.uint8 else obs.float())
+        advantage = self.advantage(features)
+        if self.value is None:
+            return advantage
+        return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)

@@ -42,16 +42,26 @@ class UniformSampler:
 class PrioritizedSampler:
     """Proportional prioritized sampling over sum/min segment trees.
 
-    New rows get the largest priority seen so far. ``beta`` may be changed between
-    samples (annealing towards 1).
+    New rows get the largest priority seen so far. ``beta`` anneals linearly to
+    ``beta_final`` over the first ``beta_annealing_rows`` sampled rows (0: constant).
     """
 
     def __init__(
-        self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6
+        self,
+        capacity: int,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_annealing_rows: int = 0,
+        eps: float = 1e-6,
     ) -> None:
         if alpha < 0 or beta < 0:
             raise ValueError(f"alpha and beta must be >= 0, got {alpha}, {beta}")
-        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.alpha, self.eps = alpha, eps
+        self.beta_start, self.beta_final = beta, beta_final
+        self.beta_annealing_rows = beta_annealing_rows
+        self.rows_sampled = 0
         self._sum = SumTree(capacity)
         self._min = MinTree(capacity)
         self.max_priority = 1.0
@@ -64,6 +74,13 @@ class PrioritizedSampler:
         self._sum.set(indices, scaled)
         self._min.set(indices, scaled)
 
+    @property
+    def beta(self) -> float:
+        if self.beta_annealing_rows <= 0:
+            return self.beta_start
+        progress = min(1.0, self.rows_sampled / self.beta_annealing_rows)
+        return self.beta_start + progress * (self.beta_final - self.beta_start)
+
     def probabilities(self, indices: np.ndarray) -> np.ndarray:
         """P(i) for the given stored rows."""
         return self._sum.get(indices) / self._sum.total()
@@ -75,6 +92,7 @@ class PrioritizedSampler:
         probs = self._sum.get(indices) / total
         max_weight = (self._min.min() / total * size) ** -self.beta
         weights = (probs * size) ** -self.beta / max_weight
+        self.rows_sampled += n
         return indices, weights.astype(np.float32)
 
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:

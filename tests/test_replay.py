@@ -94,3 +94,14 @@ def test_uniform_buffer_has_no_priorities_and_empty_buffer_cannot_sample():
     buf.add(rows(0, 2))
     with pytest.raises(TypeError, match="PrioritizedSampler"):
         buf.update_priorities(np.array([0]), np.array([1.0]))
+
+
+def test_beta_anneals_linearly_over_sampled_rows():
+    sampler = PrioritizedSampler(8, beta=0.4, beta_final=1.0, beta_annealing_rows=100)
+    buf = ReplayBuffer(8, sampler=sampler)
+    buf.add(rows(0, 8))
+    assert sampler.beta == pytest.approx(0.4)
+    buf.sample(50)
+    assert sampler.beta == pytest.approx(0.7)
+    buf.sample(500)
+    assert sampler.beta == pytest.approx(1.0)

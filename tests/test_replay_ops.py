@@ -69,7 +69,7 @@ def test_update_priorities_uses_the_rows_a_batch_came_from():
     buf = ReplayBuffer(4, sampler=PrioritizedSampler(4, alpha=1.0, eps=0.0))
     buf.add(frag(0, 4))
     batch = buf.sample(2)
-    UpdatePriorities(buf)((batch, np.array([-3.0, 3.0])))
+    UpdatePriorities(buf)((batch, {"td_error": np.array([-3.0, 3.0])}))
     probs = buf.sampler.probabilities(batch["batch_indexes"])
     assert (probs > 0.25).all()
 

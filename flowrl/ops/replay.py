@@ -107,7 +107,7 @@ def Replay(
 
 class UpdatePriorities(Operator):
     """Writes new priorities (absolute TD errors) back to the buffer rows a trained batch
-    came from. Takes ``(batch, td_errors)`` and passes it on.
+    came from. Takes TrainOneStep's ``(batch, stats)`` with ``stats["td_error"]``.
 
     Example:
         >>> train_op.for_each(UpdatePriorities(buffer))
@@ -116,9 +116,9 @@ class UpdatePriorities(Operator):
     def __init__(self, buffer: ReplayBuffer) -> None:
         self._buffer = buffer
 
-    def __call__(self, item: tuple[SampleBatch, np.ndarray]) -> tuple[SampleBatch, np.ndarray]:
-        batch, td_errors = item
-        self._buffer.update_priorities(batch[BATCH_INDEXES], np.abs(td_errors))
+    def __call__(self, item: tuple[SampleBatch, dict[str, Any]]) -> Any:
+        batch, stats = item
+        self._buffer.update_priorities(batch[BATCH_INDEXES], np.abs(stats["td_error"]))
         return item
 
 

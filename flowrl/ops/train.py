@@ -6,6 +6,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from flowrl.context import STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.iter import Operator
 from flowrl.ops.rollouts import Gradients
@@ -16,6 +20,9 @@ from flowrl.worker import WorkerSet
 class TrainOneStep(Operator):
     """Learns on the local worker, then puts the weights in the object store once and
     sends them to every remote worker without waiting. Counts env steps trained.
+
+    Passes on ``(batch, stats)``; per-row stats (a DQN's ``td_error``) stay out of the
+    results, which get the scalar ones.
 
     Example:
         >>> batches.for_each(TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256))
@@ -28,18 +35,18 @@ class TrainOneStep(Operator):
         self.num_sgd_iter = num_sgd_iter
         self.sgd_minibatch_size = sgd_minibatch_size
 
-    def __call__(self, batch: SampleBatch) -> dict[str, float]:
+    def __call__(self, batch: SampleBatch) -> tuple[SampleBatch, dict[str, Any]]:
         with self.context.timer("learn"):
             stats = self.workers.local_worker.learn_on_batch(
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
-        self.context.info["learner"] = stats
+        self.context.info["learner"] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
         if self.workers.remote_workers:
             with self.context.timer("weight_sync"):
                 self.workers.sync_weights()
             self.context.counters[WEIGHT_BROADCASTS] += 1
-        return stats
+        return batch, stats
 
 
 class ApplyGradients(Operator):
