@@ -40,3 +40,8 @@ def test_ppo_without_ray_reaches_150_on_cartpole(monkeypatch):
 def test_a3c_reaches_150_on_cartpole(ray_session):
     summary = reach(Algorithm("a3c", env="CartPole-v1", seed=0), 150, 200_000)
     assert summary["stopped_by"] == "reward", summary
+
+
+def test_dqn_reaches_450_on_cartpole():
+    summary = reach(Algorithm("dqn", env="CartPole-v1", seed=0), 450, 200_000)
+    assert summary["stopped_by"] == "reward", summary
