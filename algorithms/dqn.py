@@ -206,7 +206,7 @@ def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[
 
 ALGORITHM = AlgorithmSpec(
     name="dqn",
-    summary="Deep Q-Networks: double Q, dueling heads, n-step, prioritized replay",
+    summary="Deep Q-Networks: double Q, dueling heads, n-step, uniform or prioritized replay",
     config_cls=DQNConfig,
     policy_cls=DQNPolicy,
     execution_plan=execution_plan,

@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"flowrl: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

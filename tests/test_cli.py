@@ -150,3 +150,10 @@ def test_ctrl_c_stops_cleanly_and_checkpoints(tmp_path):
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["stopped_by"] == "interrupted"
     assert Path(summary["checkpoint"]).is_dir()
+
+
+def test_output_piped_into_head_is_not_an_error():
+    proc = subprocess.run(
+        f"'{FLOWRL}' list ppo | head -1", shell=True, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.startswith("ppo:") and "Traceback" not in proc.stderr
