@@ -4,7 +4,8 @@ Storage and sampling stay apart: :class:`ReplayBuffer` stores rows; a sampler pi
 :class:`UniformSampler` picks uniformly; :class:`PrioritizedSampler` (Schaul et al. 2016,
 https://arxiv.org/abs/1511.05952) picks rows with probability proportional to
 ``priority ** alpha`` and returns importance weights ``(N * P(i)) ** -beta`` normalised by
-their maximum. Columns keep their dtype: uint8 frames stay uint8.
+their maximum (in the batch, or in the whole buffer). Columns keep their dtype: uint8
+frames stay uint8.
 
 Example:
     >>> buf = ReplayBuffer(1000, sampler=PrioritizedSampler(1000, alpha=0.6, beta=0.4))
@@ -44,6 +45,9 @@ class PrioritizedSampler:
 
     New rows get the largest priority seen so far. ``beta`` anneals linearly to
     ``beta_final`` over the first ``beta_annealing_rows`` sampled rows (0: constant).
+    Weights are divided by the largest weight in the batch (``normalize_by="batch"``) or in
+    the whole buffer (``"buffer"``, from the min tree). Buffer-wide normalisation lets one
+    stale near-zero priority shrink every weight; on CartPole-v1 DQN it collapsed learning.
     """
 
     def __init__(
@@ -55,9 +59,13 @@ class PrioritizedSampler:
         beta_final: float = 1.0,
         beta_annealing_rows: int = 0,
         eps: float = 1e-6,
+        normalize_by: str = "batch",
     ) -> None:
         if alpha < 0 or beta < 0:
             raise ValueError(f"alpha and beta must be >= 0, got {alpha}, {beta}")
+        if normalize_by not in ("batch", "buffer"):
+            raise ValueError(f"normalize_by must be batch or buffer, got {normalize_by!r}")
+        self.normalize_by = normalize_by
         self.alpha, self.eps = alpha, eps
         self.beta_start, self.beta_final = beta, beta_final
         self.beta_annealing_rows = beta_annealing_rows
@@ -90,8 +98,11 @@ class PrioritizedSampler:
         indices = self._sum.find_prefix(rng.random(n) * total)
         indices = np.minimum(indices, size - 1)  # guards float round-off at the top end
         probs = self._sum.get(indices) / total
-        max_weight = (self._min.min() / total * size) ** -self.beta
-        weights = (probs * size) ** -self.beta / max_weight
+        weights = (probs * size) ** -self.beta
+        if self.normalize_by == "buffer":
+            weights /= (self._min.min() / total * size) ** -self.beta
+        else:
+            weights /= weights.max()
         self.rows_sampled += n
         return indices, weights.astype(np.float32)
 

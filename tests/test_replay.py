@@ -65,17 +65,19 @@ def test_sampling_frequency_is_proportional_to_priority_to_the_alpha(alpha):
     st.lists(st.floats(0.01, 100.0), min_size=2, max_size=30),
     st.floats(0.0, 1.0),
     st.floats(0.0, 1.0),
+    st.sampled_from(["batch", "buffer"]),
 )
-def test_importance_weights_follow_the_formula(priorities, alpha, beta):
+def test_importance_weights_follow_the_formula(priorities, alpha, beta, normalize_by):
     n = len(priorities)
-    sampler = PrioritizedSampler(n, alpha=alpha, beta=beta, eps=0.0)
+    sampler = PrioritizedSampler(n, alpha=alpha, beta=beta, eps=0.0, normalize_by=normalize_by)
     buf = ReplayBuffer(n, sampler=sampler)
     buf.update_priorities(buf.add(rows(0, n)), np.array(priorities))
     batch = buf.sample(64)
     p = np.array(priorities) ** alpha
     probs = p / p.sum()
-    expected = (n * probs[batch["batch_indexes"]]) ** -beta / (n * probs.min()) ** -beta
-    np.testing.assert_allclose(batch["weights"], expected, rtol=1e-4)
+    raw = (n * probs[batch["batch_indexes"]]) ** -beta
+    largest = raw.max() if normalize_by == "batch" else (n * probs.min()) ** -beta
+    np.testing.assert_allclose(batch["weights"], raw / largest, rtol=1e-4)
     assert batch["weights"].max() <= 1.0 + 1e-6
 
 
