@@ -36,7 +36,7 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
-from flowrl.policy import Policy
+from flowrl.policy import Policy, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS, PrioritizedSampler, ReplayBuffer, UniformSampler
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
@@ -160,12 +160,12 @@ class DQNPolicy(Policy):
             t.lerp_(p, tau)
 
     def get_state(self) -> dict[str, Any]:
-        target = {k: v.cpu().numpy().copy() for k, v in self.target.state_dict().items()}
+        target = module_weights(self.target)
         return {**super().get_state(), "target": target, "timesteps": self.timesteps}
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self.target.load_state_dict({k: torch.tensor(v) for k, v in state["target"].items()})
+        load_module_weights(self.target, state["target"])
         self.timesteps = state["timesteps"]
 
 

@@ -37,6 +37,16 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def module_weights(module: nn.Module) -> Weights:
+    """A module's state as numpy copies (they travel through Ray without torch pickling)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_module_weights(module: nn.Module, weights: Weights) -> None:
+    """Load numpy weights; torch.tensor copies, since Ray's object-store arrays are read-only."""
+    module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+
+
 class Policy:
     """Model + distribution + optimiser; subclasses supply ``loss``."""
 
@@ -148,11 +158,10 @@ class Policy:
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: Weights) -> None:
-        # torch.tensor copies: arrays from Ray's object store are read-only
-        self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+        load_module_weights(self.model, weights)
 
     def get_state(self) -> dict[str, Any]:
         """Everything a restore needs: weights, optimiser, shuffling RNG, update count."""

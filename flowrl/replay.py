@@ -71,7 +71,8 @@ class PrioritizedSampler:
         self.beta_annealing_rows = beta_annealing_rows
         self.rows_sampled = 0
         self._sum = SumTree(capacity)
-        self._min = MinTree(capacity)
+        # the min tree only serves buffer-wide normalisation: don't update it otherwise
+        self._min = MinTree(capacity) if normalize_by == "buffer" else None
         self.max_priority = 1.0
 
     def on_add(self, indices: np.ndarray) -> None:
@@ -80,7 +81,8 @@ class PrioritizedSampler:
     def _set(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities**self.alpha
         self._sum.set(indices, scaled)
-        self._min.set(indices, scaled)
+        if self._min is not None:
+            self._min.set(indices, scaled)
 
     @property
     def beta(self) -> float:
@@ -99,7 +101,7 @@ class PrioritizedSampler:
         indices = np.minimum(indices, size - 1)  # guards float round-off at the top end
         probs = self._sum.get(indices) / total
         weights = (probs * size) ** -self.beta
-        if self.normalize_by == "buffer":
+        if self._min is not None:
             weights /= (self._min.min() / total * size) ** -self.beta
         else:
             weights /= weights.max()
