@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ from flowrl.ops import (
 from flowrl.policy import Policy, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS, PrioritizedSampler, ReplayBuffer, UniformSampler
+from flowrl.replay_actor import create_replay_actors
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
@@ -60,6 +62,7 @@ class DQNConfig(Config):
     grad_clip: float = param(10.0, "max global gradient norm; 0 turns clipping off", ge=0)
     model_hiddens: tuple[int, ...] = param((128, 128), "hidden layer sizes of the MLP", ge=1)
     buffer_size: int = param(50_000, "replay buffer capacity in transitions", ge=1)
+    replay_shards: int = param(0, "replay actors sharing the buffer; 0: in the learner", ge=0)
     learning_starts: int = param(1_000, "transitions stored before training starts", ge=0)
     train_batch_size: int = param(64, "transitions per SGD step", ge=1)
     training_intensity: float = param(4.0, "env steps trained per env step sampled", gt=0)
@@ -75,6 +78,10 @@ class DQNConfig(Config):
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
     min_env_steps_per_iteration: int = param(1_000, "least env steps per train() result", ge=0)
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.num_workers > 0 or self.replay_shards > 0
 
     @property
     def sample_rows_per_round(self) -> int:
@@ -169,24 +176,37 @@ class DQNPolicy(Policy):
         self.timesteps = state["timesteps"]
 
 
-def make_buffer(config: DQNConfig) -> ReplayBuffer:
+def make_buffer(config: DQNConfig, shard_index: int = 0) -> ReplayBuffer:
+    """The replay buffer, or one shard of it: uniform or prioritized."""
+    shards = max(config.replay_shards, 1)
+    capacity, seed = -(-config.buffer_size // shards), config.seed + shard_index
     if not config.prioritized_replay:
-        return ReplayBuffer(config.buffer_size, sampler=UniformSampler(), seed=config.seed)
+        return ReplayBuffer(capacity, sampler=UniformSampler(), seed=seed)
     sampler = PrioritizedSampler(
-        config.buffer_size,
+        capacity,
         alpha=config.prioritized_replay_alpha,
         beta=config.prioritized_replay_beta,
-        beta_annealing_rows=config.beta_annealing_timesteps,
+        beta_annealing_rows=config.beta_annealing_timesteps // shards,
     )
-    return ReplayBuffer(config.buffer_size, sampler=sampler, seed=config.seed)
+    return ReplayBuffer(capacity, sampler=sampler, seed=seed)
+
+
+def make_replay(config: DQNConfig) -> ReplayBuffer | list[Any]:
+    """A local buffer, or ``replay_shards`` replay actors."""
+    if config.replay_shards == 0:
+        return make_buffer(config)
+    factory = functools.partial(make_buffer, config)
+    return create_replay_actors(factory, num_shards=config.replay_shards)
 
 
 def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[str, Any]]:
     """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
     targets; only the training branch reports."""
-    buffer = make_buffer(config)
+    buffer = make_replay(config)
     policy = workers.local_worker.policy
-    store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(StoreToReplayBuffer(buffer))
+    store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
+        StoreToReplayBuffer(buffer, seed=config.seed)
+    )
     replay_op = Replay(
         buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts
     ).for_each(TrainOneStep(workers))

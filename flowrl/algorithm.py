@@ -126,7 +126,7 @@ class Algorithm:
         self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
-        if self.config.num_workers > 0:
+        if self.config.uses_ray:
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)

@@ -146,6 +146,11 @@ class Config:
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
 
+    @property
+    def uses_ray(self) -> bool:
+        """Whether the plan needs Ray (remote workers or other actors)."""
+        return self.num_workers > 0
+
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):

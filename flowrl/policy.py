@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +29,10 @@ from flowrl.postprocessing import add_advantages
 from flowrl.sample_batch import LOGP, VF_PREDS, Fragment, SampleBatch
 
 Weights = dict[str, np.ndarray]
+
+# Batches fetched from Ray's object store are read-only numpy views; the learner only reads
+# them, so wrapping them without a copy is safe and torch's warning about it is noise.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
 def resolve_device(device: str) -> torch.device:

@@ -17,6 +17,7 @@ import numpy as np
 from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.iter import LocalIterator, NotReady, Operator
 from flowrl.replay import BATCH_INDEXES, ReplayBuffer
+from flowrl.replay_actor import shard_of
 from flowrl.sample_batch import SampleBatch
 
 
@@ -70,55 +71,113 @@ def _untag(item: tuple[int, Any]) -> Any:
     return item[1]
 
 
+ReplayTarget = ReplayBuffer | Sequence[Any]  # a local buffer, or ReplayActor handles
+
+
+def _is_local(target: ReplayTarget) -> bool:
+    if isinstance(target, ReplayBuffer):
+        return True
+    if isinstance(target, Sequence) and len(target) > 0:
+        return False
+    raise TypeError(f"expected a ReplayBuffer or a non-empty list of ReplayActors, got {target!r}")
+
+
 class StoreToReplayBuffer(Operator):
-    """Adds each batch to a replay buffer and passes it on.
+    """Adds each batch to a replay buffer, or to a random replay actor shard, and passes it
+    on. Adds to shards do not block; at most ``max_pending_adds`` are in flight.
 
     Example:
         >>> rollouts.for_each(StoreToReplayBuffer(buffer))
     """
 
-    def __init__(self, buffer: ReplayBuffer) -> None:
-        self._buffer = buffer
+    def __init__(self, target: ReplayTarget, *, seed: int = 0, max_pending_adds: int = 16) -> None:
+        self._local = _is_local(target)
+        self._target = target
+        self._rng = np.random.default_rng(seed)
+        self._pending: list[Any] = []
+        self._max_pending = max_pending_adds
 
     def __call__(self, batch: SampleBatch) -> SampleBatch:
-        self._buffer.add(batch)
+        if self._local:
+            self._target.add(batch)
+            return batch
+        import ray
+
+        shard = self._target[self._rng.integers(len(self._target))]
+        self._pending.append(shard.add.remote(batch))
+        excess = len(self._pending) - self._max_pending
+        if excess > 0:
+            done, self._pending = ray.wait(self._pending, num_returns=excess)
+            ray.get(done)  # raises if a shard failed
         return batch
 
 
 def Replay(
-    buffer: ReplayBuffer, *, batch_size: int, learning_starts: int = 0
+    target: ReplayTarget, *, batch_size: int, learning_starts: int = 0
 ) -> LocalIterator[SampleBatch]:
-    """Sampled training batches once the buffer has received ``learning_starts`` rows;
-    ``NotReady`` before that.
+    """Sampled training batches once the buffer has received ``learning_starts`` rows
+    (each shard its share of them); ``NotReady`` before that. Over replay actors, every
+    shard has one sample request in flight and batches come in completion order.
 
     Example:
         >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)
     """
+    name = f"Replay(batch_size={batch_size})"
+    if not _is_local(target):
+        per_shard = -(-learning_starts // len(target))  # ceil
+        return LocalIterator(_shard_samples(target, batch_size, per_shard), name=name)
 
     def build(ctx: Any, timeout: float | None):
         while True:
-            if buffer.num_added < max(learning_starts, 1):
+            if target.num_added < max(learning_starts, 1):
                 yield NotReady
             else:
-                yield buffer.sample(batch_size)
+                yield target.sample(batch_size)
 
-    return LocalIterator(build, name=f"Replay(batch_size={batch_size})")
+    return LocalIterator(build, name=name)
+
+
+def _shard_samples(shards: Sequence[Any], batch_size: int, learning_starts: int):
+    def build(ctx: Any, timeout: float | None):
+        import ray
+
+        pending = {shard.sample.remote(batch_size, learning_starts): shard for shard in shards}
+        while True:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0)
+            if not ready:
+                yield NotReady
+                continue
+            shard = pending.pop(ready[0])
+            batch = ray.get(ready[0])
+            pending[shard.sample.remote(batch_size, learning_starts)] = shard
+            yield NotReady if batch is None else batch
+
+    return build
 
 
 class UpdatePriorities(Operator):
-    """Writes new priorities (absolute TD errors) back to the buffer rows a trained batch
-    came from. Takes TrainOneStep's ``(batch, stats)`` with ``stats["td_error"]``.
+    """Writes new priorities (absolute TD errors) back to the buffer rows, or the replay
+    shards, a trained batch came from. Takes TrainOneStep's ``(batch, stats)`` with
+    ``stats["td_error"]``.
 
     Example:
         >>> train_op.for_each(UpdatePriorities(buffer))
     """
 
-    def __init__(self, buffer: ReplayBuffer) -> None:
-        self._buffer = buffer
+    def __init__(self, target: ReplayTarget) -> None:
+        self._local = _is_local(target)
+        self._target = target
 
     def __call__(self, item: tuple[SampleBatch, dict[str, Any]]) -> Any:
         batch, stats = item
-        self._buffer.update_priorities(batch[BATCH_INDEXES], np.abs(stats["td_error"]))
+        indexes, priorities = batch[BATCH_INDEXES], np.abs(stats["td_error"])
+        if self._local:
+            self._target.update_priorities(indexes, priorities)
+            return item
+        shards, _ = shard_of(indexes, len(self._target))
+        for s in np.unique(shards):
+            rows = shards == s
+            self._target[s].update_priorities.remote(indexes[rows], priorities[rows])
         return item
 
 
