@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flowrl.config import Config, param
+from flowrl.config import param
 from flowrl.iter import LocalIterator
 from flowrl.models import QNetwork
 from flowrl.ops import (
@@ -39,15 +38,15 @@ from flowrl.ops import (
 )
 from flowrl.policy import Policy, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
-from flowrl.replay import WEIGHTS, PrioritizedSampler, ReplayBuffer, UniformSampler
-from flowrl.replay_actor import create_replay_actors
+from flowrl.replay import WEIGHTS
+from flowrl.replay_config import ReplayConfig, make_replay
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
 
 
 @dataclass
-class DQNConfig(Config):
+class DQNConfig(ReplayConfig):
     """DQN settings. The defaults sample in one process (no Ray start-up) and solve
     CartPole-v1 within 200k env steps. Uniform replay is the default: on CartPole-v1,
     prioritized replay with these settings was less reliable across seeds."""
@@ -61,39 +60,14 @@ class DQNConfig(Config):
     lr: float = param(1e-3, "learning rate (Adam)", gt=0)
     grad_clip: float = param(10.0, "max global gradient norm; 0 turns clipping off", ge=0)
     model_hiddens: tuple[int, ...] = param((128, 128), "hidden layer sizes of the MLP", ge=1)
-    buffer_size: int = param(50_000, "replay buffer capacity in transitions", ge=1)
-    replay_shards: int = param(0, "replay actors sharing the buffer; 0: in the learner", ge=0)
-    learning_starts: int = param(1_000, "transitions stored before training starts", ge=0)
-    train_batch_size: int = param(64, "transitions per SGD step", ge=1)
-    training_intensity: float = param(4.0, "env steps trained per env step sampled", gt=0)
     target_network_update_freq: int = param(4_000, "env steps trained between target copies", ge=1)
     n_step: int = param(3, "steps in the n-step return", ge=1)
     double_q: bool = param(True, "pick next actions with the online net (double DQN)")
     dueling: bool = param(True, "dueling value/advantage heads")
-    prioritized_replay: bool = param(False, "prioritized instead of uniform replay")
-    prioritized_replay_alpha: float = param(0.6, "priority exponent", ge=0)
-    prioritized_replay_beta: float = param(0.4, "initial importance-weight exponent", ge=0, le=1)
-    beta_annealing_timesteps: int = param(100_000, "trained steps to anneal beta to 1", ge=0)
     exploration_initial_eps: float = param(1.0, "epsilon at the start", ge=0, le=1)
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
     min_env_steps_per_iteration: int = param(1_000, "least env steps per train() result", ge=0)
-
-    @property
-    def uses_ray(self) -> bool:
-        return self.num_workers > 0 or self.replay_shards > 0
-
-    @property
-    def sample_rows_per_round(self) -> int:
-        """Env steps one bulk_sync round samples."""
-        workers = max(self.num_workers, 1)
-        return workers * self.num_envs_per_worker * self.rollout_fragment_length
-
-    @property
-    def replay_weight(self) -> int:
-        """SGD steps per sampled round that give ``training_intensity``."""
-        per_round = self.training_intensity * self.sample_rows_per_round
-        return max(1, round(per_round / self.train_batch_size))
 
 
 class DQNPolicy(Policy):
@@ -174,29 +148,6 @@ class DQNPolicy(Policy):
         super().set_state(state)
         load_module_weights(self.target, state["target"])
         self.timesteps = state["timesteps"]
-
-
-def make_buffer(config: DQNConfig, shard_index: int = 0) -> ReplayBuffer:
-    """The replay buffer, or one shard of it: uniform or prioritized."""
-    shards = max(config.replay_shards, 1)
-    capacity, seed = -(-config.buffer_size // shards), config.seed + shard_index
-    if not config.prioritized_replay:
-        return ReplayBuffer(capacity, sampler=UniformSampler(), seed=seed)
-    sampler = PrioritizedSampler(
-        capacity,
-        alpha=config.prioritized_replay_alpha,
-        beta=config.prioritized_replay_beta,
-        beta_annealing_rows=config.beta_annealing_timesteps // shards,
-    )
-    return ReplayBuffer(capacity, sampler=sampler, seed=seed)
-
-
-def make_replay(config: DQNConfig) -> ReplayBuffer | list[Any]:
-    """A local buffer, or ``replay_shards`` replay actors."""
-    if config.replay_shards == 0:
-        return make_buffer(config)
-    factory = functools.partial(make_buffer, config)
-    return create_replay_actors(factory, num_shards=config.replay_shards)
 
 
 def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[str, Any]]:
