@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports bad usage in one line with exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"flowrl: error: {message} (see flowrl {self.prog.split()[-1]} --help)\n")
+        self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, help="random seed")
     train.add_argument("--config", help="JSON or TOML file of config values")
     train.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="one config value"
+        "--set",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config values (repeatable)",
     )
     train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")

@@ -65,7 +65,40 @@ class DiagGaussian:
         return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1)
 
 
-Distribution = Categorical | DiagGaussian
+class SquashedGaussian:
+    """``tanh`` of a diagonal Gaussian (SAC's policy): actions in (-1, 1). ``inputs`` hold the
+    mean and the log std (clamped to [-20, 2]); log-probs include the change of variables,
+    ``log p(a) = log N(u) - sum log(1 - tanh(u)^2)`` for ``a = tanh(u)``."""
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        self.mean, log_std = inputs.chunk(2, dim=-1)
+        self.log_std = log_std.clamp(-20.0, 2.0)
+        self.std = self.log_std.exp()
+
+    def rsample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action (gradients flow to the inputs) and its log-prob."""
+        u = self.mean + self.std * torch.randn_like(self.mean)
+        return torch.tanh(u), self._log_prob_pre_tanh(u)
+
+    def sample(self) -> torch.Tensor:
+        return self.rsample()[0]
+
+    def mode(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        eps = torch.finfo(actions.dtype).eps
+        return self._log_prob_pre_tanh(torch.atanh(actions.clamp(-1 + eps, 1 - eps)))
+
+    def _log_prob_pre_tanh(self, u: torch.Tensor) -> torch.Tensor:
+        z = (u - self.mean) / self.std
+        gaussian = -0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)
+        # log(1 - tanh(u)^2), in a form that stays finite for large |u|
+        log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return (gaussian - log_det).sum(-1)
+
+
+Distribution = Categorical | DiagGaussian | SquashedGaussian
 
 
 def distribution_for(space: gym.Space) -> tuple[type[Distribution], int]:

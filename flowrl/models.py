@@ -154,3 +154,63 @@ class QNetwork(nn.Module):
         if self.value is None:
             return advantage
         return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class TwinQ(nn.Module):
+    """Two independent Q-networks for clipped double-Q learning (TD3, SAC) on vector
+    observations, evaluated together as one batched matmul per layer. Box actions:
+    ``forward(obs, actions)`` gives Q-values ``[2, B]``; Discrete actions: ``forward(obs)``
+    gives the Q-values of every action, ``[2, B, n]``.
+
+    Example:
+        >>> q = TwinQ(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,)), hiddens=(64,))
+        >>> q(torch.zeros(5, 3), torch.zeros(5, 1)).shape
+        torch.Size([2, 5])
+    """
+
+    def __init__(
+        self, obs_space: gym.Space, action_space: gym.Space, *, hiddens: Sequence[int]
+    ) -> None:
+        super().__init__()
+        n_obs = vector_obs_size(obs_space)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            n_in, n_out = n_obs, int(action_space.n)
+        else:
+            n_in, n_out = n_obs + int(np.prod(action_space.shape)), 1
+        sizes = [n_in, *hiddens, n_out]
+        gains = [np.sqrt(2)] * len(hiddens) + [1.0]
+        self.layers = nn.ModuleList(
+            _TwinLinear(a, b, gain=g) for a, b, g in zip(sizes[:-1], sizes[1:], gains, strict=True)
+        )
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        x = obs.reshape(obs.shape[0], -1).float()
+        if not self.discrete:
+            x = torch.cat([x, actions], dim=-1)
+        x = x.expand(2, *x.shape)
+        for layer in self.layers[:-1]:
+            x = torch.relu(layer(x))
+        out = self.layers[-1](x)
+        return out if self.discrete else out.squeeze(-1)
+
+
+class _TwinLinear(nn.Module):
+    """Two independent linear layers applied to ``[2, B, n_in]`` with one ``baddbmm``."""
+
+    def __init__(self, n_in: int, n_out: int, *, gain: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(2, n_in, n_out))
+        self.bias = nn.Parameter(torch.zeros(2, 1, n_out))
+        for w in self.weight.data:
+            nn.init.orthogonal_(w, gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+def vector_obs_size(space: gym.Space) -> int:
+    """The flat size of a vector (non-image) Box observation, or a ConfigError."""
+    if not isinstance(space, gym.spaces.Box) or is_image_space(space):
+        raise ConfigError(f"unsupported observation space {space}: need vector Box observations")
+    return int(np.prod(space.shape))

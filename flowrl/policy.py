@@ -52,6 +52,12 @@ def load_module_weights(module: nn.Module, weights: Weights) -> None:
     module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
 
+def adam(params: Any, lr: float, *, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel (one call per step for all parameters: several times
+    faster than the per-tensor loop for small models)."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
 class Policy:
     """Model + distribution + optimiser; subclasses supply ``loss``."""
 
@@ -69,7 +75,7 @@ class Policy:
         self.device = resolve_device(device)
         self.dist_cls, _ = distribution_for(action_space)
         self.model = self.make_model().to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
+        self.optimizer = adam(self.model.parameters(), config.lr, eps=1e-5)
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
 

@@ -47,6 +47,9 @@ def test_list():
         (["evaluate", "/no/such/checkpoint"], "checkpoint not found"),
         (["evaluate", ".", "--episodes", "0"], "--episodes must be >= 1"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["train", "sac", "--env", "CartPole-v1"], "set discrete=true"),
+        (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),
+        (["train", "dqn", "--env", "Pendulum-v1"], "needs a Discrete action space"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message):
@@ -70,7 +73,7 @@ def run_dir(tmp_path_factory):
     cfg = out_dir.parent / "cfg.json"
     cfg.write_text(json.dumps({"rollout_fragment_length": 32}))
     out = flowrl("train", "ppo", "--env", "CartPole-v1", "--stop-iters", 2, "--config", cfg,
-                 "--output", out_dir, *QUICK)  # fmt: skip
+                 "--output", out_dir, *QUICK, "gamma=0.98", "--set", "lr=0.001")  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "stopped by iterations" in out.stdout
     return out_dir
@@ -88,6 +91,8 @@ def test_train_writes_the_run_files(run_dir):
     assert list(run_dir.glob("events.out.tfevents.*"))
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"] == "ppo" and config["config"]["rollout_fragment_length"] == 32
+    assert (config["config"]["gamma"], config["config"]["lr"]) == (0.98, 0.001)
+    assert config["config"]["train_batch_size"] == 256, "--set takes several KEY=VALUEs"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_by"] == "iterations" and summary["iterations"] == 2
     for key in ("algo", "env", "env_steps_sampled", "time_total_s", "episode_return_mean",

@@ -45,3 +45,15 @@ def test_a3c_reaches_150_on_cartpole(ray_session):
 def test_dqn_reaches_450_on_cartpole():
     summary = reach(Algorithm("dqn", env="CartPole-v1", seed=0), 450, 200_000)
     assert summary["stopped_by"] == "reward", summary
+
+
+def test_sac_reaches_minus_250_on_pendulum():
+    algo = Algorithm("sac", env="Pendulum-v1", seed=0)
+    assert algo.config.metrics_smoothing_episodes <= 10
+    summary = reach(algo, -250, 20_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
+def test_discrete_sac_reaches_150_on_cartpole():
+    summary = reach(Algorithm("sac", env="CartPole-v1", discrete=True, seed=0), 150, 100_000)
+    assert summary["stopped_by"] == "reward", summary
