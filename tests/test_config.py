@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from flowrl.algorithms.ppo import PPOConfig
 
+from flowrl.algorithms.ppo import PPOConfig
 from flowrl.config import ConfigError, parse_set_value
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
 
+from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
 from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.iter import LocalIterator
 from flowrl.ops import (

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from flowrl.algorithms.sac import soft_q_target
 
 from flowrl import Algorithm, ConfigError
+from flowrl.algorithms.sac import soft_q_target
 from flowrl.distributions import SquashedGaussian
 
 SMALL = dict(num_workers=0, learning_starts=64, min_env_steps_per_iteration=200,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
 
+from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
 from flowrl.sample_batch import ADVANTAGES, OBS, REWARDS, TERMINATEDS, TRUNCATEDS
 from flowrl.worker import RolloutWorker, WorkerSet
 

@@ -1,0 +1,63 @@
+"""Shared helpers for the benchmark scripts: timing, a printed table, and the JSON file
+each script writes to ``benchmarks/results/<name>.json``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def time_per_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 10) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` calls (after ``warmup`` calls)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Rows of equal keys as an aligned text table."""
+    if not rows:
+        return
+    keys = list(rows[0])
+    cells = [[_fmt(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def write_results(name: str, payload: dict[str, Any]) -> Path:
+    """``payload`` plus the machine it ran on, to ``results/<name>.json``; returns the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    machine = {"python": platform.python_version(), "machine": platform.machine(),
+               "processor": platform.processor(), "cpus": _cpu_count()}  # fmt: skip
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    path.write_text(json.dumps({"benchmark": name, "date": stamp, "machine": machine, **payload},
+                               indent=2))  # fmt: skip
+    print(f"wrote {path}")
+    return path
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
