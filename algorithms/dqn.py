@@ -156,7 +156,7 @@ def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[
     buffer = make_replay(config)
     policy = workers.local_worker.policy
     store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
-        StoreToReplayBuffer(buffer, seed=config.seed)
+        StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
     )
     replay_op = Replay(
         buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts

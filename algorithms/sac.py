@@ -272,7 +272,9 @@ def execution_plan(workers: WorkerSet, config: SACConfig) -> LocalIterator[dict[
     buffer = make_replay(config)
     policy = workers.local_worker.policy
     rollouts = ParallelRollouts(workers, mode="bulk_sync")
-    store_op = rollouts.for_each(StoreToReplayBuffer(buffer, seed=config.seed))
+    store_op = rollouts.for_each(
+        StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
+    )
     replay_op = Replay(
         buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts
     ).for_each(TrainOneStep(workers))

@@ -172,7 +172,8 @@ class Algorithm:
 
     # -- checkpoints ---------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write a checkpoint directory (weights, optimiser, counters, config); returns it."""
+        """Write a checkpoint directory (weights, optimiser, counters, config, and what the
+        plan registered, such as a replay buffer); returns it."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         ctx = self.plan.context
@@ -182,6 +183,7 @@ class Algorithm:
             "recent_episodes": list(ctx.info.get("recent_episodes", [])),
             "time_total_s": ctx.info.get("time_total_s", 0.0),
             "torch_rng": torch.get_rng_state(),
+            "plan_state": {k: v.get_state() for k, v in ctx.checkpointables.items()},
         }
         torch.save(state, path / STATE_FILE)
         meta = {
@@ -205,6 +207,11 @@ class Algorithm:
         ctx.info["recent_episodes"] = window
         ctx.info["time_total_s"] = state["time_total_s"]
         torch.set_rng_state(state["torch_rng"])
+        for name, plan_state in state.get("plan_state", {}).items():
+            if name in ctx.checkpointables:
+                ctx.checkpointables[name].set_state(plan_state)
+            else:  # the plan has not been built yet: applied when it registers
+                ctx.pending_state[name] = plan_state
 
     @classmethod
     def from_checkpoint(

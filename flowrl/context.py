@@ -64,7 +64,9 @@ class PlanContext:
 
     ``current_actor`` is the Ray actor the item being processed came from (set by
     ``gather_async`` and ``gather_sync``); ``worker`` is the local rollout worker when the
-    context lives inside a worker actor (remote-side operators use it).
+    context lives inside a worker actor (remote-side operators use it). ``checkpointables``
+    are plan-owned objects (a replay buffer, say) with ``get_state``/``set_state`` that
+    checkpoints keep (see :meth:`register_checkpointable`).
     """
 
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -72,6 +74,15 @@ class PlanContext:
     info: dict[str, Any] = field(default_factory=dict)
     current_actor: Any = None
     worker: Any = None
+    checkpointables: dict[str, Any] = field(default_factory=dict)
+    pending_state: dict[str, Any] = field(default_factory=dict)
+
+    def register_checkpointable(self, name: str, obj: Any) -> None:
+        """Have checkpoints keep ``obj``'s state; a restored state that arrived before the
+        plan was built (plans build on their first pull) is applied now."""
+        self.checkpointables[name] = obj
+        if name in self.pending_state:
+            obj.set_state(self.pending_state.pop(name))
 
     def timer(self, name: str) -> TimerStat:
         """The timer called ``name``, created on first use."""

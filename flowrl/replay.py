@@ -174,3 +174,25 @@ class ReplayBuffer:
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """New priorities (e.g. absolute TD errors) for rows returned by ``sample``."""
         self.sampler.update(indices, priorities)
+
+    def get_state(self) -> dict:
+        """The stored rows, ring position, sampler (priorities) and RNG, for checkpoints."""
+        return {
+            "columns": {k: v[: self._size] for k, v in self._columns.items()},
+            "next": self._next,
+            "num_added": self.num_added,
+            "sampler": self.sampler,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def set_state(self, state: dict) -> None:
+        size = len(next(iter(state["columns"].values()), ()))
+        if size > self.capacity:
+            raise ValueError(f"a checkpoint of {size} rows does not fit capacity {self.capacity}")
+        self._columns = {}
+        for k, v in state["columns"].items():
+            self._columns[k] = np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype)
+            self._columns[k][:size] = v
+        self._size, self._next, self.num_added = size, state["next"], state["num_added"]
+        self.sampler = state["sampler"]
+        self.rng.bit_generator.state = state["rng"]

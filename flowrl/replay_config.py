@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from flowrl.config import Config, param
+from flowrl.config import Config, ConfigError, param
 from flowrl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
 from flowrl.replay_actor import create_replay_actors
 
@@ -32,6 +32,14 @@ class ReplayConfig(Config):
     prioritized_replay_alpha: float = param(0.6, "priority exponent", ge=0)
     prioritized_replay_beta: float = param(0.4, "initial importance-weight exponent", ge=0, le=1)
     beta_annealing_timesteps: int = param(100_000, "trained steps to anneal beta to 1", ge=0)
+    store_buffer_in_checkpoints: bool = param(
+        False, "checkpoints keep the replay buffer's rows (a local buffer only)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.store_buffer_in_checkpoints and self.replay_shards > 0:
+            raise ConfigError("store_buffer_in_checkpoints needs replay_shards=0 (a local buffer)")
 
     @property
     def uses_ray(self) -> bool:

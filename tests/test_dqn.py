@@ -46,3 +46,26 @@ def test_dqn_checkpoint_keeps_target_net_and_exploration(tmp_path):
 def test_dqn_rejects_continuous_actions():
     with pytest.raises(ConfigError, match="Discrete action space"):
         Algorithm("dqn", env="Pendulum-v1", num_workers=0)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_dqn_checkpoint_keeps_the_replay_buffer_when_asked(tmp_path, keep):
+    algo = Algorithm("dqn", env="CartPole-v1", store_buffer_in_checkpoints=keep, **SMALL)
+    algo.train()
+    original = algo.plan.context.checkpointables.get("replay_buffer")
+    clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    clone.train()
+    restored = clone.plan.context.checkpointables.get("replay_buffer")
+    if keep:
+        sampled = clone.last_result["env_steps_sampled"] - algo.last_result["env_steps_sampled"]
+        assert restored.num_added == original.num_added + sampled
+        assert np.array_equal(restored._columns["obs"][:100], original._columns["obs"][:100])
+    else:
+        assert original is None and restored is None
+    algo.stop()
+    clone.stop()
+
+
+def test_buffer_checkpoints_need_a_local_buffer():
+    with pytest.raises(ConfigError, match="store_buffer_in_checkpoints needs replay_shards=0"):
+        Algorithm("dqn", env="CartPole-v1", store_buffer_in_checkpoints=True, replay_shards=2)

@@ -84,18 +84,34 @@ def _is_local(target: ReplayTarget) -> bool:
 
 class StoreToReplayBuffer(Operator):
     """Adds each batch to a replay buffer, or to a random replay actor shard, and passes it
-    on. Adds to shards do not block; at most ``max_pending_adds`` are in flight.
+    on. Adds to shards do not block; at most ``max_pending_adds`` are in flight. With
+    ``checkpoint``, checkpoints of the plan keep the (local) buffer's contents.
 
     Example:
         >>> rollouts.for_each(StoreToReplayBuffer(buffer))
     """
 
-    def __init__(self, target: ReplayTarget, *, seed: int = 0, max_pending_adds: int = 16) -> None:
+    def __init__(
+        self,
+        target: ReplayTarget,
+        *,
+        seed: int = 0,
+        max_pending_adds: int = 16,
+        checkpoint: bool = False,
+    ) -> None:
         self._local = _is_local(target)
+        if checkpoint and not self._local:
+            raise ValueError("checkpointing replay shards is not supported; use a local buffer")
+        self._checkpoint = checkpoint
         self._target = target
         self._rng = np.random.default_rng(seed)
         self._pending: list[Any] = []
         self._max_pending = max_pending_adds
+
+    def bind(self, context: Any) -> None:
+        super().bind(context)
+        if self._checkpoint:
+            context.register_checkpointable("replay_buffer", self._target)
 
     def __call__(self, batch: SampleBatch) -> SampleBatch:
         if self._local:
