@@ -151,10 +151,18 @@ class DQNPolicy(Policy):
 
 
 def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[str, Any]]:
-    """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
-    targets; only the training branch reports."""
-    buffer = make_replay(config)
+    """The replay plan with hard target copies every ``target_network_update_freq``."""
     policy = workers.local_worker.policy
+    period = config.target_network_update_freq
+    return replay_plan(workers, config, UpdateTargets(policy.update_target, period=period))
+
+
+def replay_plan(
+    workers: WorkerSet, config: ReplayConfig, update_targets: UpdateTargets
+) -> LocalIterator[dict[str, Any]]:
+    """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
+    targets; only the training branch reports. SAC runs it too, with soft updates."""
+    buffer = make_replay(config)
     store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
         StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
     )
@@ -163,11 +171,8 @@ def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[
     ).for_each(TrainOneStep(workers))
     if config.prioritized_replay:
         replay_op = replay_op.for_each(UpdatePriorities(buffer))
-    replay_op = replay_op.for_each(
-        UpdateTargets(policy.update_target, period=config.target_network_update_freq)
-    )
     train_op = Concurrently(
-        [store_op, replay_op],
+        [store_op, replay_op.for_each(update_targets)],
         mode="round_robin",
         output_indexes=[1],
         round_robin_weights=[1, config.replay_weight],

@@ -25,24 +25,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from flowrl.algorithms.dqn import replay_plan
 from flowrl.config import ConfigError, param
 from flowrl.distributions import Categorical, SquashedGaussian
 from flowrl.iter import LocalIterator
 from flowrl.models import TwinQ, mlp, vector_obs_size
-from flowrl.ops import (
-    Concurrently,
-    ParallelRollouts,
-    Replay,
-    StandardMetricsReporting,
-    StoreToReplayBuffer,
-    TrainOneStep,
-    UpdatePriorities,
-    UpdateTargets,
-)
+from flowrl.ops import UpdateTargets
 from flowrl.policy import Policy, adam, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS
-from flowrl.replay_config import ReplayConfig, make_replay
+from flowrl.replay_config import ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
@@ -267,27 +259,10 @@ class SACPolicy(Policy):
 
 
 def execution_plan(workers: WorkerSet, config: SACConfig) -> LocalIterator[dict[str, Any]]:
-    """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
-    soft target updates; only the training branch reports."""
-    buffer = make_replay(config)
+    """DQN's replay plan (rollouts -> store; replay -> train -> priorities -> targets) with
+    a soft target update after every SGD step."""
     policy = workers.local_worker.policy
-    rollouts = ParallelRollouts(workers, mode="bulk_sync")
-    store_op = rollouts.for_each(
-        StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
-    )
-    replay_op = Replay(
-        buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts
-    ).for_each(TrainOneStep(workers))
-    if config.prioritized_replay:
-        replay_op = replay_op.for_each(UpdatePriorities(buffer))
-    replay_op = replay_op.for_each(UpdateTargets(policy.update_target, tau=config.tau))
-    train_op = Concurrently(
-        [store_op, replay_op],
-        mode="round_robin",
-        output_indexes=[1],
-        round_robin_weights=[1, config.replay_weight],
-    )
-    return StandardMetricsReporting(train_op, workers, config)
+    return replay_plan(workers, config, UpdateTargets(policy.update_target, tau=config.tau))
 
 
 ALGORITHM = AlgorithmSpec(
