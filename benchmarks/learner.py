@@ -1,0 +1,159 @@
+"""Learner overhead: SGD updates per second of flowrl's PPO and DQN learners against a plain
+torch loop doing the same work (same network, loss, optimiser and minibatches) on the same
+batch, so the framework's overhead shows as the ratio.
+
+    python benchmarks/learner.py [--seconds 5]
+
+Writes benchmarks/results/learner.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from flowrl.policy import adam
+
+from common import print_table, write_results
+
+OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
+ACTION_SPACE = gym.spaces.Discrete(2)
+
+
+def rate(step, seconds: float) -> float:
+    """Calls of ``step`` per second (each returns how many SGD updates it made)."""
+    step()
+    updates, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        updates += step()
+    return updates / (time.perf_counter() - start)
+
+
+def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, n),
+        "action_logp": np.full(n, np.log(0.5), np.float32),
+        "advantages": rng.normal(size=n).astype(np.float32),
+        "value_targets": rng.normal(size=n).astype(np.float32),
+    }
+
+
+def ppo(seconds: float) -> list[dict]:
+    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    from flowrl.distributions import Categorical
+    from flowrl.sample_batch import SampleBatch
+
+    cfg = PPOConfig(device="cpu")
+    batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
+    policy = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
+    per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
+
+    def flowrl_step() -> int:
+        policy.learn_on_batch(
+            SampleBatch(batch), num_sgd_iter=cfg.num_sgd_iter, minibatch_size=cfg.sgd_minibatch_size
+        )
+        return per_call
+
+    model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu").model
+    opt = adam(model.parameters(), cfg.lr, eps=1e-5)
+    tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
+    rng = np.random.default_rng(0)
+
+    def plain_step() -> int:
+        n = cfg.train_batch_size
+        for _ in range(cfg.num_sgd_iter):
+            order = torch.from_numpy(rng.permutation(n))
+            for start in range(0, n, cfg.sgd_minibatch_size):
+                mb = {
+                    k: v[order[start : start + cfg.sgd_minibatch_size]] for k, v in tensors.items()
+                }
+                logits, values = model(mb["obs"])
+                dist = Categorical(logits)
+                ratio = (dist.log_prob(mb["actions"]) - mb["action_logp"]).exp()
+                adv = mb["advantages"]
+                clipped = ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param)
+                surrogate = -torch.min(ratio * adv, clipped * adv).mean()
+                vf_loss = 0.5 * (values - mb["value_targets"]).pow(2).mean()
+                opt.zero_grad(set_to_none=True)
+                (surrogate + cfg.vf_loss_coeff * vf_loss).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+        return per_call
+
+    return compare("PPO (2048 rows, 6 epochs x 256)", flowrl_step, plain_step, seconds)
+
+
+def dqn(seconds: float) -> list[dict]:
+    from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
+    from flowrl.sample_batch import SampleBatch
+
+    cfg = DQNConfig(device="cpu")
+    rng = np.random.default_rng(0)
+    n = cfg.train_batch_size
+    batch = {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, n),
+        "rewards": np.ones(n, np.float32),
+        "terminateds": np.zeros(n, bool),
+        "discounts": np.full(n, cfg.gamma**cfg.n_step, np.float32),
+    }
+    policy = DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
+
+    def flowrl_step() -> int:
+        policy.learn_on_batch(SampleBatch(batch))
+        return 1
+
+    other = DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
+    model, target = other.model, other.target
+    opt = adam(model.parameters(), cfg.lr, eps=1e-5)
+    t = {k: torch.from_numpy(v) for k, v in batch.items()}
+
+    def plain_step() -> int:
+        q = model(t["obs"]).gather(1, t["actions"][:, None]).squeeze(1)
+        with torch.no_grad():
+            best = model(t["next_obs"]).argmax(1, keepdim=True)
+            next_q = target(t["next_obs"]).gather(1, best).squeeze(1)
+            y = t["rewards"] + t["discounts"] * (1.0 - t["terminateds"].float()) * next_q
+        loss = F.smooth_l1_loss(q, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        return 1
+
+    return compare(f"DQN ({n} rows, double + dueling)", flowrl_step, plain_step, seconds)
+
+
+def compare(name: str, flowrl_step, plain_step, seconds: float) -> list[dict]:
+    # interleave the two, twice, so drifting machine load hits both alike
+    flowrl_rates, plain_rates = [], []
+    for _ in range(2):
+        plain_rates.append(rate(plain_step, seconds / 2))
+        flowrl_rates.append(rate(flowrl_step, seconds / 2))
+    plain, ours = float(np.mean(plain_rates)), float(np.mean(flowrl_rates))
+    return [
+        {"learner": name, "contender": "plain torch loop", "updates_per_s": plain, "x plain": 1.0},
+        {"learner": name, "contender": "flowrl", "updates_per_s": ours, "x plain": ours / plain},
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="per contender")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows = ppo(args.seconds) + dqn(args.seconds)
+    print(f"SGD updates per second, torch threads: {torch.get_num_threads()}")
+    print_table(rows)
+    write_results("learner", {"results": rows})
+
+
+if __name__ == "__main__":
+    main()
