@@ -171,6 +171,13 @@ class ReplayBuffer:
         out[WEIGHTS] = weights
         return out
 
+    def sample_after(self, n: int, learning_starts: int) -> SampleBatch | None:
+        """``sample(n)`` once the buffer has received ``learning_starts`` rows (at least
+        one); ``None`` before that."""
+        if self.num_added < max(learning_starts, 1):
+            return None
+        return self.sample(n)
+
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """New priorities (e.g. absolute TD errors) for rows returned by ``sample``."""
         self.sampler.update(indices, priorities)

@@ -44,9 +44,9 @@ class ReplayActor:
     def sample(self, n: int, learning_starts: int = 0) -> SampleBatch | None:
         """``n`` rows with global ``batch_indexes``; ``None`` until the shard has received
         ``learning_starts`` rows."""
-        if self.buffer.num_added < max(learning_starts, 1):
+        batch = self.buffer.sample_after(n, learning_starts)
+        if batch is None:
             return None
-        batch = self.buffer.sample(n)
         batch[BATCH_INDEXES] = batch[BATCH_INDEXES] * self.num_shards + self.shard_index
         return batch
 

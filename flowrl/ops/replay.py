@@ -145,10 +145,8 @@ def Replay(
 
     def build(ctx: Any, timeout: float | None):
         while True:
-            if target.num_added < max(learning_starts, 1):
-                yield NotReady
-            else:
-                yield target.sample(batch_size)
+            batch = target.sample_after(batch_size, learning_starts)
+            yield NotReady if batch is None else batch
 
     return LocalIterator(build, name=name)
 
