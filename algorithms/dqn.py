@@ -97,7 +97,7 @@ class DQNPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        greedy = self.model(torch.from_numpy(obs).to(self.device)).argmax(-1).cpu()
+        greedy = self.model(self._as_tensor(obs)).argmax(-1).cpu()
         if not explore:
             return greedy.numpy(), {}
         n = len(greedy)

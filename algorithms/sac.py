@@ -146,9 +146,9 @@ class SACPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        dist = self.action_distribution(torch.from_numpy(obs).to(self.device))
+        dist = self.action_distribution(self._as_tensor(obs))
         actions = dist.sample() if explore else dist.mode()
-        return actions.cpu().numpy(), {}
+        return self._as_numpy(actions), {}
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Squashed actions in (-1, 1) are rescaled to the Box bounds."""

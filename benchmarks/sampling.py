@@ -3,7 +3,12 @@ async) with N workers x M envs and PPO's default network, against
 
 - the limit: N plain processes, each stepping the same gymnasium vector env with the same
   torch network (one batched forward pass per step) and nothing else;
-- RLlib's EnvRunners sampling the same env, when ``ray[rllib]`` is installed.
+- RLlib's EnvRunners sampling the same env, when ``ray[rllib]`` is installed (PPO's module;
+  on Atari with RLlib's own Atari wrappers and the same Nature CNN trunk).
+
+Every contender is started once, then they take turns in short windows (``--rounds`` of
+``--seconds`` each, in a rotating order), so a slow minute of this shared machine costs
+them all alike. A contender's figure is its steps over its time, summed over its windows.
 
     python benchmarks/sampling.py                    # CartPole-v1, 1 and 2 workers x 8 envs
     python benchmarks/sampling.py --env ALE/Pong-v5 --envs 4
@@ -16,19 +21,28 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import time
+from collections.abc import Callable
+
+import numpy as np
 
 from common import RESULTS, print_table, write_results
 
 
-def policy_for(env, hiddens=(64, 64)):
+def policy_for(env):
     """PPO's default network for the env's spaces (the same for every contender)."""
+    from flowrl.algorithms.ppo import PPOConfig
     from flowrl.models import ActorCritic
 
+    hiddens = PPOConfig.model_hiddens
     return ActorCritic(env.single_observation_space, env.single_action_space, hiddens=hiddens)
 
 
-def plain_process(env_id: str, num_envs: int, seconds: float, seed: int, out: mp.Queue) -> None:
-    """The limit: step a vector env with one batched forward pass per step, count steps."""
+def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
+    """One plain process: on each request, step the vector env for that many seconds with
+    one batched forward pass per step and answer with its env steps per second.
+
+    Counted like every contender: transitions, not the reset steps of NEXT_STEP autoreset
+    (on a random CartPole policy about one step in 20)."""
     import torch
 
     from flowrl.distributions import distribution_for
@@ -39,74 +53,194 @@ def plain_process(env_id: str, num_envs: int, seconds: float, seed: int, out: mp
     model = policy_for(env)
     dist_cls, _ = distribution_for(env.single_action_space)
     obs, _ = env.reset(seed=seed)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    resetting = np.zeros(num_envs, bool)
+
+    def step() -> int:
+        nonlocal obs, resetting
         with torch.inference_mode():
             logits, _ = model(torch.from_numpy(obs))
             actions = dist_cls(logits).sample().numpy()
-        obs, *_ = env.step(actions)
-        steps += num_envs
-    out.put(steps / (time.perf_counter() - start))
+        obs, _, terminated, truncated, _ = env.step(actions)
+        transitions = num_envs - int(resetting.sum())
+        resetting = terminated | truncated
+        return transitions
 
-
-def plain(env_id: str, workers: int, envs: int, seconds: float) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(target=plain_process, args=(env_id, envs, seconds, i, out))
-        for i in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    rates = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(rates)
-
-
-def flowrl_rollouts(env_id: str, workers: int, envs: int, seconds: float, mode: str) -> float:
-    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-    from flowrl.context import STEPS_SAMPLED
-    from flowrl.ops import ParallelRollouts
-    from flowrl.worker import WorkerSet
-
-    config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs)
-    worker_set = WorkerSet(policy_cls=PPOPolicy, config=config)
+    for _ in range(10):
+        step()
+    conn.send("ready")
     try:
-        rollouts = ParallelRollouts(worker_set, mode=mode)
-        rollouts.take(2)  # warm up: actors started, first fragments done
-        counters = rollouts.context.counters
-        start_steps, start = counters[STEPS_SAMPLED], time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            next(rollouts)
-        return (counters[STEPS_SAMPLED] - start_steps) / (time.perf_counter() - start)
-    finally:
-        worker_set.stop()
+        while (seconds := conn.recv()) is not None:
+            steps, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                steps += step()
+            conn.send(steps / (time.perf_counter() - start))
+    except EOFError:  # the benchmark stopped without saying goodbye
+        pass
 
 
-def rllib_rollouts(env_id: str, workers: int, envs: int, seconds: float) -> float | None:
-    """RLlib's EnvRunnerGroup sampling with PPO's default module, or None without RLlib."""
-    try:
-        from ray.rllib.algorithms.ppo import PPOConfig
-    except ImportError:
-        return None
-    config = (
-        PPOConfig()
-        .environment(env_id)
-        .env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
-        .learners(num_learners=0)
-    )
-    algo = config.build_algo()
-    try:
-        group = algo.env_runner_group
-        group.foreach_env_runner(lambda r: r.sample(), local_env_runner=False)  # warm up
+class PlainProcesses:
+    """The limit: ``workers`` plain processes that step at the same time when measured."""
+
+    def __init__(self, env_id: str, workers: int, envs: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.conns, self.procs = [], []
+        for i in range(workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_plain_child, args=(child, env_id, envs, i), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            assert conn.recv() == "ready"
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        start = time.perf_counter()
+        for conn in self.conns:
+            conn.send(seconds)
+        rate = sum(conn.recv() for conn in self.conns)
+        elapsed = time.perf_counter() - start
+        return rate * elapsed, elapsed
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join()
+
+
+class FlowrlRollouts:
+    """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults."""
+
+    def __init__(
+        self, env_id: str, workers: int, envs: int, mode: str, num_async: int, fragment: int
+    ) -> None:
+        from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+        from flowrl.ops import ParallelRollouts
+        from flowrl.worker import WorkerSet
+
+        config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
+                           rollout_fragment_length=fragment)  # fmt: skip
+        self.workers = WorkerSet(policy_cls=PPOPolicy, config=config)
+        if mode == "async":
+            self.rollouts = ParallelRollouts(self.workers, mode=mode, num_async=num_async)
+        else:
+            self.rollouts = ParallelRollouts(self.workers, mode=mode)
+        self.rollouts.take(2)  # actors started, first fragments done
+
+    def measure(self, seconds: float) -> tuple[float, float]:
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            episodes = group.foreach_env_runner(lambda r: r.sample(), local_env_runner=False)
-            steps += sum(len(e) for runner in episodes for e in runner)
-        return steps / (time.perf_counter() - start)
+            steps += len(next(self.rollouts))
+        return steps, time.perf_counter() - start
+
+    def close(self) -> None:
+        self.workers.stop()
+
+
+def _rllib_atari(env_config: dict):
+    import gymnasium as gym
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    from flowrl.envs import check_env_id
+
+    check_env_id(env_config["env_id"])  # registers the ALE envs in the runner process
+    env = gym.make(env_config["env_id"], frameskip=1, repeat_action_probability=0.25)
+    return wrap_atari_for_new_api_stack(env, dim=84, framestack=4)
+
+
+class RLlibRollouts:
+    """RLlib's EnvRunnerGroup with PPO's module sampling as its training step does
+    (``synchronous_parallel_sample``: every runner at once, then gather)."""
+
+    def __init__(self, env_id: str, workers: int, envs: int) -> None:
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+        from flowrl.envs import is_atari
+
+        config = PPOConfig().learners(num_learners=0)
+        if is_atari(env_id):
+            from ray.tune.registry import register_env
+
+            register_env("flowrl_rllib_atari", _rllib_atari)
+            # the Nature CNN trunk (valid padding) and a 512-unit head, as flowrl's model
+            nature = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
+            config = config.environment("flowrl_rllib_atari", env_config={"env_id": env_id})
+            config = config.rl_module(
+                model_config=DefaultModelConfig(
+                    conv_filters=nature, head_fcnet_hiddens=[512], vf_share_layers=True
+                )
+            )
+        else:
+            config = config.environment(env_id)
+        config = config.env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
+        self.algo = config.build_algo()
+        self.group = self.algo.env_runner_group
+        self._sample()
+
+    def _sample(self) -> int:
+        episodes = self.group.foreach_env_runner(lambda r: r.sample(), local_env_runner=False)
+        return sum(len(e) for runner in episodes for e in runner)
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            steps += self._sample()
+        return steps, time.perf_counter() - start
+
+    def close(self) -> None:
+        self.algo.stop()
+
+
+def rllib_available() -> bool:
+    try:
+        import ray.rllib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interleaved(contenders: dict[str, object], rounds: int, seconds: float) -> dict[str, float]:
+    """Steps per second of each contender over ``rounds`` windows taken in turn."""
+    totals = {name: [0.0, 0.0] for name in contenders}
+    names = list(contenders)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            steps, elapsed = contenders[name].measure(seconds)
+            totals[name][0] += steps
+            totals[name][1] += elapsed
+        print(f"  round {r + 1}/{rounds}: " + ", ".join(
+            f"{n} {s / t:,.0f}" for n, (s, t) in totals.items()))  # fmt: skip
+    return {name: steps / elapsed for name, (steps, elapsed) in totals.items()}
+
+
+def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
+    env, envs, frag = args.env, args.envs, args.fragment
+    makers: dict[str, Callable[[], object]] = {
+        "plain processes (limit)": lambda: PlainProcesses(env, workers, envs),
+        "flowrl bulk_sync": lambda: FlowrlRollouts(env, workers, envs, "bulk_sync", 1, frag),
+        "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
+        "flowrl async (num_async=2)": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
+    }
+    if rllib_available():
+        makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)
+    contenders = {}
+    try:
+        for name, make in makers.items():
+            print(f"{workers} worker(s): starting {name}")
+            contenders[name] = make()
+        rates = interleaved(contenders, args.rounds, args.seconds)
     finally:
-        algo.stop()
+        for c in contenders.values():
+            c.close()
+    limit, rllib = rates["plain processes (limit)"], rates.get("rllib")
+    return [
+        {"contender": name, "workers": workers, "envs_per_worker": envs,
+         "env_steps_per_s": rate, "x limit": rate / limit,
+         "x rllib": rate / rllib if rllib else None}
+        for name, rate in rates.items()
+    ]  # fmt: skip
 
 
 def plot(rows: list[dict], path, title: str) -> None:
@@ -118,50 +252,41 @@ def plot(rows: list[dict], path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for contender in dict.fromkeys(r["contender"] for r in rows):
         pts = [(r["workers"], r["env_steps_per_s"]) for r in rows if r["contender"] == contender]
-        pts = [(w, s) for w, s in pts if s is not None]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=contender)
+        ax.plot(*zip(*pts, strict=True), marker="o", label=contender)
     ax.set(xlabel="workers", ylabel="env steps / s", title=title)
     ax.set_xticks(sorted({r["workers"] for r in rows}))
-    ax.legend()
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"wrote {path}")
 
 
 def main() -> None:
+    from flowrl.algorithms.ppo import PPOConfig
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--envs", type=int, default=8, help="envs per worker")
-    parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
+    parser.add_argument("--fragment", type=int, default=PPOConfig.rollout_fragment_length,
+                        help="flowrl's steps per env per fragment (PPO's default)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5, help="windows per contender")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
     args = parser.parse_args()
 
     import ray
 
-    ray.init(num_cpus=max(args.workers) + 1, include_dashboard=False, logging_level="ERROR")
-    rows = []
-    for w in args.workers:
-        limit = plain(args.env, w, args.envs, args.seconds)
-        contenders = {
-            "plain processes (limit)": limit,
-            "flowrl bulk_sync": flowrl_rollouts(args.env, w, args.envs, args.seconds, "bulk_sync"),
-            "flowrl async": flowrl_rollouts(args.env, w, args.envs, args.seconds, "async"),
-            "rllib": rllib_rollouts(args.env, w, args.envs, args.seconds),
-        }
-        rllib = contenders["rllib"]
-        for name, rate in contenders.items():
-            rows.append({
-                "contender": name, "workers": w, "envs_per_worker": args.envs,
-                "env_steps_per_s": rate,
-                "x limit": None if rate is None else rate / limit,
-                "x rllib": None if rate is None or not rllib else rate / rllib,
-            })  # fmt: skip
+    # logical CPUs: every contender's actors exist at once, but only one contender runs
+    ray.init(num_cpus=4 * max(args.workers) + 2, include_dashboard=False, logging_level="ERROR")
+    rows = [row for w in args.workers for row in measure_workers(args, w)]
     ray.shutdown()
-    print(f"{args.env}: env steps/s, {args.envs} envs per worker, {args.seconds:.0f} s each")
+    print(f"{args.env}: env steps/s, {args.envs} envs per worker, "
+          f"{args.rounds} x {args.seconds:g} s windows per contender")  # fmt: skip
     print_table(rows)
     name = "sampling_" + args.env.replace("/", "_").replace("-", "_").lower()
-    write_results(name, {"env": args.env, "results": rows})
+    write_results(name, {"env": args.env, "fragment": args.fragment, "rounds": args.rounds,
+                         "window_s": args.seconds, "results": rows})  # fmt: skip
     plot(rows, RESULTS / f"{name}.png", f"{args.env} sampling ({args.envs} envs/worker)")
 
 

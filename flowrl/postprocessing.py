@@ -50,11 +50,10 @@ def compute_gae(
     not_terminated = 1.0 - terminateds.astype(np.float32)
     continues = 1.0 - (terminateds | truncateds).astype(np.float32)
     deltas = rewards + gamma * next_values * not_terminated - values
-    advantages = np.zeros_like(deltas, dtype=np.float32)
-    running = np.zeros(deltas.shape[1:], dtype=np.float32)
-    for t in reversed(range(num_steps)):
-        running = deltas[t] + gamma * lam * continues[t] * running
-        advantages[t] = running
+    decay = (gamma * lam) * continues
+    advantages = deltas.astype(np.float32)  # A[t] = delta[t] + decay[t] * A[t + 1]
+    for t in reversed(range(num_steps - 1)):
+        advantages[t] += decay[t] * advantages[t + 1]
     return advantages, (advantages + values).astype(np.float32)
 
 

@@ -74,44 +74,50 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def sample_fragment(self) -> Fragment:
         """``rollout_fragment_length`` raw steps of every env, time-major."""
-        steps, n = self.config.rollout_fragment_length, self.env.num_envs
+        steps = self.config.rollout_fragment_length
+        policy, env, obs = self.policy, self.env, self.obs
         cols: dict[str, np.ndarray] = {}
-        valid = np.empty((steps, n), dtype=bool)
         for t in range(steps):
-            actions, extras = self.policy.compute_actions(self.obs)
-            next_obs, rewards, terminated, truncated, _ = self.env.step(
-                self.policy.env_actions(actions)
+            actions, extras = policy.compute_actions(obs)
+            next_obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
+            row = (
+                (OBS, obs),
+                (ACTIONS, actions),
+                (REWARDS, rewards),
+                (TERMINATEDS, terminated),
+                (TRUNCATEDS, truncated),
+                *extras.items(),
             )
-            row = {
-                OBS: self.obs,
-                ACTIONS: actions,
-                REWARDS: rewards,
-                TERMINATEDS: terminated,
-                TRUNCATEDS: truncated,
-                **extras,
-            }
             if not cols:
-                cols = {
-                    k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row.items()
-                }
-            for k, v in row.items():
+                cols = {k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row}
+            for k, v in row:
                 cols[k][t] = v
-            valid[t] = ~self._needs_reset
-            self._track_episodes(rewards, terminated | truncated, valid[t])
-            self._needs_reset = terminated | truncated
-            self.obs = next_obs
+            obs = next_obs
+        self.obs = obs
+        # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
+        done = cols[TERMINATEDS] | cols[TRUNCATEDS]
+        valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
+        self._needs_reset = done[-1]
+        self._track_episodes(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
-        return Fragment(cols, valid, last_obs=np.array(self.obs))
+        return Fragment(cols, valid, last_obs=np.array(obs))
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        self._ep_return += rewards * valid
-        self._ep_len += valid
-        finished = done & valid
-        if finished.any():
-            for i in np.flatnonzero(finished):
-                self._episodes.append((float(self._ep_return[i]), int(self._ep_len[i])))
-            self._ep_return[finished] = 0.0
-            self._ep_len[finished] = 0
+        """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.
+
+        Once per fragment: running sums along time, and a Python step per finished episode.
+        """
+        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)
+        lengths = np.cumsum(valid, axis=0)
+        start_return, start_len = np.zeros(done.shape[1]), np.zeros(done.shape[1], np.int64)
+        for t, i in zip(*np.nonzero(done & valid), strict=True):
+            ep_return = self._ep_return[i] + returns[t, i] - start_return[i]
+            ep_len = self._ep_len[i] + lengths[t, i] - start_len[i]
+            self._episodes.append((float(ep_return), int(ep_len)))
+            self._ep_return[i], self._ep_len[i] = 0.0, 0
+            start_return[i], start_len[i] = returns[t, i], lengths[t, i]
+        self._ep_return += returns[-1] - start_return
+        self._ep_len += lengths[-1] - start_len
 
     def get_metrics(self) -> list[Episode]:
         """Episodes completed since the last call, as ``(return, length)``."""

@@ -39,6 +39,37 @@ def test_episode_returns_match_lengths_on_cartpole():
     assert worker.get_metrics() == []
 
 
+def reference_episodes(rewards, done, valid, ep_return, ep_len):
+    """Per-step episode bookkeeping, the plain way (the reference for the vectorised one)."""
+    episodes = []
+    for t in range(len(rewards)):
+        ep_return += rewards[t] * valid[t]
+        ep_len += valid[t]
+        for i in np.flatnonzero(done[t] & valid[t]):
+            episodes.append((float(ep_return[i]), int(ep_len[i])))
+            ep_return[i], ep_len[i] = 0.0, 0
+    return episodes
+
+
+def test_episode_bookkeeping_matches_a_per_step_loop_across_fragments():
+    worker = local_worker(env="Pendulum-v1")  # float rewards
+    rng = np.random.default_rng(0)
+    ref_return, ref_len = np.zeros(4), np.zeros(4, np.int64)
+    expected = []
+    for _ in range(5):
+        rewards = rng.normal(size=(30, 4))
+        done = rng.random((30, 4)) < 0.1
+        valid = np.ones((30, 4), bool)
+        valid[1:] = ~done[:-1]
+        expected += reference_episodes(rewards, done, valid, ref_return, ref_len)
+        worker._track_episodes(rewards, done, valid)
+    got = worker.get_metrics()
+    assert [n for _, n in got] == [n for _, n in expected]
+    np.testing.assert_allclose([r for r, _ in got], [r for r, _ in expected], rtol=1e-12)
+    np.testing.assert_allclose(worker._ep_return, ref_return, rtol=1e-12)
+    assert (worker._ep_len == ref_len).all()
+
+
 def test_continuous_actions_are_clipped_for_the_env_only():
     worker = local_worker(env="Pendulum-v1")
     batch = worker.sample()
