@@ -458,10 +458,11 @@ class ParallelIterator(Generic[T]):
             while True:
                 if refs is None:  # submitted only once the consumer asks for more
                     refs = [a.par_iter_next.remote() for a in self.actors]
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-                if len(ready) < len(refs):
-                    yield NotReady
-                    continue
+                if timeout is not None:
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+                    if len(ready) < len(refs):
+                        yield NotReady
+                        continue
                 items, refs = ray.get(refs), None
                 if any(item is _END for item in items):
                     return

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from flowrl.config import ConfigError
@@ -28,7 +29,24 @@ def _init(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
-def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = nn.Tanh):
+_FUNCTIONAL = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu}
+
+
+class MLP(nn.Sequential):
+    """An ``nn.Sequential`` of Linear and activation layers whose forward calls the torch
+    functions directly: a rollout step runs the policy on a handful of rows, where the
+    per-module call overhead is about a third of the forward pass."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self:
+            if isinstance(layer, nn.Linear):
+                x = F.linear(x, layer.weight, layer.bias)
+            else:
+                x = _FUNCTIONAL.get(type(layer), layer)(x)
+        return x
+
+
+def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = nn.Tanh) -> MLP:
     """Linear layers of ``sizes`` with ``activation`` between them, orthogonally initialised."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
@@ -36,7 +54,7 @@ def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = 
         layers.append(_init(nn.Linear(sizes[i], sizes[i + 1]), out_gain if last else np.sqrt(2)))
         if not last:
             layers.append(activation())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 def is_image_space(space: gym.Space) -> bool:
