@@ -49,7 +49,8 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
     from flowrl.envs import make_vector_env
 
     torch.set_num_threads(1)
-    env = make_vector_env(env_id, num_envs=num_envs, seed=seed)
+    # one thread, as a rollout worker's Atari env with its one reserved CPU
+    env = make_vector_env(env_id, num_envs=num_envs, seed=seed, num_threads=1)
     model = policy_for(env)
     dist_cls, _ = distribution_for(env.single_action_space)
     obs, _ = env.reset(seed=seed)
@@ -108,30 +109,45 @@ class PlainProcesses:
             proc.join()
 
 
+def steady(pull: Callable[[], int], seconds: float) -> tuple[float, float]:
+    """Steps and seconds of a stream in steady state: the clock starts when the first
+    item arrives (a pipeline that is still filling is not counted) and ``pull`` returns
+    the steps of the next item."""
+    pull()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += pull()
+    return steps, time.perf_counter() - start
+
+
 class FlowrlRollouts:
-    """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults."""
+    """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults. Each
+    window builds the source afresh and closes it after (requests still in flight finish
+    then, outside every window, and are not counted)."""
 
     def __init__(
         self, env_id: str, workers: int, envs: int, mode: str, num_async: int, fragment: int
     ) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-        from flowrl.ops import ParallelRollouts
         from flowrl.worker import WorkerSet
 
         config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
                            rollout_fragment_length=fragment)  # fmt: skip
         self.workers = WorkerSet(policy_cls=PPOPolicy, config=config)
-        if mode == "async":
-            self.rollouts = ParallelRollouts(self.workers, mode=mode, num_async=num_async)
-        else:
-            self.rollouts = ParallelRollouts(self.workers, mode=mode)
-        self.rollouts.take(2)  # actors started, first fragments done
+        self.mode, self.num_async = mode, num_async
+        self.measure(0.0)  # actors started, first fragments done
 
     def measure(self, seconds: float) -> tuple[float, float]:
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            steps += len(next(self.rollouts))
-        return steps, time.perf_counter() - start
+        from flowrl.ops import ParallelRollouts
+
+        if self.mode == "async":
+            rollouts = ParallelRollouts(self.workers, mode="async", num_async=self.num_async)
+        else:
+            rollouts = ParallelRollouts(self.workers, mode=self.mode)
+        try:
+            return steady(lambda: len(next(rollouts)), seconds)
+        finally:
+            rollouts.close()
 
     def close(self) -> None:
         self.workers.stop()
@@ -183,10 +199,7 @@ class RLlibRollouts:
         return sum(len(e) for runner in episodes for e in runner)
 
     def measure(self, seconds: float) -> tuple[float, float]:
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            steps += self._sample()
-        return steps, time.perf_counter() - start
+        return steady(self._sample, seconds)
 
     def close(self) -> None:
         self.algo.stop()
@@ -220,8 +233,8 @@ def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
     makers: dict[str, Callable[[], object]] = {
         "plain processes (limit)": lambda: PlainProcesses(env, workers, envs),
         "flowrl bulk_sync": lambda: FlowrlRollouts(env, workers, envs, "bulk_sync", 1, frag),
-        "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
-        "flowrl async (num_async=2)": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
+        "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
+        "flowrl async (num_async=1)": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
     }
     if rllib_available():
         makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)

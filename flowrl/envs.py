@@ -37,14 +37,23 @@ def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
         raise ConfigError(f"unknown env id '{env_id}': {e}") from None
 
 
-def make_vector_env(env_id: str, *, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode (seed it on reset)."""
+def make_vector_env(
+    env_id: str, *, num_envs: int, seed: int, num_threads: int = 0
+) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode (seed it on reset).
+
+    ``num_threads`` bounds the threads of a natively threaded env (ale-py's Atari vector
+    env); 0 leaves the env's default, a thread per core.
+    """
     spec = check_env_id(env_id)
     if is_atari(env_id):
         from ale_py.vector_env import AtariVectorEnv
 
         env: gym.vector.VectorEnv = AtariVectorEnv(
-            game=_ale_game(env_id), num_envs=num_envs, reward_clipping=False
+            game=_ale_game(env_id),
+            num_envs=num_envs,
+            num_threads=num_threads,
+            reward_clipping=False,
         )
     elif spec.vector_entry_point is not None:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")

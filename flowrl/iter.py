@@ -48,6 +48,8 @@ NotReady = _Sentinel("NotReady")
 
 _END = _Sentinel("_END")
 
+_DRAIN_TIMEOUT_S = 60.0  # how long a closed gather_async waits for its requests in flight
+
 
 class Operator:
     """Base class of transforms that use the plan's shared :class:`PlanContext`.
@@ -141,6 +143,17 @@ class LocalIterator(Generic[T]):
 
     def __repr__(self) -> str:
         return self.name
+
+    def close(self) -> None:
+        """Stop pulling: close the chain (a ``gather_async`` source waits for the requests
+        it has in flight, so its actors are idle afterwards). Closing twice is harmless.
+
+        Example:
+            >>> it = LocalIterator.from_items([1, 2, 3]); next(it); it.close()
+            1
+        """
+        if self._it is not None and hasattr(self._it, "close"):
+            self._it.close()
 
     def _derive(self, gen: Callable[[Iterator[Any], PlanContext], Iterator[U]], suffix: str):
         parent = self
@@ -505,21 +518,24 @@ class ParallelIterator(Generic[T]):
                 for _ in range(num_async):
                     pending[actor.par_iter_next.remote()] = actor
             resubmit = None
-            while pending or resubmit is not None:
-                if resubmit is not None:
-                    pending[resubmit.par_iter_next.remote()] = resubmit
-                    resubmit = None
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-                if not ready:
-                    yield NotReady
-                    continue
-                actor = pending.pop(ready[0])
-                item = ray.get(ready[0])
-                if item is _END:
-                    continue
-                resubmit = actor
-                ctx.current_actor = actor
-                yield self._emit(actor, item)
+            try:
+                while pending or resubmit is not None:
+                    if resubmit is not None:
+                        pending[resubmit.par_iter_next.remote()] = resubmit
+                        resubmit = None
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+                    if not ready:
+                        yield NotReady
+                        continue
+                    actor = pending.pop(ready[0])
+                    item = ray.get(ready[0])
+                    if item is _END:
+                        continue
+                    resubmit = actor
+                    ctx.current_actor = actor
+                    yield self._emit(actor, item)
+            finally:  # closed early: let the requests in flight finish, so the actors go idle
+                ray.wait(list(pending), num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
 
         return LocalIterator(build, name=f"{self.name}.gather_async(num_async={num_async})")
 

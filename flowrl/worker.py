@@ -52,7 +52,11 @@ class RolloutWorker(ParallelIteratorWorker):
         self.worker_index = worker_index
         seed = worker_seed(config, worker_index)
         torch.manual_seed(seed)
-        self.env = make_vector_env(config.env, num_envs=config.num_envs_per_worker, seed=seed)
+        # a remote worker's env threads stay within the CPUs Ray reserved for it
+        threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
+        self.env = make_vector_env(
+            config.env, num_envs=config.num_envs_per_worker, seed=seed, num_threads=threads
+        )
         self.policy = policy_cls(
             self.env.single_observation_space, self.env.single_action_space, config, device=device
         )

@@ -67,3 +67,32 @@ def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session)
     source.set_weights.remote(7)  # what the plan sends back before pulling again
     _, (_, _, weights) = next(it)
     assert weights == 7
+
+
+class Counter(ParallelIteratorWorker):
+    """Endless items, each after ``delay`` seconds; counts the items it has finished."""
+
+    def __init__(self, delay):
+        super().__init__(self.items)
+        self.delay, self.done = delay, 0
+
+    def items(self):
+        while True:
+            time.sleep(self.delay)
+            self.done += 1
+            yield self.done
+
+    def finished(self):
+        return self.done
+
+
+def test_closing_gather_async_waits_for_the_requests_in_flight(ray_session):
+    ray = ray_session
+    actor = ray.remote(num_cpus=0)(Counter).remote(0.3)
+    it = ParallelIterator.from_actors([actor]).gather_async(num_async=3)
+    assert it.take(1) == [1]
+    it.close()  # two requests were still in flight: both finish before close returns
+    start = time.perf_counter()
+    assert ray.get(actor.finished.remote()) == 3
+    assert time.perf_counter() - start < 0.2, "the actor was idle, not still sampling"
+    it.close()
