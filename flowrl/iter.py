@@ -535,7 +535,8 @@ class ParallelIterator(Generic[T]):
                     ctx.current_actor = actor
                     yield self._emit(actor, item)
             finally:  # closed early: let the requests in flight finish, so the actors go idle
-                ray.wait(list(pending), num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
+                if pending:
+                    ray.wait(list(pending), num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
 
         return LocalIterator(build, name=f"{self.name}.gather_async(num_async={num_async})")
 
