@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import gymnasium as gym
 import torch
@@ -18,19 +19,24 @@ from flowrl.config import ConfigError
 
 
 class Categorical:
-    """A categorical distribution over ``logits[..., n]``."""
+    """A categorical distribution over unnormalised ``inputs[..., n]``; ``logits`` are the
+    normalised log-probabilities, computed when first needed (sampling does not)."""
 
-    def __init__(self, logits: torch.Tensor) -> None:
-        self.logits = F.log_softmax(logits, dim=-1)
+    def __init__(self, inputs: torch.Tensor) -> None:
+        self.inputs = inputs
+
+    @cached_property
+    def logits(self) -> torch.Tensor:
+        return F.log_softmax(self.inputs, dim=-1)
 
     def sample(self) -> torch.Tensor:
-        # Gumbel-max: argmax(logits + Gumbel noise), with -log(Exp(1)) as the Gumbel draw;
+        # Gumbel-max: argmax(inputs + Gumbel noise), with -log(Exp(1)) as the Gumbel draw;
         # a third of torch.multinomial's time on the per-step batches of a rollout
-        noise = torch.empty_like(self.logits).exponential_().log_()
-        return (self.logits - noise).argmax(dim=-1)
+        noise = torch.empty_like(self.inputs).exponential_().log_()
+        return (self.inputs - noise).argmax(dim=-1)
 
     def mode(self) -> torch.Tensor:
-        return self.logits.argmax(dim=-1)
+        return self.inputs.argmax(dim=-1)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -26,7 +26,14 @@ from flowrl.config import Config
 from flowrl.distributions import Distribution, distribution_for
 from flowrl.models import ActorCritic
 from flowrl.postprocessing import add_advantages
-from flowrl.sample_batch import LOGP, VF_PREDS, Fragment, SampleBatch
+from flowrl.sample_batch import (
+    ACTION_DIST_INPUTS,
+    ACTIONS,
+    LOGP,
+    VF_PREDS,
+    Fragment,
+    SampleBatch,
+)
 
 Weights = dict[str, np.ndarray]
 
@@ -94,10 +101,13 @@ class Policy:
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Actions for a batch of observations, with their log-probs and value estimates."""
-        dist, values = self.distribution(self._as_tensor(obs))
+        """Actions for a batch of observations, with the distribution inputs and value
+        estimates that gave them. The actions' log-probs are added per fragment by
+        :meth:`postprocess` (one vectorised pass instead of a gather per step)."""
+        dist_inputs, values = self.model(self._as_tensor(obs))
+        dist = self.dist_cls(dist_inputs)
         actions = dist.sample() if explore else dist.mode()
-        extras = {LOGP: self._as_numpy(dist.log_prob(actions)), VF_PREDS: self._as_numpy(values)}
+        extras = {ACTION_DIST_INPUTS: self._as_numpy(dist_inputs), VF_PREDS: self._as_numpy(values)}
         return self._as_numpy(actions), extras
 
     # per-step conversions: on the CPU (every rollout worker) skip the no-op device moves,
@@ -121,7 +131,17 @@ class Policy:
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         """Turn a sampled fragment into training rows (returns, advantages, ...)."""
-        return fragment.to_batch()
+        return self.add_action_logp(fragment).to_batch()
+
+    @torch.inference_mode()
+    def add_action_logp(self, fragment: Fragment) -> Fragment:
+        """Adds ``action_logp``: each sampled action's log-prob under the distribution
+        inputs recorded when it was sampled (a no-op for fragments without them)."""
+        cols = fragment.columns
+        if ACTION_DIST_INPUTS in cols:
+            dist = self.dist_cls(torch.from_numpy(cols[ACTION_DIST_INPUTS]))
+            cols[LOGP] = dist.log_prob(torch.from_numpy(cols[ACTIONS])).numpy()
+        return fragment
 
     # -- learning ------------------------------------------------------------------------
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -216,5 +236,8 @@ class ActorCriticPolicy(Policy):
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         last_values = self.compute_values(fragment.last_obs)
         return add_advantages(
-            fragment, last_values, gamma=self.config.gamma, lam=self.config.gae_lambda
+            self.add_action_logp(fragment),
+            last_values,
+            gamma=self.config.gamma,
+            lam=self.config.gae_lambda,
         )

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-from flowrl.sample_batch import ADVANTAGES, OBS, REWARDS, TERMINATEDS, TRUNCATEDS
+from flowrl.sample_batch import (
+    ACTIONS,
+    ADVANTAGES,
+    LOGP,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+)
 from flowrl.worker import RolloutWorker, WorkerSet
 
 
@@ -68,6 +77,18 @@ def test_episode_bookkeeping_matches_a_per_step_loop_across_fragments():
     np.testing.assert_allclose([r for r, _ in got], [r for r, _ in expected], rtol=1e-12)
     np.testing.assert_allclose(worker._ep_return, ref_return, rtol=1e-12)
     assert (worker._ep_len == ref_len).all()
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_action_logp_is_the_sampling_policys_log_prob(env):
+    # added per fragment from the recorded distribution inputs; must equal the log-prob
+    # the unchanged policy gives each row's action
+    worker = local_worker(env=env)
+    batch = worker.sample()
+    with torch.no_grad():
+        dist, _ = worker.policy.distribution(torch.from_numpy(batch[OBS]))
+        expected = dist.log_prob(torch.from_numpy(batch[ACTIONS])).numpy()
+    np.testing.assert_allclose(batch[LOGP], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_continuous_actions_are_clipped_for_the_env_only():
