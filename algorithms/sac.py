@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -106,9 +107,16 @@ class SACPolicy(Policy):
             list(self.q.parameters()),
         )
         self.target_params = list(self.q_target.parameters())
-        self.critic_optimizer = adam(self.critic_params, cfg.critic_lr)
-        self.alpha_optimizer = adam([self.log_alpha], cfg.alpha_lr)
         self.target_entropy = self._target_entropy()
+
+    # built on first use, like the actor's optimiser (rollout workers never learn)
+    @cached_property
+    def critic_optimizer(self) -> torch.optim.Optimizer:
+        return adam(self.critic_params, self.config.critic_lr)
+
+    @cached_property
+    def alpha_optimizer(self) -> torch.optim.Optimizer:
+        return adam([self.log_alpha], self.config.alpha_lr)
 
     def make_model(self) -> nn.Module:
         discrete = isinstance(self.action_space, gym.spaces.Discrete)

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from functools import cached_property
 from typing import Any
 
 import gymnasium as gym
@@ -82,9 +83,14 @@ class Policy:
         self.device = resolve_device(device)
         self.dist_cls, _ = distribution_for(action_space)
         self.model = self.make_model().to(self.device)
-        self.optimizer = adam(self.model.parameters(), config.lr, eps=1e-5)
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
+
+    @cached_property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the model's parameters, built on first use: building an optimiser
+        imports torch's compiler stack (about 1.5 s), which rollout workers never need."""
+        return adam(self.model.parameters(), self.config.lr, eps=1e-5)
 
     def make_model(self) -> nn.Module:
         """The torch model; override for another architecture."""
