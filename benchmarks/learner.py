@@ -2,7 +2,7 @@
 torch loop doing the same work (same network, loss, optimiser and minibatches) on the same
 batch, so the framework's overhead shows as the ratio.
 
-    python benchmarks/learner.py [--seconds 5]
+    python benchmarks/learner.py [--seconds 6] [--rounds 12]
 
 Writes benchmarks/results/learner.json.
 """
@@ -25,13 +25,14 @@ OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
 ACTION_SPACE = gym.spaces.Discrete(2)
 
 
-def rate(step, seconds: float) -> float:
-    """Calls of ``step`` per second (each returns how many SGD updates it made)."""
+def window(step, seconds: float) -> tuple[int, float]:
+    """SGD updates and seconds of calling ``step`` (which returns its updates) for about
+    ``seconds``, after one call that is not counted."""
     step()
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         updates += step()
-    return updates / (time.perf_counter() - start)
+    return updates, time.perf_counter() - start
 
 
 def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -44,7 +45,7 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def ppo(seconds: float) -> list[dict]:
+def ppo(seconds: float, rounds: int) -> list[dict]:
     from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
     from flowrl.distributions import Categorical
     from flowrl.sample_batch import SampleBatch
@@ -86,10 +87,10 @@ def ppo(seconds: float) -> list[dict]:
                 opt.step()
         return per_call
 
-    return compare("PPO (2048 rows, 6 epochs x 256)", flowrl_step, plain_step, seconds)
+    return compare("PPO (2048 rows, 6 epochs x 256)", flowrl_step, plain_step, seconds, rounds)
 
 
-def dqn(seconds: float) -> list[dict]:
+def dqn(seconds: float, rounds: int) -> list[dict]:
     from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
     from flowrl.sample_batch import SampleBatch
 
@@ -128,16 +129,20 @@ def dqn(seconds: float) -> list[dict]:
         opt.step()
         return 1
 
-    return compare(f"DQN ({n} rows, double + dueling)", flowrl_step, plain_step, seconds)
+    return compare(f"DQN ({n} rows, double + dueling)", flowrl_step, plain_step, seconds, rounds)
 
 
-def compare(name: str, flowrl_step, plain_step, seconds: float) -> list[dict]:
-    # interleave the two, twice, so drifting machine load hits both alike
-    flowrl_rates, plain_rates = [], []
-    for _ in range(2):
-        plain_rates.append(rate(plain_step, seconds / 2))
-        flowrl_rates.append(rate(flowrl_step, seconds / 2))
-    plain, ours = float(np.mean(plain_rates)), float(np.mean(flowrl_rates))
+def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> list[dict]:
+    # short windows taken in turn, in alternating order, so the machine's drifting load hits
+    # both alike; a figure is its updates over its time, summed over its windows
+    steps = {"plain torch loop": plain_step, "flowrl": flowrl_step}
+    totals = {key: [0, 0.0] for key in steps}
+    for r in range(rounds):
+        for key in list(steps)[:: 1 if r % 2 == 0 else -1]:
+            updates, elapsed = window(steps[key], seconds / rounds)
+            totals[key][0] += updates
+            totals[key][1] += elapsed
+    plain, ours = (updates / elapsed for updates, elapsed in totals.values())
     return [
         {"learner": name, "contender": "plain torch loop", "updates_per_s": plain, "x plain": 1.0},
         {"learner": name, "contender": "flowrl", "updates_per_s": ours, "x plain": ours / plain},
@@ -147,9 +152,10 @@ def compare(name: str, flowrl_step, plain_step, seconds: float) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="per contender")
+    parser.add_argument("--rounds", type=int, default=12, help="windows per contender")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = ppo(args.seconds) + dqn(args.seconds)
+    rows = ppo(args.seconds, args.rounds) + dqn(args.seconds, args.rounds)
     print(f"SGD updates per second, torch threads: {torch.get_num_threads()}")
     print_table(rows)
     write_results("learner", {"results": rows})
