@@ -143,13 +143,19 @@ def test_ctrl_c_stops_cleanly_and_checkpoints(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a suite started as a background job inherits SIGINT ignored: give the CLI the
+        # terminal's default, as a user pressing Ctrl-C has it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    results = out_dir / "result.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (results.exists() and results.read_text().count("\n")):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        results = out_dir / "result.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (results.exists() and results.read_text().count("\n")):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # never leave a training run behind to slow the rest of the suite
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
     summary = json.loads((out_dir / "summary.json").read_text())
