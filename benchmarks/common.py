@@ -26,6 +26,34 @@ def time_per_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 10) -> f
     return times[len(times) // 2]
 
 
+def steady(pull: Callable[[], int], seconds: float) -> tuple[float, float]:
+    """Steps and seconds of a stream in steady state: the clock starts when the first
+    item arrives (a pipeline that is still filling is not counted) and ``pull`` returns
+    the steps of the next item."""
+    pull()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += pull()
+    return steps, time.perf_counter() - start
+
+
+def interleaved(
+    measures: dict[str, Callable[[float], tuple[float, float]]], rounds: int, seconds: float
+) -> dict[str, float]:
+    """Steps per second of each contender over ``rounds`` windows taken in turn."""
+    totals = {name: [0.0, 0.0] for name in measures}
+    names = list(measures)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            steps, elapsed = measures[name](seconds)
+            totals[name][0] += steps
+            totals[name][1] += elapsed
+        print(f"  round {r + 1}/{rounds}: " + ", ".join(
+            f"{n} {s / t:,.0f}" for n, (s, t) in totals.items()))  # fmt: skip
+    return {name: steps / elapsed for name, (steps, elapsed) in totals.items()}
+
+
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
     """Rows of equal keys as an aligned text table."""
     if not rows:

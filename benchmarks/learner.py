@@ -10,7 +10,6 @@ Writes benchmarks/results/learner.json.
 from __future__ import annotations
 
 import argparse
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -19,20 +18,10 @@ import torch.nn.functional as F
 
 from flowrl.policy import adam
 
-from common import print_table, write_results
+from common import interleaved, print_table, steady, write_results
 
 OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
 ACTION_SPACE = gym.spaces.Discrete(2)
-
-
-def window(step, seconds: float) -> tuple[int, float]:
-    """SGD updates and seconds of calling ``step`` (which returns its updates) for about
-    ``seconds``, after one call that is not counted."""
-    step()
-    updates, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        updates += step()
-    return updates, time.perf_counter() - start
 
 
 def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -133,16 +122,17 @@ def dqn(seconds: float, rounds: int) -> list[dict]:
 
 
 def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> list[dict]:
-    # short windows taken in turn, in alternating order, so the machine's drifting load hits
-    # both alike; a figure is its updates over its time, summed over its windows
-    steps = {"plain torch loop": plain_step, "flowrl": flowrl_step}
-    totals = {key: [0, 0.0] for key in steps}
-    for r in range(rounds):
-        for key in list(steps)[:: 1 if r % 2 == 0 else -1]:
-            updates, elapsed = window(steps[key], seconds / rounds)
-            totals[key][0] += updates
-            totals[key][1] += elapsed
-    plain, ours = (updates / elapsed for updates, elapsed in totals.values())
+    # short windows taken in turn, so the machine's drifting load hits both alike; each
+    # step function returns the SGD updates it made
+    rates = interleaved(
+        {
+            "plain torch loop": lambda s: steady(plain_step, s),
+            "flowrl": lambda s: steady(flowrl_step, s),
+        },
+        rounds,
+        seconds / rounds,
+    )
+    plain, ours = rates["plain torch loop"], rates["flowrl"]
     return [
         {"learner": name, "contender": "plain torch loop", "updates_per_s": plain, "x plain": 1.0},
         {"learner": name, "contender": "flowrl", "updates_per_s": ours, "x plain": ours / plain},

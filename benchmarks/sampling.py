@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common import RESULTS, print_table, write_results
+from common import RESULTS, interleaved, print_table, steady, write_results
 
 
 def policy_for(env):
@@ -107,17 +107,6 @@ class PlainProcesses:
             conn.send(None)
         for proc in self.procs:
             proc.join()
-
-
-def steady(pull: Callable[[], int], seconds: float) -> tuple[float, float]:
-    """Steps and seconds of a stream in steady state: the clock starts when the first
-    item arrives (a pipeline that is still filling is not counted) and ``pull`` returns
-    the steps of the next item."""
-    pull()
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        steps += pull()
-    return steps, time.perf_counter() - start
 
 
 class FlowrlRollouts:
@@ -213,21 +202,6 @@ def rllib_available() -> bool:
     return True
 
 
-def interleaved(contenders: dict[str, object], rounds: int, seconds: float) -> dict[str, float]:
-    """Steps per second of each contender over ``rounds`` windows taken in turn."""
-    totals = {name: [0.0, 0.0] for name in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            steps, elapsed = contenders[name].measure(seconds)
-            totals[name][0] += steps
-            totals[name][1] += elapsed
-        print(f"  round {r + 1}/{rounds}: " + ", ".join(
-            f"{n} {s / t:,.0f}" for n, (s, t) in totals.items()))  # fmt: skip
-    return {name: steps / elapsed for name, (steps, elapsed) in totals.items()}
-
-
 def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
     env, envs, frag = args.env, args.envs, args.fragment
     makers: dict[str, Callable[[], object]] = {
@@ -243,7 +217,8 @@ def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
         for name, make in makers.items():
             print(f"{workers} worker(s): starting {name}")
             contenders[name] = make()
-        rates = interleaved(contenders, args.rounds, args.seconds)
+        measures = {name: c.measure for name, c in contenders.items()}
+        rates = interleaved(measures, args.rounds, args.seconds)
     finally:
         for c in contenders.values():
             c.close()
