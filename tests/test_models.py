@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from flowrl.models import InputMajorLinear
+from flowrl.models import InputMajorLinear, NatureCNN
 
 
 def test_input_major_linear_is_a_linear_layer_with_the_weight_transposed():
@@ -17,3 +17,25 @@ def test_input_major_linear_is_a_linear_layer_with_the_weight_transposed():
     # orthogonal init as nn.Linear's [out, in] weight would get: orthonormal rows, scaled
     w = layer.weight.detach().t()
     torch.testing.assert_close(w @ w.t(), 4.0 * torch.eye(16), atol=1e-4, rtol=0)
+
+
+def test_nature_cnn_equals_the_layer_by_layer_network_on_scaled_frames():
+    torch.manual_seed(0)
+    cnn = NatureCNN((4, 84, 84))
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    x = frames.float() / 255.0
+    for conv in cnn.convs:
+        x = torch.relu(F.conv2d(x, conv.weight, conv.bias, stride=conv.stride))
+    expected = torch.relu(x.flatten(1) @ cnn.fc.weight + cnn.fc.bias)
+    torch.testing.assert_close(cnn(frames), expected, atol=1e-5, rtol=1e-4)
+    # channels-last frames give the same features
+    last = NatureCNN((84, 84, 4))
+    last.load_state_dict(cnn.state_dict())
+    torch.testing.assert_close(last(frames.permute(0, 2, 3, 1)), cnn(frames))
+
+
+def test_nature_cnn_trains_every_layer():
+    torch.manual_seed(0)
+    cnn = NatureCNN((4, 84, 84))
+    cnn(torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in cnn.parameters())
