@@ -36,7 +36,7 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
-from flowrl.policy import Policy, load_module_weights, module_weights
+from flowrl.policy import Policy, inference, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS
 from flowrl.replay_config import ReplayConfig, make_replay
@@ -93,7 +93,7 @@ class DQNPolicy(Policy):
         start, end = cfg.exploration_initial_eps, cfg.exploration_final_eps
         return start + progress * (end - start)
 
-    @torch.inference_mode()
+    @inference
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

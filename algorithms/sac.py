@@ -32,7 +32,7 @@ from flowrl.distributions import Categorical, SquashedGaussian
 from flowrl.iter import LocalIterator
 from flowrl.models import TwinQ, mlp, vector_obs_size
 from flowrl.ops import UpdateTargets
-from flowrl.policy import Policy, adam, load_module_weights, module_weights
+from flowrl.policy import Policy, adam, inference, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS
 from flowrl.replay_config import ReplayConfig
@@ -150,7 +150,7 @@ class SACPolicy(Policy):
         return Categorical(inputs) if self.config.discrete else SquashedGaussian(inputs)
 
     # -- acting --------------------------------------------------------------------------
-    @torch.inference_mode()
+    @inference
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -134,5 +134,9 @@ class Fragment:
     last_obs: np.ndarray
 
     def to_batch(self) -> SampleBatch:
-        """The valid rows, flattened in time-major order."""
+        """The valid rows, flattened in time-major order (views of the columns when every
+        row is valid: no copy of a fragment's frames)."""
+        if self.valid.all():
+            n = self.valid.size
+            return SampleBatch({k: v.reshape(n, *v.shape[2:]) for k, v in self.columns.items()})
         return SampleBatch({k: v[self.valid] for k, v in self.columns.items()})

@@ -81,22 +81,23 @@ class RolloutWorker(ParallelIteratorWorker):
         steps = self.config.rollout_fragment_length
         policy, env, obs = self.policy, self.env, self.obs
         cols: dict[str, np.ndarray] = {}
-        for t in range(steps):
-            actions, extras = policy.compute_actions(obs)
-            next_obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
-            row = (
-                (OBS, obs),
-                (ACTIONS, actions),
-                (REWARDS, rewards),
-                (TERMINATEDS, terminated),
-                (TRUNCATEDS, truncated),
-                *extras.items(),
-            )
-            if not cols:
-                cols = {k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row}
-            for k, v in row:
-                cols[k][t] = v
-            obs = next_obs
+        with torch.inference_mode():  # entered once per fragment, not once per step
+            for t in range(steps):
+                actions, extras = policy.compute_actions(obs)
+                next_obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
+                row = (
+                    (OBS, obs),
+                    (ACTIONS, actions),
+                    (REWARDS, rewards),
+                    (TERMINATEDS, terminated),
+                    (TRUNCATEDS, truncated),
+                    *extras.items(),
+                )
+                if not cols:
+                    cols = {k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row}
+                for k, v in row:
+                    cols[k][t] = v
+                obs = next_obs
         self.obs = obs
         # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
         done = cols[TERMINATEDS] | cols[TRUNCATEDS]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.sample_batch import SampleBatch
+from flowrl.sample_batch import Fragment, SampleBatch
 
 sizes = st.lists(st.integers(0, 30), min_size=1, max_size=5)
 
@@ -57,3 +57,19 @@ def test_pickles_and_keeps_dtypes():
     back = pickle.loads(pickle.dumps(batch, protocol=5))
     assert back["obs"].dtype == np.uint8 and len(back) == 2
     assert "obs" in back and back.keys() == ["obs", "rewards"]
+
+
+@given(st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_fragment_to_batch_keeps_the_valid_rows_in_time_major_order(steps, envs, seed):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(steps, envs, 2)).astype(np.float32)
+    valid = rng.random((steps, envs)) < 0.7
+    for mask in (valid, np.ones_like(valid)):  # some rows dropped / all rows kept (views)
+        batch = Fragment({"obs": obs, "t": np.arange(steps)[:, None].repeat(envs, 1)},
+                         mask, last_obs=obs[-1]).to_batch()  # fmt: skip
+        rows = [(t, i) for t in range(steps) for i in range(envs) if mask[t, i]]
+        assert len(batch) == len(rows)
+        assert batch["t"].tolist() == [t for t, _ in rows]
+        expected = np.array([obs[t, i] for t, i in rows]).reshape(-1, 2)
+        np.testing.assert_array_equal(batch["obs"], expected)
+        assert batch["obs"].flags["C_CONTIGUOUS"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+from flowrl.policy import inference
 from flowrl.sample_batch import (
     ACTIONS,
     ADVANTAGES,
@@ -89,6 +90,21 @@ def test_action_logp_is_the_sampling_policys_log_prob(env):
         dist, _ = worker.policy.distribution(torch.from_numpy(batch[OBS]))
         expected = dist.log_prob(torch.from_numpy(batch[ACTIONS])).numpy()
     np.testing.assert_allclose(batch[LOGP], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_methods_run_in_inference_mode_whoever_calls_them():
+    seen = []
+
+    @inference
+    def act(x):
+        seen.append(torch.is_inference_mode_enabled())
+        return x * 2
+
+    assert act(torch.ones(1)).item() == 2.0
+    with torch.inference_mode():  # as in the rollout loop
+        act(torch.ones(1))
+    assert seen == [True, True]
+    assert not torch.is_inference_mode_enabled()
 
 
 def test_continuous_actions_are_clipped_for_the_env_only():
