@@ -46,6 +46,8 @@ class A3CConfig(Config):
 class A3CPolicy(ActorCriticPolicy):
     """Actor-critic with the advantage policy-gradient loss."""
 
+    loss_columns = (OBS, ACTIONS, ADVANTAGES, VALUE_TARGETS)
+
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
         dist, values = self.distribution(batch[OBS])

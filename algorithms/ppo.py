@@ -64,6 +64,8 @@ class PPOConfig(Config):
 class PPOPolicy(ActorCriticPolicy):
     """Actor-critic with the PPO-clip loss."""
 
+    loss_columns = (OBS, ACTIONS, LOGP, ADVANTAGES, VALUE_TARGETS)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kl_coeff = self.config.kl_coeff

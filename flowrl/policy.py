@@ -18,7 +18,7 @@ import functools
 import warnings
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -94,6 +94,11 @@ def inference(method: F) -> F:
 
 class Policy:
     """Model + distribution + optimiser; subclasses supply ``loss``."""
+
+    #: The batch columns ``loss`` reads: the learner moves and slices only these for each
+    #: minibatch (all of the batch's columns when None). A subclass whose loss reads more
+    #: adds them here.
+    loss_columns: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(
         self,
@@ -181,11 +186,20 @@ class Policy:
         raise NotImplementedError
 
     def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
-        return {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+        keys = batch.keys() if self.loss_columns is None else self.loss_columns
+        return {k: torch.from_numpy(batch[k]).to(self.device) for k in keys}
 
     def _backward(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self.loss(batch)
+        try:
+            loss, stats = self.loss(batch)
+        except KeyError as e:
+            if self.loss_columns is None or not e.args or e.args[0] in batch:
+                raise
+            raise KeyError(
+                f"{e.args[0]!r}: the loss read a column that {type(self).__name__}.loss_columns "
+                f"{self.loss_columns} leaves out; add it there"
+            ) from None
         loss.backward()
         if self.config.grad_clip > 0:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)

@@ -167,3 +167,27 @@ def test_dead_worker_is_replaced_with_current_weights(ray_session):
         assert all(np.array_equal(weights[k], local[k]) for k in local)
     finally:
         workers.stop()
+
+
+def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
+    worker = local_worker()
+    batch = worker.sample()
+    seen = []
+
+    class Spy(PPOPolicy):
+        def loss(self, b):
+            seen.append(set(b))
+            return super().loss(b)
+
+    spy = Spy(worker.env.single_observation_space, worker.env.single_action_space, worker.config)
+    spy.learn_on_batch(batch, minibatch_size=64)
+    assert seen and all(keys == set(PPOPolicy.loss_columns) for keys in seen)
+
+    class ReadsMore(PPOPolicy):
+        def loss(self, b):
+            return super().loss(b)[0] + b[TERMINATEDS].float().mean(), {}
+
+    more = ReadsMore(worker.env.single_observation_space, worker.env.single_action_space,
+                     worker.config)  # fmt: skip
+    with pytest.raises(KeyError, match=r"terminateds.*loss_columns"):
+        more.learn_on_batch(batch)
