@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -39,19 +41,31 @@ def steady(pull: Callable[[], int], seconds: float) -> tuple[float, float]:
 
 def interleaved(
     measures: dict[str, Callable[[float], tuple[float, float]]], rounds: int, seconds: float
-) -> dict[str, float]:
-    """Steps per second of each contender over ``rounds`` windows taken in turn."""
+) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Steps per second of each contender over ``rounds`` windows taken in turn, and each
+    round's rates (one window per contender) for :func:`ratio_spread`."""
     totals = {name: [0.0, 0.0] for name in measures}
+    per_round = []
     names = list(measures)
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
+        this_round = {}
         for name in order:
             steps, elapsed = measures[name](seconds)
             totals[name][0] += steps
             totals[name][1] += elapsed
+            this_round[name] = steps / elapsed
+        per_round.append(this_round)
         print(f"  round {r + 1}/{rounds}: " + ", ".join(
             f"{n} {s / t:,.0f}" for n, (s, t) in totals.items()))  # fmt: skip
-    return {name: steps / elapsed for name, (steps, elapsed) in totals.items()}
+    return {name: steps / elapsed for name, (steps, elapsed) in totals.items()}, per_round
+
+
+def ratio_spread(per_round: list[dict[str, float]], name: str, baseline: str) -> str:
+    """The 10th-90th percentile of ``name``'s rate over ``baseline``'s within a round: how
+    far one run's ratio can be trusted on a noisy machine (``"0.61-0.70"``)."""
+    lo, hi = np.percentile([r[name] / r[baseline] for r in per_round], [10, 90])
+    return f"{lo:.2f}-{hi:.2f}"
 
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from flowrl.policy import adam
 
-from common import interleaved, print_table, steady, write_results
+from common import interleaved, print_table, ratio_spread, steady, write_results
 
 OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
 ACTION_SPACE = gym.spaces.Discrete(2)
@@ -124,7 +124,7 @@ def dqn(seconds: float, rounds: int) -> list[dict]:
 def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> list[dict]:
     # short windows taken in turn, so the machine's drifting load hits both alike; each
     # step function returns the SGD updates it made
-    rates = interleaved(
+    rates, per_round = interleaved(
         {
             "plain torch loop": lambda s: steady(plain_step, s),
             "flowrl": lambda s: steady(flowrl_step, s),
@@ -133,10 +133,13 @@ def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> 
         seconds / rounds,
     )
     plain, ours = rates["plain torch loop"], rates["flowrl"]
+    spread = ratio_spread(per_round, "flowrl", "plain torch loop")
     return [
-        {"learner": name, "contender": "plain torch loop", "updates_per_s": plain, "x plain": 1.0},
-        {"learner": name, "contender": "flowrl", "updates_per_s": ours, "x plain": ours / plain},
-    ]
+        {"learner": name, "contender": "plain torch loop", "updates_per_s": plain,
+         "x plain": 1.0, "x plain p10-p90": "1.00-1.00"},
+        {"learner": name, "contender": "flowrl", "updates_per_s": ours,
+         "x plain": ours / plain, "x plain p10-p90": spread},
+    ]  # fmt: skip
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common import RESULTS, interleaved, print_table, steady, write_results
+from common import RESULTS, interleaved, print_table, ratio_spread, steady, write_results
 
 
 def policy_for(env):
@@ -218,15 +218,18 @@ def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
             print(f"{workers} worker(s): starting {name}")
             contenders[name] = make()
         measures = {name: c.measure for name, c in contenders.items()}
-        rates = interleaved(measures, args.rounds, args.seconds)
+        rates, per_round = interleaved(measures, args.rounds, args.seconds)
     finally:
         for c in contenders.values():
             c.close()
-    limit, rllib = rates["plain processes (limit)"], rates.get("rllib")
+    limit_name = "plain processes (limit)"
+    limit, rllib = rates[limit_name], rates.get("rllib")
     return [
         {"contender": name, "workers": workers, "envs_per_worker": envs,
          "env_steps_per_s": rate, "x limit": rate / limit,
-         "x rllib": rate / rllib if rllib else None}
+         "x limit p10-p90": ratio_spread(per_round, name, limit_name),
+         "x rllib": rate / rllib if rllib else None,
+         "windows_env_steps_per_s": [r[name] for r in per_round]}
         for name, rate in rates.items()
     ]  # fmt: skip
 
@@ -271,7 +274,7 @@ def main() -> None:
     ray.shutdown()
     print(f"{args.env}: env steps/s, {args.envs} envs per worker, "
           f"{args.rounds} x {args.seconds:g} s windows per contender")  # fmt: skip
-    print_table(rows)
+    print_table([{k: v for k, v in r.items() if k != "windows_env_steps_per_s"} for r in rows])
     name = "sampling_" + args.env.replace("/", "_").replace("-", "_").lower()
     write_results(name, {"env": args.env, "fragment": args.fragment, "rounds": args.rounds,
                          "window_s": args.seconds, "results": rows})  # fmt: skip
