@@ -1,11 +1,14 @@
 """Policy: a torch model, its action distribution, an optimiser and a loss.
 
 Algorithms subclass :class:`Policy` and define :meth:`Policy.loss` (and, when they need
-returns or advantages, :meth:`Policy.postprocess`). Weights travel as numpy arrays, so they
-cross Ray's object store without pickling torch tensors.
+returns or advantages, :meth:`Policy.postprocess`); ``loss_columns`` names the batch
+columns the loss reads, so the learner slices only those per minibatch. Weights travel as
+numpy arrays, so they cross Ray's object store without pickling torch tensors.
 
 Example:
     >>> class MyPolicy(Policy):
+    ...     loss_columns = ("obs", "actions", "rewards")
+    ...
     ...     def loss(self, batch):
     ...         dist, values = self.distribution(batch["obs"])
     ...         loss = -(dist.log_prob(batch["actions"]) * batch["rewards"]).mean()
