@@ -133,12 +133,10 @@ def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> 
         seconds / rounds,
     )
     plain, ours = rates["plain torch loop"], rates["flowrl"]
-    spread = ratio_spread(per_round, "flowrl", "plain torch loop")
     return [
-        {"learner": name, "contender": "plain torch loop", "updates_per_s": plain,
-         "x plain": 1.0, "x plain p10-p90": "1.00-1.00"},
-        {"learner": name, "contender": "flowrl", "updates_per_s": ours,
-         "x plain": ours / plain, "x plain p10-p90": spread},
+        {"learner": name, "contender": c, "updates_per_s": rate, "x plain": rate / plain,
+         "x plain p10-p90": ratio_spread(per_round, c, "plain torch loop")}
+        for c, rate in (("plain torch loop", plain), ("flowrl", ours))
     ]  # fmt: skip
 
 

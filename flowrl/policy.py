@@ -71,10 +71,10 @@ def adam(params: Any, lr: float, *, eps: float = 1e-8) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+Method = TypeVar("Method", bound=Callable[..., Any])
 
 
-def inference(method: F) -> F:
+def inference(method: Method) -> Method:
     """``torch.inference_mode`` around a policy method, entered only when it is not on
     already: the rollout loop turns it on once per fragment, and entering it costs about
     3 us, 1-2% of a CartPole rollout step.
