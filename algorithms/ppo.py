@@ -81,7 +81,10 @@ class PPOPolicy(ActorCriticPolicy):
         vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
         entropy = dist.entropy().mean()
         kl = ((ratio - 1) - log_ratio).mean()  # unbiased estimate of KL(old || new)
-        loss = surrogate + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        loss = surrogate + cfg.vf_loss_coeff * vf_loss
+        # terms with a zero weight stay out of the loss: backward then skips them
+        if cfg.entropy_coeff > 0:
+            loss = loss - cfg.entropy_coeff * entropy
         if self.kl_coeff > 0:
             loss = loss + self.kl_coeff * kl
         stats = {"policy_loss": surrogate, "vf_loss": vf_loss, "entropy": entropy, "kl": kl}

@@ -191,3 +191,16 @@ def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
                      worker.config)  # fmt: skip
     with pytest.raises(KeyError, match=r"terminateds.*loss_columns"):
         more.learn_on_batch(batch)
+
+
+def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_always():
+    worker = local_worker()
+    batch = {k: torch.from_numpy(v) for k, v in worker.sample().items()}
+    spaces = worker.env.single_observation_space, worker.env.single_action_space
+    losses = {}
+    for coeff in (0.0, 0.5):
+        policy = PPOPolicy(*spaces, worker.config.replace(entropy_coeff=coeff))
+        policy.set_weights(worker.policy.get_weights())
+        losses[coeff], stats = policy.loss(batch)
+        assert stats["entropy"] > 0
+    torch.testing.assert_close(losses[0.5], losses[0.0] - 0.5 * stats["entropy"])
