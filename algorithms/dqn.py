@@ -117,8 +117,10 @@ class DQNPolicy(Policy):
             next_q = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
             alive = 1.0 - batch[TERMINATEDS].float()
             target = batch[REWARDS] + batch[DISCOUNTS] * alive * next_q
-        weights = batch[WEIGHTS] if WEIGHTS in batch else torch.ones_like(q)
-        loss = (weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        if WEIGHTS in batch:  # prioritized replay's importance weights
+            loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        else:
+            loss = F.smooth_l1_loss(q, target)
         stats = {
             "loss": loss.detach(),
             "q_mean": q.mean().detach(),
