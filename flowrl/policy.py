@@ -159,7 +159,7 @@ class Policy:
     def _as_numpy(self, tensor: torch.Tensor) -> np.ndarray:
         return tensor.numpy() if self.device.type == "cpu" else tensor.cpu().numpy()
 
-    @torch.inference_mode()
+    @inference
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
         return self._as_numpy(self.model(self._as_tensor(obs))[1])
 
@@ -173,7 +173,7 @@ class Policy:
         """Turn a sampled fragment into training rows (returns, advantages, ...)."""
         return self.add_action_logp(fragment).to_batch()
 
-    @torch.inference_mode()
+    @inference
     def add_action_logp(self, fragment: Fragment) -> Fragment:
         """Adds ``action_logp``: each sampled action's log-prob under the distribution
         inputs recorded when it was sampled (a no-op for fragments without them)."""
