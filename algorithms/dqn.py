@@ -164,7 +164,7 @@ def replay_plan(
 ) -> LocalIterator[dict[str, Any]]:
     """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
     targets; only the training branch reports. SAC runs it too, with soft updates."""
-    buffer = make_replay(config)
+    buffer = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
     store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
         StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
     )

@@ -153,7 +153,8 @@ class Algorithm:
                 return result
 
     def rebuild_after_failure(self) -> list[int]:
-        """Replace dead remote workers and rebuild the plan (counters and weights kept)."""
+        """Replace dead remote workers and rebuild the plan. Counters, weights and what the
+        plan took from :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
         replaced = self.workers.recreate_failed_workers()
         context = self.plan.context
         self.plan = self._plan_fn(self.workers, self.config)

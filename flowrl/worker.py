@@ -14,7 +14,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, TRUNCATEDS, 
 logger = logging.getLogger(__name__)
 
 Episode = tuple[float, int]  # (return, length)
+T = TypeVar("T")
 
 
 def worker_seed(config: Config, worker_index: int) -> int:
@@ -202,6 +204,21 @@ class WorkerSet:
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}
+        self._kept: dict[str, Any] = {}
+
+    def keep(self, name: str, make: Callable[[], T]) -> T:
+        """The object ``make()`` built the first time a plan asked for ``name``.
+
+        A plan is rebuilt after a dead rollout worker is replaced (see
+        :meth:`recreate_failed_workers`); what it gets from here, such as its replay
+        buffer or replay actors, carries over to the new plan instead of starting empty.
+
+        Example:
+            >>> buffer = workers.keep("replay", lambda: ReplayBuffer(50_000))
+        """
+        if name not in self._kept:
+            self._kept[name] = make()
+        return self._kept[name]
 
     def _make_remote(self, index: int) -> Any:
         return self._remote_cls.remote(
@@ -263,8 +280,9 @@ class WorkerSet:
         return replaced
 
     def stop(self) -> None:
-        """Close the local env and kill the remote actors."""
+        """Close the local env and kill the remote actors; drop what plans kept."""
         self.local_worker.close()
+        self._kept.clear()
         if self.remote_workers:
             import ray
 

@@ -69,3 +69,22 @@ def test_dqn_checkpoint_keeps_the_replay_buffer_when_asked(tmp_path, keep):
 def test_buffer_checkpoints_need_a_local_buffer():
     with pytest.raises(ConfigError, match="store_buffer_in_checkpoints needs replay_shards=0"):
         Algorithm("dqn", env="CartPole-v1", store_buffer_in_checkpoints=True, replay_shards=2)
+
+
+@pytest.mark.ray
+def test_replay_buffer_survives_a_dead_rollout_worker(ray_session):
+    from flowrl.runner import StopCriteria
+
+    algo = Algorithm("dqn", env="CartPole-v1", seed=0, store_buffer_in_checkpoints=True,
+                     **{**SMALL, "num_workers": 2})  # fmt: skip
+    algo.train()
+    buffer = algo.plan.context.checkpointables["replay_buffer"]
+    stored = buffer.num_added
+    dead = algo.workers.remote_workers[0]
+    ray_session.kill(dead)
+    summary = algo.run(stop=StopCriteria(iters=3))
+    assert summary["stopped_by"] == "iterations"
+    assert algo.workers.remote_workers[0] is not dead  # the plan was rebuilt ...
+    assert algo.plan.context.checkpointables["replay_buffer"] is buffer  # ... on the old rows
+    assert buffer.num_added > stored
+    algo.stop()
