@@ -6,6 +6,11 @@ async) with N workers x M envs and PPO's default network, against
 - RLlib's EnvRunners sampling the same env, when ``ray[rllib]`` is installed (PPO's module;
   on Atari with RLlib's own Atari wrappers and the same Nature CNN trunk).
 
+Every request asks for the same work: flowrl's fragments hold as many steps per env as
+RLlib PPO's ``"auto"`` fragment for the same runners and envs (its 4,000-step train batch
+divided over all envs), so both pay one round trip per as many steps. ``bulk_sync`` is
+also measured with PPO's own 128-step fragments (one train batch per round with 2 x 8).
+
 Every contender is started once, then they take turns in short windows (``--rounds`` of
 ``--seconds`` each, in a rotating order), so a slow minute of this shared machine costs
 them all alike. A contender's figure is its steps over its time, summed over its windows.
@@ -19,6 +24,7 @@ Writes benchmarks/results/sampling_<env>.json and a PNG of throughput against wo
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -26,6 +32,15 @@ from collections.abc import Callable
 import numpy as np
 
 from common import RESULTS, interleaved, print_table, ratio_spread, steady, write_results
+
+# RLlib PPO's default train_batch_size_per_learner; its "auto" rollout_fragment_length
+# spreads it over every env of every runner
+RLLIB_PPO_TRAIN_BATCH = 4000
+
+
+def rllib_fragment(workers: int, envs: int) -> int:
+    """Steps per env in one RLlib EnvRunner ``sample()`` call with PPO's defaults."""
+    return math.ceil(RLLIB_PPO_TRAIN_BATCH / (workers * envs))
 
 
 def policy_for(env):
@@ -180,6 +195,7 @@ class RLlibRollouts:
             config = config.environment(env_id)
         config = config.env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
         self.algo = config.build_algo()
+        self.fragment = self.algo.config.get_rollout_fragment_length()  # steps per env per call
         self.group = self.algo.env_runner_group
         self._sample()
 
@@ -202,14 +218,22 @@ def rllib_available() -> bool:
     return True
 
 
-def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
-    env, envs, frag = args.env, args.envs, args.fragment
+def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[dict]]:
+    from flowrl.algorithms.ppo import PPOConfig
+
+    env, envs = args.env, args.envs
+    frag = args.fragment or rllib_fragment(workers, envs)
+    ppo_frag = PPOConfig.rollout_fragment_length
     makers: dict[str, Callable[[], object]] = {
         "plain processes (limit)": lambda: PlainProcesses(env, workers, envs),
         "flowrl bulk_sync": lambda: FlowrlRollouts(env, workers, envs, "bulk_sync", 1, frag),
         "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
         "flowrl async (num_async=1)": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
     }
+    if ppo_frag != frag:  # what PPO's plan gets with its defaults
+        makers[f"flowrl bulk_sync ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
+            env, workers, envs, "bulk_sync", 1, ppo_frag
+        )
     if rllib_available():
         makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)
     contenders = {}
@@ -217,6 +241,9 @@ def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
         for name, make in makers.items():
             print(f"{workers} worker(s): starting {name}")
             contenders[name] = make()
+        rllib_frag = getattr(contenders.get("rllib"), "fragment", frag)
+        if rllib_frag != frag:
+            print(f"note: RLlib samples {rllib_frag} steps per env per call, flowrl {frag}")
         measures = {name: c.measure for name, c in contenders.items()}
         rates, per_round = interleaved(measures, args.rounds, args.seconds)
     finally:
@@ -224,7 +251,7 @@ def measure_workers(args: argparse.Namespace, workers: int) -> list[dict]:
             c.close()
     limit_name = "plain processes (limit)"
     limit, rllib = rates[limit_name], rates.get("rllib")
-    return [
+    return frag, [
         {"contender": name, "workers": workers, "envs_per_worker": envs,
          "env_steps_per_s": rate, "x limit": rate / limit,
          "x limit p10-p90": ratio_spread(per_round, name, limit_name),
@@ -254,14 +281,12 @@ def plot(rows: list[dict], path, title: str) -> None:
 
 
 def main() -> None:
-    from flowrl.algorithms.ppo import PPOConfig
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--envs", type=int, default=8, help="envs per worker")
-    parser.add_argument("--fragment", type=int, default=PPOConfig.rollout_fragment_length,
-                        help="flowrl's steps per env per fragment (PPO's default)")  # fmt: skip
+    parser.add_argument("--fragment", type=int, default=None,
+                        help="flowrl's steps per env per fragment (default: RLlib's)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="windows per contender")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
     args = parser.parse_args()
@@ -269,14 +294,18 @@ def main() -> None:
     import ray
 
     # logical CPUs: every contender's actors exist at once, but only one contender runs
-    ray.init(num_cpus=4 * max(args.workers) + 2, include_dashboard=False, logging_level="ERROR")
-    rows = [row for w in args.workers for row in measure_workers(args, w)]
+    ray.init(num_cpus=5 * max(args.workers) + 2, include_dashboard=False, logging_level="ERROR")
+    fragments, rows = {}, []
+    for w in args.workers:
+        fragments[w], measured = measure_workers(args, w)
+        rows += measured
     ray.shutdown()
-    print(f"{args.env}: env steps/s, {args.envs} envs per worker, "
-          f"{args.rounds} x {args.seconds:g} s windows per contender")  # fmt: skip
+    print(f"{args.env}: env steps/s, {args.envs} envs per worker, fragments of "
+          + ", ".join(f"{f} steps per env ({w} workers)" for w, f in fragments.items())
+          + f", {args.rounds} x {args.seconds:g} s windows per contender")  # fmt: skip
     print_table([{k: v for k, v in r.items() if k != "windows_env_steps_per_s"} for r in rows])
     name = "sampling_" + args.env.replace("/", "_").replace("-", "_").lower()
-    write_results(name, {"env": args.env, "fragment": args.fragment, "rounds": args.rounds,
+    write_results(name, {"env": args.env, "fragment_by_workers": fragments, "rounds": args.rounds,
                          "window_s": args.seconds, "results": rows})  # fmt: skip
     plot(rows, RESULTS / f"{name}.png", f"{args.env} sampling ({args.envs} envs/worker)")
 
