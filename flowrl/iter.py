@@ -390,6 +390,7 @@ class ParallelIterator(Generic[T]):
         name: str,
         transforms: tuple[tuple[str, tuple[Any, ...]], ...] = (),
         with_actor: bool = False,
+        before_requests: Callable[[PlanContext], Any] | None = None,
     ) -> None:
         if not actors:
             raise ValueError("a ParallelIterator needs at least one actor")
@@ -397,11 +398,20 @@ class ParallelIterator(Generic[T]):
         self.name = name
         self.transforms = transforms
         self.with_actor = with_actor
+        self.before_requests = before_requests
 
     @classmethod
-    def from_actors(cls, actors: Sequence[Any], *, name: str = "ParallelIterator") -> Any:
-        """Shards served by actors that mix in :class:`ParallelIteratorWorker`."""
-        return cls(actors, name=name)
+    def from_actors(
+        cls,
+        actors: Sequence[Any],
+        *,
+        name: str = "ParallelIterator",
+        before_requests: Callable[[PlanContext], Any] | None = None,
+    ) -> Any:
+        """Shards served by actors that mix in :class:`ParallelIteratorWorker`.
+        ``before_requests(context)`` runs before every round of requests to the actors
+        (ParallelRollouts sends weights the learner deferred with it)."""
+        return cls(actors, name=name, before_requests=before_requests)
 
     @classmethod
     def from_items(
@@ -428,6 +438,7 @@ class ParallelIterator(Generic[T]):
             name=f"{self.name}.{suffix}",
             transforms=(*self.transforms, (method, args)),
             with_actor=self.with_actor,
+            before_requests=self.before_requests,
         )
 
     def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
@@ -461,6 +472,10 @@ class ParallelIterator(Generic[T]):
     def _emit(self, actor: Any, item: Any) -> Any:
         return (actor, item) if self.with_actor else item
 
+    def _before_requests(self, ctx: PlanContext) -> None:
+        if self.before_requests is not None:
+            self.before_requests(ctx)
+
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
         import ray
@@ -470,6 +485,7 @@ class ParallelIterator(Generic[T]):
             refs: list[Any] | None = None
             while True:
                 if refs is None:  # submitted only once the consumer asks for more
+                    self._before_requests(ctx)
                     refs = [a.par_iter_next.remote() for a in self.actors]
                 if timeout is not None:
                     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -513,6 +529,7 @@ class ParallelIterator(Generic[T]):
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
             self._start()
+            self._before_requests(ctx)
             pending: dict[Any, Any] = {}
             for actor in self.actors:
                 for _ in range(num_async):
@@ -521,6 +538,7 @@ class ParallelIterator(Generic[T]):
             try:
                 while pending or resubmit is not None:
                     if resubmit is not None:
+                        self._before_requests(ctx)
                         pending[resubmit.par_iter_next.remote()] = resubmit
                         resubmit = None
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)

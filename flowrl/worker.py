@@ -205,6 +205,7 @@ class WorkerSet:
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}
         self._kept: dict[str, Any] = {}
+        self._weights_deferred = False
 
     def keep(self, name: str, make: Callable[[], T]) -> T:
         """The object ``make()`` built the first time a plan asked for ``name``.
@@ -229,6 +230,8 @@ class WorkerSet:
         """Put the local weights in the object store once and send them to ``actors``
         (all remote workers by default) without waiting."""
         targets = self.remote_workers if actors is None else actors
+        if actors is None:
+            self._weights_deferred = False
         if not targets:
             return
         import ray
@@ -236,6 +239,26 @@ class WorkerSet:
         ref = ray.put(self.local_worker.get_weights())
         for actor in targets:
             actor.set_weights.remote(ref)
+
+    def defer_weight_sync(self) -> None:
+        """The local weights changed: send them to every remote worker, once, right before
+        the workers' next sample request (:meth:`flush_weights`). Updates that follow each
+        other with no sampling in between (DQN's SGD steps in one round) cost one send.
+
+        Example:
+            >>> workers.local_worker.learn_on_batch(batch)
+            >>> workers.defer_weight_sync()
+        """
+        self._weights_deferred = bool(self.remote_workers)
+
+    def flush_weights(self) -> bool:
+        """Send the weights deferred by :meth:`defer_weight_sync`, if any; returns whether
+        it sent them. ParallelRollouts and AsyncGradients call it before each round of
+        requests; call it yourself before sampling the remote workers directly."""
+        if not self._weights_deferred:
+            return False
+        self.sync_weights()
+        return True
 
     def collect_episodes(self, timeout_s: float = 0.05) -> list[Episode]:
         """Episodes finished on all workers since the last call.

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.iter import LocalIterator
 from flowrl.ops import (
     ApplyGradients,
@@ -75,6 +75,32 @@ def test_parallel_rollouts_async_and_raw_modes(ray_session):
         raw = ParallelRollouts(workers, mode="raw")
         assert raw.num_shards == 2
         assert len(raw.for_each(len).gather_sync().take(2)) == 2
+    finally:
+        workers.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode", ["bulk_sync", "async"])
+def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_session, mode):
+    ray = ray_session
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
+    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+
+    def remote_match_local() -> list[bool]:
+        local = workers.local_worker.get_weights()
+        remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
+        return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
+
+    try:
+        rollouts = ParallelRollouts(workers, mode=mode, num_async=1)
+        batch = next(rollouts)
+        for _ in range(3):  # three updates with no sampling in between
+            workers.local_worker.learn_on_batch(batch)
+            workers.defer_weight_sync()
+        assert remote_match_local() == [False, False]  # deferred: nothing sent yet
+        rollouts.take(2)  # the next requests send them first, once
+        assert rollouts.context.counters[WEIGHT_BROADCASTS] == 1
+        assert remote_match_local() == [True, True]
     finally:
         workers.stop()
 

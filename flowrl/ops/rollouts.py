@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import STEPS_SAMPLED, PlanContext
+from flowrl.context import STEPS_SAMPLED, WEIGHT_BROADCASTS, PlanContext
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.sample_batch import SampleBatch
 from flowrl.worker import WorkerSet
@@ -38,6 +38,18 @@ def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIter
             yield item
 
     return LocalIterator(build, name=name)
+
+
+class SendDeferredWeights:
+    """Before a round of sample requests: the weights a learner deferred go out once
+    (counted as a weight broadcast)."""
+
+    def __init__(self, workers: WorkerSet) -> None:
+        self.workers = workers
+
+    def __call__(self, ctx: PlanContext) -> None:
+        if self.workers.flush_weights():
+            ctx.counters[WEIGHT_BROADCASTS] += 1
 
 
 def ParallelRollouts(
@@ -65,7 +77,11 @@ def ParallelRollouts(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
         return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len)
-    shards = ParallelIterator.from_actors(workers.remote_workers, name="ParallelRollouts(raw)")
+    shards = ParallelIterator.from_actors(
+        workers.remote_workers,
+        name="ParallelRollouts(raw)",
+        before_requests=SendDeferredWeights(workers),
+    )
     if mode == "raw":
         return shards
     if mode == "bulk_sync":
@@ -107,7 +123,9 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
         local = ParallelRollouts(workers, mode="async")
         return local.for_each(ComputeGradients(workers.local_worker))
     grads = (
-        ParallelIterator.from_actors(workers.remote_workers, name="rollouts")
+        ParallelIterator.from_actors(
+            workers.remote_workers, name="rollouts", before_requests=SendDeferredWeights(workers)
+        )
         .for_each(ComputeGradients())
         .gather_async()
     )

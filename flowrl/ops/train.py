@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import STEPS_TRAINED, WEIGHT_BROADCASTS
+from flowrl.context import STEPS_TRAINED
 from flowrl.iter import Operator
 from flowrl.ops.rollouts import Gradients
 from flowrl.sample_batch import SampleBatch
@@ -18,8 +18,9 @@ from flowrl.worker import WorkerSet
 
 
 class TrainOneStep(Operator):
-    """Learns on the local worker, then puts the weights in the object store once and
-    sends them to every remote worker without waiting. Counts env steps trained.
+    """Learns on the local worker; the new weights go to the remote workers (one
+    ``ray.put``, sent without waiting) before they next sample
+    (:meth:`WorkerSet.defer_weight_sync`). Counts env steps trained.
 
     Passes on ``(batch, stats)``; per-row stats (a DQN's ``td_error``) stay out of the
     results, which get the scalar ones.
@@ -42,10 +43,7 @@ class TrainOneStep(Operator):
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
         self.context.info["learner"] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
-        if self.workers.remote_workers:
-            with self.context.timer("weight_sync"):
-                self.workers.sync_weights()
-            self.context.counters[WEIGHT_BROADCASTS] += 1
+        self.workers.defer_weight_sync()
         return batch, stats
 
 
