@@ -28,11 +28,17 @@ def time_per_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 10) -> f
     return times[len(times) // 2]
 
 
-def steady(pull: Callable[[], int], seconds: float) -> tuple[float, float]:
-    """Steps and seconds of a stream in steady state: the clock starts when the first
-    item arrives (a pipeline that is still filling is not counted) and ``pull`` returns
-    the steps of the next item."""
-    pull()
+def steady(pull: Callable[[], int], seconds: float, warmup: int = 1) -> tuple[float, float]:
+    """Steps and seconds of a stream in steady state: the clock starts once ``warmup``
+    items have arrived and ``pull`` returns the steps of the next item.
+
+    A pipelined source needs a warm-up of one item per request it keeps in flight: the
+    requests sent when it was built started before the clock and would count work done
+    outside the window; after one full turn, what is in flight when the clock starts is
+    as far along as what is left in flight (and not counted) when it stops.
+    """
+    for _ in range(warmup):
+        pull()
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         steps += pull()

@@ -149,7 +149,10 @@ class FlowrlRollouts:
         else:
             rollouts = ParallelRollouts(self.workers, mode=self.mode)
         try:
-            return steady(lambda: len(next(rollouts)), seconds)
+            # async: one item per request in flight (bulk_sync: one round holds them all)
+            in_flight = len(self.workers.remote_workers) * self.num_async
+            warmup = in_flight if self.mode == "async" else 1
+            return steady(lambda: len(next(rollouts)), seconds, warmup=warmup)
         finally:
             rollouts.close()
 
