@@ -32,16 +32,17 @@ def steady(pull: Callable[[], int], seconds: float, warmup: int = 1) -> tuple[fl
     """Steps and seconds of a stream in steady state: the clock starts once ``warmup``
     items have arrived and ``pull`` returns the steps of the next item.
 
-    A pipelined source needs a warm-up of one item per request it keeps in flight: the
-    requests sent when it was built started before the clock and would count work done
-    outside the window; after one full turn, what is in flight when the clock starts is
-    as far along as what is left in flight (and not counted) when it stops.
+    A pipelined source needs a warm-up of one item per request it keeps in flight (a
+    turn): the requests sent when it was built started before the clock and would count
+    work done outside the window. The window also ends on a whole turn, so what is in
+    flight when the clock stops (not counted) is as far along as it was when it started.
     """
     for _ in range(warmup):
         pull()
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    steps, items, start = 0, 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or items % warmup:
         steps += pull()
+        items += 1
     return steps, time.perf_counter() - start
 
 
