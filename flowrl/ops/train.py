@@ -48,8 +48,9 @@ class TrainOneStep(Operator):
 
 
 class ApplyGradients(Operator):
-    """Applies a ``(gradients, info)`` item on the local worker; sends the new weights to
-    all remote workers (``update_all``) or only to the worker the gradient came from.
+    """Applies a ``(gradients, info)`` item on the local worker; the new weights go to all
+    remote workers before they next sample (``update_all``, as in :class:`TrainOneStep`),
+    or at once to the worker the gradient came from.
 
     Example:
         >>> AsyncGradients(workers).for_each(ApplyGradients(workers, update_all=False))
@@ -66,7 +67,7 @@ class ApplyGradients(Operator):
         self.context.counters[STEPS_TRAINED] += info["batch_count"]
         self.context.info["learner"] = info
         if self.update_all:
-            self.workers.sync_weights()
+            self.workers.defer_weight_sync()
         elif self.context.current_actor is not None:
             self.workers.sync_weights([self.context.current_actor])
         return info
