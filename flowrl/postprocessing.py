@@ -116,4 +116,4 @@ def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBat
         DISCOUNTS: (gamma**length).astype(np.float32),
     }
     keep = {k: v for k, v in cols.items() if k not in (REWARDS, TERMINATEDS, TRUNCATEDS)}
-    return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs).to_batch()
+    return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs, fragment.pool).to_batch()

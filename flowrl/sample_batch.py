@@ -5,7 +5,7 @@ out of band). ``len(batch)`` is the number of rows, not the number of columns.
 
 Example:
     >>> b = SampleBatch(obs=np.zeros((4, 2)), rewards=np.ones(4))
-    >>> len(b), b["rewards"].sum(), len(b[1:3])
+    >>> len(b), float(b["rewards"].sum()), len(b[1:3])
     (4, 4.0, 2)
     >>> len(SampleBatch.concat([b, b]))
     8
@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,22 +122,76 @@ class SampleBatch:
             yield self.take(idx)
 
 
+class ArrayPool:
+    """Arrays that a worker's fragments are written into, reused from one fragment to the
+    next instead of fresh memory each time.
+
+    A remote worker's fragment is copied into Ray's object store as soon as ``sample``
+    returns, so the next fragment can reuse its memory. Fresh memory costs a page fault per
+    4 KiB on first touch: for a Pong fragment (500 steps x 4 envs, 56 MB of frames, written
+    once while sampling and once more when the reset steps are dropped) 0.1-0.3 s on a VM,
+    up to a tenth of the time it takes to sample it. An array is handed out again only when
+    nothing outside the pool still refers to it (its reference count says so), so a
+    fragment that someone kept, or any view of it, is never overwritten.
+
+    Example:
+        >>> pool = ArrayPool()
+        >>> address = pool.empty("obs", (2, 3), np.float32).ctypes.data
+        >>> pool.empty("obs", (2, 3), np.float32).ctypes.data == address  # not held: reused
+        True
+        >>> kept = pool.empty("obs", (2, 3), np.float32)[0]  # a view holds its array
+        >>> pool.empty("obs", (2, 3), np.float32).ctypes.data == kept.ctypes.data
+        False
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        # the references a free array has in ``empty`` (the pool's, the local name's, the
+        # count's own), counted the same way rather than assumed: interpreters differ
+        probe = {"probe": np.empty(0)}
+        array = probe.get("probe")
+        self._free_refs = _refs(array)
+
+    def empty(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised array of ``shape`` and ``dtype``, kept under ``key`` for reuse."""
+        array = self._arrays.get(key)
+        in_use = array is not None and _refs(array) > self._free_refs
+        if array is None or in_use or array.shape != shape or array.dtype != dtype:
+            array = self._arrays[key] = np.empty(shape, dtype)
+        return array
+
+
+def _refs(array: np.ndarray) -> int:
+    return sys.getrefcount(array) - 1  # less the reference of this call's argument
+
+
 @dataclass
 class Fragment:
     """What one worker sampled, time-major (``[T, num_envs, ...]``), before flattening.
 
     ``valid[t, i]`` is False on the reset steps of NEXT_STEP autoreset (see
     :mod:`flowrl.postprocessing`); ``last_obs`` is the observation after the last step.
+    With a ``pool``, the valid rows are gathered into its arrays instead of fresh ones.
     """
 
     columns: dict[str, np.ndarray]
     valid: np.ndarray
     last_obs: np.ndarray
+    pool: ArrayPool | None = None
 
     def to_batch(self) -> SampleBatch:
         """The valid rows, flattened in time-major order (views of the columns when every
         row is valid: no copy of a fragment's frames)."""
+        n = self.valid.size
         if self.valid.all():
-            n = self.valid.size
             return SampleBatch({k: v.reshape(n, *v.shape[2:]) for k, v in self.columns.items()})
-        return SampleBatch({k: v[self.valid] for k, v in self.columns.items()})
+        if self.pool is None:
+            return SampleBatch({k: v[self.valid] for k, v in self.columns.items()})
+        rows = np.flatnonzero(self.valid)
+        batch = {}
+        for k, v in self.columns.items():
+            flat = v.reshape(n, *v.shape[2:])
+            out = self.pool.empty(f"valid/{k}", flat.shape, flat.dtype)[: len(rows)]
+            # mode="clip" (the indices are in range anyway): "raise" gathers via a temporary
+            batch[k] = np.take(flat, rows, axis=0, out=out, mode="clip")
+        return SampleBatch(batch)

@@ -24,7 +24,15 @@ from flowrl.config import Config
 from flowrl.envs import make_vector_env
 from flowrl.iter import ParallelIteratorWorker
 from flowrl.policy import Policy, Weights
-from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, TRUNCATEDS, Fragment
+from flowrl.sample_batch import (
+    ACTIONS,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    ArrayPool,
+    Fragment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +76,7 @@ class RolloutWorker(ParallelIteratorWorker):
         self._ep_return = np.zeros(n, dtype=np.float64)
         self._ep_len = np.zeros(n, dtype=np.int64)
         self._episodes: list[Episode] = []
+        self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
 
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self):
@@ -81,7 +90,7 @@ class RolloutWorker(ParallelIteratorWorker):
     def sample_fragment(self) -> Fragment:
         """``rollout_fragment_length`` raw steps of every env, time-major."""
         steps = self.config.rollout_fragment_length
-        policy, env, obs = self.policy, self.env, self.obs
+        policy, env, obs, pool = self.policy, self.env, self.obs, self._pool
         cols: dict[str, np.ndarray] = {}
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
@@ -96,7 +105,9 @@ class RolloutWorker(ParallelIteratorWorker):
                     *extras.items(),
                 )
                 if not cols:
-                    cols = {k: np.empty((steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row}
+                    cols = {
+                        k: pool.empty(k, (steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row
+                    }
                 for k, v in row:
                     cols[k][t] = v
                 obs = next_obs
@@ -107,7 +118,7 @@ class RolloutWorker(ParallelIteratorWorker):
         self._needs_reset = done[-1]
         self._track_episodes(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
-        return Fragment(cols, valid, last_obs=np.array(obs))
+        return Fragment(cols, valid, last_obs=np.array(obs), pool=pool)
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.sample_batch import Fragment, SampleBatch
+from flowrl.sample_batch import ArrayPool, Fragment, SampleBatch
 
 sizes = st.lists(st.integers(0, 30), min_size=1, max_size=5)
 
@@ -64,12 +64,28 @@ def test_fragment_to_batch_keeps_the_valid_rows_in_time_major_order(steps, envs,
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(steps, envs, 2)).astype(np.float32)
     valid = rng.random((steps, envs)) < 0.7
-    for mask in (valid, np.ones_like(valid)):  # some rows dropped / all rows kept (views)
+    cases = [(mask, pool) for mask in (valid, np.ones_like(valid)) for pool in (None, ArrayPool())]
+    for mask, pool in cases:  # rows dropped / all kept (views); fresh arrays / a pool's
         batch = Fragment({"obs": obs, "t": np.arange(steps)[:, None].repeat(envs, 1)},
-                         mask, last_obs=obs[-1]).to_batch()  # fmt: skip
+                         mask, last_obs=obs[-1], pool=pool).to_batch()  # fmt: skip
         rows = [(t, i) for t in range(steps) for i in range(envs) if mask[t, i]]
         assert len(batch) == len(rows)
         assert batch["t"].tolist() == [t for t, _ in rows]
         expected = np.array([obs[t, i] for t, i in rows]).reshape(-1, 2)
         np.testing.assert_array_equal(batch["obs"], expected)
         assert batch["obs"].flags["C_CONTIGUOUS"]
+
+
+def test_array_pool_reuses_only_what_nobody_holds():
+    pool = ArrayPool()
+    first = pool.empty("obs", (3, 2), np.float32)
+    address = first.ctypes.data
+    del first
+    again = pool.empty("obs", (3, 2), np.float32)
+    assert again.ctypes.data == address  # free: the same memory
+    view = again[1:]
+    del again
+    held = pool.empty("obs", (3, 2), np.float32)
+    assert not np.shares_memory(held, view)  # a view still held its array
+    assert pool.empty("obs", (4, 2), np.float32).shape == (4, 2)  # a new shape, a new array
+    assert pool.empty("obs", (4, 2), np.int64).dtype == np.int64

@@ -126,6 +126,18 @@ def test_same_seed_same_samples():
     assert all(np.array_equal(v, b[k]) for k, v in a.items())
 
 
+def test_a_kept_batch_is_never_overwritten_and_a_dropped_one_is_reused():
+    worker = local_worker()
+    kept = worker.sample()
+    copy = {k: v.copy() for k, v in kept.items()}
+    for _ in range(3):  # CartPole with 4 envs ends episodes: some rows dropped, some not
+        worker.sample()
+    assert all(np.array_equal(v, kept[k]) for k, v in copy.items())
+
+    address = worker.sample_fragment().columns[OBS].ctypes.data  # dropped at once
+    assert worker.sample_fragment().columns[OBS].ctypes.data == address
+
+
 @pytest.mark.ray
 def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
     ray = ray_session
