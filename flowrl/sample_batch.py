@@ -93,8 +93,9 @@ class SampleBatch:
         return SampleBatch({k: v[indices] for k, v in self._columns.items()})
 
     @staticmethod
-    def concat(batches: Sequence[SampleBatch]) -> SampleBatch:
-        """Rows of all ``batches`` in order; every batch must have the same columns."""
+    def concat(batches: Sequence[SampleBatch], *, pool: ArrayPool | None = None) -> SampleBatch:
+        """Rows of all ``batches`` in order; every batch must have the same columns.
+        With a ``pool``, written into its arrays instead of fresh ones."""
         if not batches:
             raise ValueError("concat needs at least one batch")
         if len(batches) == 1:
@@ -103,7 +104,13 @@ class SampleBatch:
         for b in batches[1:]:
             if b.keys() != keys:
                 raise ValueError(f"cannot concat batches with columns {keys} and {b.keys()}")
-        return SampleBatch({k: np.concatenate([b[k] for b in batches]) for k in keys})
+        columns = {}
+        for k in keys:
+            parts = [b[k] for b in batches]
+            shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
+            out = None if pool is None else pool.empty(k, shape, np.result_type(*parts))
+            columns[k] = np.concatenate(parts, out=out)
+        return SampleBatch(columns)
 
     def minibatches(
         self, size: int, *, rng: np.random.Generator, drop_last: bool = False
@@ -123,42 +130,59 @@ class SampleBatch:
 
 
 class ArrayPool:
-    """Arrays that a worker's fragments are written into, reused from one fragment to the
-    next instead of fresh memory each time.
+    """Arrays reused from one batch to the next instead of fresh memory each time: the
+    columns a rollout worker writes its fragments into, and the batch of a bulk_sync round.
 
-    A remote worker's fragment is copied into Ray's object store as soon as ``sample``
-    returns, so the next fragment can reuse its memory. Fresh memory costs a page fault per
-    4 KiB on first touch: for a Pong fragment (500 steps x 4 envs, 56 MB of frames, written
-    once while sampling and once more when the reset steps are dropped) 0.1-0.3 s on a VM,
-    up to a tenth of the time it takes to sample it. An array is handed out again only when
-    nothing outside the pool still refers to it (its reference count says so), so a
-    fragment that someone kept, or any view of it, is never overwritten.
+    Fresh memory costs a page fault per 4 KiB on first touch, and on this project's VMs a
+    slow one: for Pong, writing a fragment (500 steps x 4 envs, 56 MB of frames) and
+    dropping its reset rows took 0.1-0.3 s more in fresh memory, and concatenating a
+    round's fragments 0.2-0.5 s while every worker waited, against 2-3 s of sampling.
+    A remote worker's fragment is copied into Ray's object store when ``sample`` returns,
+    and a round's batch is dropped once trained on, so the next one can take their memory.
+    An array is handed out again only when nothing outside the pool still refers to it
+    (its reference count says so): a batch that someone kept, or any view of it, is never
+    overwritten. The pool keeps ``slots`` arrays per key, as the stages of a plan hold on
+    to the last batch while the next one is made.
 
     Example:
         >>> pool = ArrayPool()
-        >>> address = pool.empty("obs", (2, 3), np.float32).ctypes.data
-        >>> pool.empty("obs", (2, 3), np.float32).ctypes.data == address  # not held: reused
+        >>> address = pool.empty("obs", (3, 2), np.float32).ctypes.data
+        >>> pool.empty("obs", (2, 2), np.float32).ctypes.data == address  # not held: reused
         True
-        >>> kept = pool.empty("obs", (2, 3), np.float32)[0]  # a view holds its array
-        >>> pool.empty("obs", (2, 3), np.float32).ctypes.data == kept.ctypes.data
+        >>> kept = pool.empty("obs", (3, 2), np.float32)[1:]  # a view holds its array
+        >>> np.shares_memory(pool.empty("obs", (3, 2), np.float32), kept)
         False
     """
 
-    def __init__(self) -> None:
-        self._arrays: dict[str, np.ndarray] = {}
-        # the references a free array has in ``empty`` (the pool's, the local name's, the
-        # count's own), counted the same way rather than assumed: interpreters differ
-        probe = {"probe": np.empty(0)}
-        array = probe.get("probe")
-        self._free_refs = _refs(array)
+    def __init__(self, slots: int = 2) -> None:
+        self.slots = slots
+        self._arrays: dict[str, list[np.ndarray]] = {}
+        # the references a free array has in ``empty`` (its list's, the loop's, the count's
+        # own), counted the same way rather than assumed: interpreters differ
+        for array in [np.empty(0)]:
+            self._free_refs = _refs(array)
 
-    def empty(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialised array of ``shape`` and ``dtype``, kept under ``key`` for reuse."""
-        array = self._arrays.get(key)
-        in_use = array is not None and _refs(array) > self._free_refs
-        if array is None or in_use or array.shape != shape or array.dtype != dtype:
-            array = self._arrays[key] = np.empty(shape, dtype)
-        return array
+    def empty(
+        self, key: str, shape: tuple[int, ...], dtype: Any, *, capacity: int = 0
+    ) -> np.ndarray:
+        """An uninitialised array of ``shape`` and ``dtype``: the first ``shape[0]`` rows of
+        a free array kept under ``key`` that has room, else of a new one with room for
+        ``capacity`` rows, or as many as any array under ``key`` had (batches vary a little
+        in length, and a new array for every longer one would cost what the pool saves)."""
+        arrays = self._arrays.setdefault(key, [])
+        for array in arrays:
+            if (
+                _refs(array) <= self._free_refs
+                and array.dtype == dtype
+                and array.shape[1:] == shape[1:]
+                and len(array) >= shape[0]
+            ):
+                return array[: shape[0]]
+        rows = max(shape[0], capacity, *(len(a) for a in arrays if a.shape[1:] == shape[1:]))
+        arrays.append(np.empty((rows, *shape[1:]), dtype))
+        if len(arrays) > self.slots:
+            del arrays[0]  # the oldest: whoever holds it keeps it
+        return arrays[-1][: shape[0]]
 
 
 def _refs(array: np.ndarray) -> int:
@@ -191,7 +215,8 @@ class Fragment:
         batch = {}
         for k, v in self.columns.items():
             flat = v.reshape(n, *v.shape[2:])
-            out = self.pool.empty(f"valid/{k}", flat.shape, flat.dtype)[: len(rows)]
+            shape = (len(rows), *flat.shape[1:])
+            out = self.pool.empty(f"valid/{k}", shape, flat.dtype, capacity=n)
             # mode="clip" (the indices are in range anyway): "raise" gathers via a temporary
             batch[k] = np.take(flat, rows, axis=0, out=out, mode="clip")
         return SampleBatch(batch)

@@ -77,15 +77,44 @@ def test_fragment_to_batch_keeps_the_valid_rows_in_time_major_order(steps, envs,
 
 
 def test_array_pool_reuses_only_what_nobody_holds():
-    pool = ArrayPool()
+    pool = ArrayPool(slots=2)
     first = pool.empty("obs", (3, 2), np.float32)
     address = first.ctypes.data
     del first
-    again = pool.empty("obs", (3, 2), np.float32)
-    assert again.ctypes.data == address  # free: the same memory
-    view = again[1:]
+    again = pool.empty("obs", (2, 2), np.float32)
+    assert again.ctypes.data == address and again.shape == (2, 2)  # free, with room: reused
+    second = pool.empty("obs", (3, 2), np.float32)  # ``again`` holds the first: a second
+    assert not np.shares_memory(second, again)
     del again
-    held = pool.empty("obs", (3, 2), np.float32)
-    assert not np.shares_memory(held, view)  # a view still held its array
-    assert pool.empty("obs", (4, 2), np.float32).shape == (4, 2)  # a new shape, a new array
-    assert pool.empty("obs", (4, 2), np.int64).dtype == np.int64
+    third = pool.empty("obs", (3, 2), np.float32)  # the last stage holds ``second``
+    assert third.ctypes.data == address
+    held = [third, second, pool.empty("obs", (3, 2), np.float32)]  # all held: a new one
+    assert len({a.ctypes.data for a in held}) == 3
+    assert len(pool._arrays["obs"]) == 2  # the pool forgot the oldest; its holder keeps it
+    assert pool.empty("obs", (4, 2), np.float32).shape == (4, 2)  # no room: a new one
+    assert pool.empty("obs", (2, 2), np.int64).dtype == np.int64
+    assert pool.empty("obs", (2, 3), np.int64).shape == (2, 3)
+
+
+def test_array_pool_makes_new_arrays_with_room_for_the_longest_so_far():
+    pool = ArrayPool()
+    longest = pool.empty("obs", (5, 2), np.float32)
+    short = pool.empty("obs", (3, 2), np.float32)  # ``longest`` is held: a new array
+    address = short.ctypes.data
+    del short
+    assert pool.empty("obs", (5, 2), np.float32).ctypes.data == address
+    assert longest.shape == (5, 2)
+    assert pool.empty("t", (2,), np.int64, capacity=8).base.shape == (8,)
+
+
+def test_concat_into_a_pool_reuses_the_memory_of_a_dropped_batch_only():
+    pool = ArrayPool()
+    parts = [SampleBatch(obs=np.full((n, 2), n, np.uint8), t=np.arange(n)) for n in (3, 2)]
+    kept = SampleBatch.concat(parts, pool=pool)
+    again = SampleBatch.concat(parts, pool=pool)
+    assert not np.shares_memory(kept["obs"], again["obs"])
+    assert again["obs"][:, 0].tolist() == [3, 3, 3, 2, 2] and again["t"].tolist() == [0, 1, 2, 0, 1]
+    address = again["obs"].ctypes.data
+    del again
+    assert SampleBatch.concat(parts[1:] * 2, pool=pool)["obs"].ctypes.data == address
+    assert kept["obs"][:, 0].tolist() == [3, 3, 3, 2, 2]
