@@ -125,38 +125,43 @@ class PlainProcesses:
 
 
 class FlowrlRollouts:
-    """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults. Each
-    window builds the source afresh and closes it after (requests still in flight finish
-    then, outside every window, and are not counted)."""
+    """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults.
+
+    ``async`` builds its source afresh for each window and closes it after (requests still
+    in flight finish then, outside every window, and are not counted). ``bulk_sync`` has
+    nothing in flight between rounds and keeps one source, as a plan does: its round
+    batches reuse their memory from one round to the next."""
 
     def __init__(
         self, env_id: str, workers: int, envs: int, mode: str, num_async: int, fragment: int
     ) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+        from flowrl.ops import ParallelRollouts
         from flowrl.worker import WorkerSet
 
         config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
                            rollout_fragment_length=fragment)  # fmt: skip
         self.workers = WorkerSet(policy_cls=PPOPolicy, config=config)
         self.mode, self.num_async = mode, num_async
+        self.rounds = ParallelRollouts(self.workers, mode=mode) if mode == "bulk_sync" else None
         self.measure(0.0)  # actors started, first fragments done
 
     def measure(self, seconds: float) -> tuple[float, float]:
         from flowrl.ops import ParallelRollouts
 
-        if self.mode == "async":
-            rollouts = ParallelRollouts(self.workers, mode="async", num_async=self.num_async)
-        else:
-            rollouts = ParallelRollouts(self.workers, mode=self.mode)
+        if self.rounds is not None:
+            return steady(lambda: len(next(self.rounds)), seconds)
+        rollouts = ParallelRollouts(self.workers, mode=self.mode, num_async=self.num_async)
         try:
-            # async: one item per request in flight (bulk_sync: one round holds them all)
-            in_flight = len(self.workers.remote_workers) * self.num_async
-            warmup = in_flight if self.mode == "async" else 1
+            # one item per request in flight
+            warmup = len(self.workers.remote_workers) * self.num_async
             return steady(lambda: len(next(rollouts)), seconds, warmup=warmup)
         finally:
             rollouts.close()
 
     def close(self) -> None:
+        if self.rounds is not None:
+            self.rounds.close()
         self.workers.stop()
 
 
