@@ -209,14 +209,15 @@ class Fragment:
         n = self.valid.size
         if self.valid.all():
             return SampleBatch({k: v.reshape(n, *v.shape[2:]) for k, v in self.columns.items()})
-        if self.pool is None:
-            return SampleBatch({k: v[self.valid] for k, v in self.columns.items()})
         rows = np.flatnonzero(self.valid)
         batch = {}
         for k, v in self.columns.items():
             flat = v.reshape(n, *v.shape[2:])
             shape = (len(rows), *flat.shape[1:])
-            out = self.pool.empty(f"valid/{k}", shape, flat.dtype, capacity=n)
+            if self.pool is None:
+                out = np.empty(shape, flat.dtype)
+            else:
+                out = self.pool.empty(f"valid/{k}", shape, flat.dtype, capacity=n)
             # mode="clip" (the indices are in range anyway): "raise" gathers via a temporary
             batch[k] = np.take(flat, rows, axis=0, out=out, mode="clip")
         return SampleBatch(batch)
