@@ -83,11 +83,13 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
 
 
 def ensure_ray(address: str | None, num_cpus: float) -> None:
-    """Start Ray (or join the cluster at ``address``) unless it is already running."""
+    """Start Ray unless it is already running, or join the cluster at ``address`` (by
+    default the ``RAY_ADDRESS`` environment variable's, as ``ray.init`` reads it)."""
     import ray
 
     if ray.is_initialized():
         return
+    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level="ERROR")
     else:

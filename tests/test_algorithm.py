@@ -60,6 +60,35 @@ def my_plan(workers, config):
     return StandardMetricsReporting(train_op, workers, config)
 
 
+@pytest.mark.parametrize(
+    ("env_address", "address", "expected"),
+    [
+        (None, None, {"num_cpus": 2, "include_dashboard": False}),
+        ("10.0.0.1:6379", None, {"address": "10.0.0.1:6379"}),
+        ("10.0.0.1:6379", "10.0.0.2:6379", {"address": "10.0.0.2:6379"}),
+    ],
+)
+def test_ensure_ray_joins_the_cluster_ray_address_names(
+    monkeypatch, env_address, address, expected
+):
+    """With RAY_ADDRESS set, Ray joins that cluster (passing num_cpus there is an error)."""
+    import ray
+
+    from flowrl.algorithm import ensure_ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    if env_address is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env_address)
+    ensure_ray(address, num_cpus=1)
+    assert len(calls) == 1 and expected.items() <= calls[0].items()
+    assert ("num_cpus" in calls[0]) == ("address" not in calls[0])
+
+
 def test_custom_plan_in_a_few_lines():
     algo = Algorithm("ppo", env="CartPole-v1", plan=my_plan, **FAST)
     assert "TrainOneStep" in str(algo.plan)
