@@ -15,10 +15,11 @@ FLOWRL = str(Path(sys.executable).parent / "flowrl")
 QUICK = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=256"]
 
 
-def flowrl(*args, cwd=None, timeout=180):
+def flowrl(*args, cwd=None, timeout=180, env=None):
     return subprocess.run(
-        [FLOWRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd
-    )
+        [FLOWRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env=env,
+    )  # fmt: skip
 
 
 def test_list():
@@ -105,6 +106,25 @@ def test_evaluate_a_run_dir(run_dir):
     out = flowrl("evaluate", run_dir, "--episodes", 3)
     assert out.returncode == 0, out.stderr
     assert "episode_return_mean" in out.stdout and "over 3 episodes" in out.stdout
+
+
+def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):
+    """Evaluation runs in the process: an Ape-X checkpoint's replay actors and rollout
+    workers are not started (Ray, pointed at an address where nothing listens, would fail)."""
+    import os
+
+    from flowrl.algorithm import META_FILE, Algorithm
+
+    with Algorithm("dqn", env="CartPole-v1", num_workers=0) as algo:
+        ckpt = algo.save(tmp_path / "apex")
+    meta = json.loads((ckpt / META_FILE).read_text())
+    meta["config"].update(num_workers=2, replay_shards=2)
+    (ckpt / META_FILE).write_text(json.dumps(meta))
+    out = flowrl(
+        "evaluate", ckpt, "--episodes", 2, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
+    )
+    assert out.returncode == 0, out.stderr
+    assert "over 2 episodes" in out.stdout
 
 
 def test_resume_continues_the_run(run_dir, tmp_path):
