@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,9 +18,13 @@ QUICK = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=256"]
 
 def flowrl(*args, cwd=None, timeout=180, env=None):
     return subprocess.run(
-        [FLOWRL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        [FLOWRL, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
         env=env,
-    )  # fmt: skip
+    )
 
 
 def test_list():
@@ -111,8 +116,6 @@ def test_evaluate_a_run_dir(run_dir):
 def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):
     """Evaluation runs in the process: an Ape-X checkpoint's replay actors and rollout
     workers are not started (Ray, pointed at an address where nothing listens, would fail)."""
-    import os
-
     from flowrl.algorithm import META_FILE, Algorithm
 
     with Algorithm("dqn", env="CartPole-v1", num_workers=0) as algo:
