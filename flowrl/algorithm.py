@@ -218,10 +218,24 @@ class Algorithm:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | os.PathLike[str], *, address: str | None = None, **overrides: Any
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        address: str | None = None,
+        in_process: bool = False,
+        **overrides: Any,
     ) -> Algorithm:
-        """Rebuild an algorithm from a checkpoint alone (``overrides`` change its config)."""
+        """Rebuild an algorithm from a checkpoint alone (``overrides`` change its config).
+        ``in_process`` drops its rollout workers and other actors (replay shards), so Ray
+        does not start: enough to evaluate it.
+
+        Example:
+            >>> Algorithm.from_checkpoint("runs/apex/checkpoints/checkpoint_000010",
+            ...                           in_process=True).evaluate(10)
+        """
         meta = read_checkpoint_meta(path)
+        if in_process:
+            overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
         algo = cls(meta["algo"], {**meta["config"], **overrides}, address=address)
         algo.restore(path)
         return algo

@@ -190,17 +190,12 @@ def resolve_checkpoint(path: str) -> Path:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from flowrl.algorithm import Algorithm, read_checkpoint_meta
+    from flowrl.algorithm import Algorithm
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     ckpt = resolve_checkpoint(args.checkpoint)
-    # evaluation runs in this process: no rollout workers, and no replay actors (Ape-X),
-    # so Ray does not start
-    overrides: dict[str, object] = {"num_workers": 0}
-    if read_checkpoint_meta(ckpt)["config"].get("replay_shards"):
-        overrides["replay_shards"] = 0
-    algo = Algorithm.from_checkpoint(ckpt, **overrides)
+    algo = Algorithm.from_checkpoint(ckpt, in_process=True)
     try:
         res = algo.evaluate(args.episodes, explore=args.explore)
     finally:

@@ -151,6 +151,11 @@ class Config:
         """Whether the plan needs Ray (remote workers or other actors)."""
         return self.num_workers > 0
 
+    @classmethod
+    def in_process(cls) -> dict[str, Any]:
+        """The overrides that keep a plan of this config out of Ray (see :attr:`uses_ray`)."""
+        return {"num_workers": 0}
+
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):

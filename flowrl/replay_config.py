@@ -45,6 +45,10 @@ class ReplayConfig(Config):
     def uses_ray(self) -> bool:
         return self.num_workers > 0 or self.replay_shards > 0
 
+    @classmethod
+    def in_process(cls) -> dict[str, Any]:
+        return {**super().in_process(), "replay_shards": 0}
+
     @property
     def sample_rows_per_round(self) -> int:
         """Env steps one bulk_sync round samples."""

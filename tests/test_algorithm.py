@@ -89,6 +89,18 @@ def test_ensure_ray_joins_the_cluster_ray_address_names(
     assert ("num_cpus" in calls[0]) == ("address" not in calls[0])
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a3c", "dqn", "sac"])
+def test_in_process_overrides_keep_every_config_out_of_ray(algo):
+    from flowrl.algorithm import get_algorithm
+
+    config_cls = get_algorithm(algo).config_cls
+    busy = {"num_workers": 2}
+    if "replay_shards" in config_cls.__dataclass_fields__:
+        busy["replay_shards"] = 2
+    assert config_cls(**busy).uses_ray
+    assert not config_cls(**{**busy, **config_cls.in_process()}).uses_ray
+
+
 def test_custom_plan_in_a_few_lines():
     algo = Algorithm("ppo", env="CartPole-v1", plan=my_plan, **FAST)
     assert "TrainOneStep" in str(algo.plan)
