@@ -54,20 +54,20 @@ class DQNConfig(ReplayConfig):
     algo_name: ClassVar[str] = "dqn"
     default_stop_timesteps: ClassVar[int] = 500_000
 
-    num_workers: int = param(0, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
-    num_envs_per_worker: int = param(4, "envs each worker steps as one vector env", ge=1)
-    rollout_fragment_length: int = param(4, "steps per env in one sampled fragment", ge=1)
-    lr: float = param(1e-3, "learning rate (Adam)", gt=0)
-    grad_clip: float = param(10.0, "max global gradient norm; 0 turns clipping off", ge=0)
-    model_hiddens: tuple[int, ...] = param((128, 128), "hidden layer sizes of the MLP", ge=1)
+    num_workers: int = 0
+    num_envs_per_worker: int = 4
+    rollout_fragment_length: int = 4
+    lr: float = 1e-3
+    grad_clip: float = 10.0
+    model_hiddens: tuple[int, ...] = (128, 128)
     target_network_update_freq: int = param(4_000, "env steps trained between target copies", ge=1)
-    n_step: int = param(3, "steps in the n-step return", ge=1)
+    n_step: int = 3
     double_q: bool = param(True, "pick next actions with the online net (double DQN)")
     dueling: bool = param(True, "dueling value/advantage heads")
     exploration_initial_eps: float = param(1.0, "epsilon at the start", ge=0, le=1)
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
-    min_env_steps_per_iteration: int = param(1_000, "least env steps per train() result", ge=0)
+    min_env_steps_per_iteration: int = 1_000
 
 
 class DQNPolicy(Policy):

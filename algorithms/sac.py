@@ -49,11 +49,11 @@ class SACConfig(ReplayConfig):
     algo_name: ClassVar[str] = "sac"
     default_stop_timesteps: ClassVar[int] = 100_000
 
-    num_workers: int = param(0, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
-    num_envs_per_worker: int = param(1, "envs each worker steps as one vector env", ge=1)
-    rollout_fragment_length: int = param(1, "steps per env in one sampled fragment", ge=1)
+    num_workers: int = 0
+    num_envs_per_worker: int = 1
+    rollout_fragment_length: int = 1
     discrete: bool = param(False, "the discrete-action variant, for Discrete action spaces")
-    lr: float = param(3e-4, "actor learning rate (Adam)", gt=0)
+    lr: float = 3e-4  # the actor's; the critics and the temperature have their own
     critic_lr: float = param(3e-4, "Q-network learning rate (Adam)", gt=0)
     alpha_lr: float = param(3e-4, "temperature learning rate (Adam)", gt=0)
     initial_alpha: float = param(1.0, "temperature at the start", gt=0)
@@ -61,15 +61,14 @@ class SACConfig(ReplayConfig):
         None, "entropy the temperature aims for; None: -action dims (Box), 0.98 log n (Discrete)"
     )
     tau: float = param(5e-3, "soft target update rate per SGD step", gt=0, le=1)
-    grad_clip: float = param(0.0, "max global gradient norm; 0 turns clipping off", ge=0)
-    model_hiddens: tuple[int, ...] = param((128, 128), "hidden sizes of actor and critics", ge=1)
-    buffer_size: int = param(100_000, "replay buffer capacity in transitions", ge=1)
-    learning_starts: int = param(256, "transitions stored before training starts", ge=0)
-    train_batch_size: int = param(256, "transitions per SGD step", ge=1)
-    training_intensity: float = param(256.0, "env steps trained per env step sampled", gt=0)
-    n_step: int = param(1, "steps in the n-step return", ge=1)
-    metrics_smoothing_episodes: int = param(10, "episodes averaged into returns", ge=1)
-    min_env_steps_per_iteration: int = param(1_000, "least env steps per train() result", ge=0)
+    grad_clip: float = 0.0
+    model_hiddens: tuple[int, ...] = (128, 128)  # the actor's and each critic's
+    buffer_size: int = 100_000
+    learning_starts: int = 256
+    train_batch_size: int = 256
+    training_intensity: float = 256.0
+    metrics_smoothing_episodes: int = 10
+    min_env_steps_per_iteration: int = 1_000
 
 
 def soft_q_target(

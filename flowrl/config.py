@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import inspect
 import json
 import types
 import typing
@@ -82,6 +83,7 @@ def _to_str(value: Any) -> Any:
 
 
 _INVALID = object()
+_MissingType = type(dataclasses.MISSING)
 _SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
 
 
@@ -126,7 +128,22 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
 
 @dataclasses.dataclass
 class Config:
-    """Settings every algorithm shares. Subclasses add their own fields."""
+    """Settings every algorithm shares. Subclasses add their own fields with
+    :func:`param`; one that only changes an inherited default says the new value alone
+    (``lr: float = 1e-3``) and keeps the field's doc and range.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class MyConfig(Config):
+        ...     lr: float = 1e-3
+        ...     horizon: int = param(10, "steps looked ahead", ge=1)
+        >>> MyConfig().lr, MyConfig.doc("lr")
+        (0.001, 'learning rate (Adam)')
+        >>> MyConfig(lr=-1.0)
+        Traceback (most recent call last):
+        ...
+        flowrl.config.ConfigError: lr must be > 0, got -1.0
+    """
 
     algo_name: ClassVar[str] = "custom"
     default_stop_timesteps: ClassVar[int] = 1_000_000
@@ -145,6 +162,16 @@ class Config:
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A plain new default for an inherited field keeps that field's doc and range."""
+        super().__init_subclass__(**kwargs)
+        inherited = getattr(cls, "__dataclass_fields__", {})
+        for name in inspect.get_annotations(cls):
+            value = cls.__dict__.get(name, dataclasses.MISSING)
+            if name in inherited and not isinstance(value, dataclasses.Field | _MissingType):
+                meta = inherited[name].metadata
+                setattr(cls, name, dataclasses.field(default=value, metadata=meta))
 
     @property
     def uses_ray(self) -> bool:
@@ -187,6 +214,21 @@ class Config:
     def docs(cls) -> list[tuple[str, Any, str]]:
         """``(name, default, doc)`` for every field."""
         return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def doc(cls, name: str) -> str:
+        """The one-line doc of field ``name``."""
+        return cls.__dataclass_fields__[name].metadata.get("doc", "")
+
+
+@dataclasses.dataclass
+class ActorCriticConfig(Config):
+    """Settings of policies trained on advantages with a value baseline (see
+    :class:`flowrl.policy.ActorCriticPolicy`)."""
+
+    gae_lambda: float = param(0.95, "GAE lambda (1.0: plain n-step advantages)", ge=0, le=1)
+    vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
+    entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
 
 
 def parse_set_value(text: str) -> Any:

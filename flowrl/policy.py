@@ -279,8 +279,8 @@ def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
 
 
 class ActorCriticPolicy(Policy):
-    """A policy trained on GAE advantages and value targets (the config has ``gamma``
-    and ``gae_lambda``); subclasses supply ``loss``."""
+    """A policy trained on GAE advantages and value targets (its config is an
+    :class:`~flowrl.config.ActorCriticConfig`); subclasses supply ``loss``."""
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         last_values = self.compute_values(fragment.last_obs)

@@ -27,6 +27,7 @@ class ReplayConfig(Config):
     replay_shards: int = param(0, "replay actors sharing the buffer; 0: in the learner", ge=0)
     learning_starts: int = param(1_000, "transitions stored before training starts", ge=0)
     train_batch_size: int = param(64, "transitions per SGD step", ge=1)
+    n_step: int = param(1, "steps in the n-step return", ge=1)
     training_intensity: float = param(4.0, "env steps trained per env step sampled", gt=0)
     prioritized_replay: bool = param(False, "prioritized instead of uniform replay")
     prioritized_replay_alpha: float = param(0.6, "priority exponent", ge=0)

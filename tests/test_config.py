@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from flowrl import list_algorithms
 from flowrl.algorithms.ppo import PPOConfig
-from flowrl.config import ConfigError, parse_set_value
+from flowrl.config import Config, ConfigError, parse_set_value
 
 
 def test_values_are_coerced_to_field_types():
@@ -37,3 +40,22 @@ def test_round_trip_through_dict():
     cfg = PPOConfig(lr=3e-4, model_hiddens=(8,))
     assert PPOConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.replace(seed=3).seed == 3
+
+
+def test_an_override_keeps_the_base_fields_doc_and_range():
+    @dataclasses.dataclass
+    class Faster(PPOConfig):
+        lr: float = 3e-3
+
+    assert Faster().lr == 3e-3 and Faster.doc("lr") == Config.doc("lr")
+    with pytest.raises(ConfigError, match="lr must be > 0"):
+        Faster(lr=0.0)
+
+
+@pytest.mark.parametrize("spec", list_algorithms(), ids=lambda s: s.name)
+def test_algorithm_configs_state_only_what_they_change(spec):
+    """A field inherited from a base config keeps the base's doc and range."""
+    for base in spec.config_cls.__mro__[1:]:
+        for name, field in getattr(base, "__dataclass_fields__", {}).items():
+            mine = spec.config_cls.__dataclass_fields__[name]
+            assert mine.metadata == field.metadata, f"{spec.name} restates {name}"
