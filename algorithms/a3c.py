@@ -6,8 +6,10 @@ each one. Nobody waits for the slowest worker.
 
 Example:
     >>> from flowrl import Algorithm
-    >>> algo = Algorithm("a3c", env="CartPole-v1", num_workers=2)
-    >>> result = algo.train()
+    >>> algo = Algorithm("a3c", env="CartPole-v1", num_workers=0)
+    >>> algo.train()["env_steps_trained"] > 0
+    True
+    >>> algo.stop()
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ steps. ``training_intensity`` (env steps trained per env step sampled) sets thei
 Example:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("dqn", env="CartPole-v1")
-    >>> result = algo.train()
+    >>> algo.train()["env_steps_sampled"] >= algo.config.min_env_steps_per_iteration
+    True
+    >>> algo.stop()
 """
 
 from __future__ import annotations
@@ -26,20 +28,11 @@ from torch import nn
 from flowrl.config import param
 from flowrl.iter import LocalIterator
 from flowrl.models import QNetwork
-from flowrl.ops import (
-    Concurrently,
-    ParallelRollouts,
-    Replay,
-    StandardMetricsReporting,
-    StoreToReplayBuffer,
-    TrainOneStep,
-    UpdatePriorities,
-    UpdateTargets,
-)
+from flowrl.ops import UpdateTargets
+from flowrl.plans import replay_plan
 from flowrl.policy import Policy, inference, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
-from flowrl.replay import WEIGHTS
-from flowrl.replay_config import ReplayConfig, make_replay
+from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
@@ -121,10 +114,12 @@ class DQNPolicy(Policy):
             loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
         else:
             loss = F.smooth_l1_loss(q, target)
+        td_error = (q - target).detach()
         stats = {
             "loss": loss.detach(),
             "q_mean": q.mean().detach(),
-            "td_error": (q - target).detach(),
+            "td_error_abs_mean": td_error.abs().mean(),
+            "td_error": td_error,
         }
         return loss, stats
 
@@ -157,29 +152,6 @@ def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[
     policy = workers.local_worker.policy
     period = config.target_network_update_freq
     return replay_plan(workers, config, UpdateTargets(policy.update_target, period=period))
-
-
-def replay_plan(
-    workers: WorkerSet, config: ReplayConfig, update_targets: UpdateTargets
-) -> LocalIterator[dict[str, Any]]:
-    """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
-    targets; only the training branch reports. SAC runs it too, with soft updates."""
-    buffer = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
-    store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
-        StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
-    )
-    replay_op = Replay(
-        buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts
-    ).for_each(TrainOneStep(workers))
-    if config.prioritized_replay:
-        replay_op = replay_op.for_each(UpdatePriorities(buffer))
-    train_op = Concurrently(
-        [store_op, replay_op.for_each(update_targets)],
-        mode="round_robin",
-        output_indexes=[1],
-        round_robin_weights=[1, config.replay_weight],
-    )
-    return StandardMetricsReporting(train_op, workers, config)
 
 
 ALGORITHM = AlgorithmSpec(

@@ -7,7 +7,9 @@ penalty; several epochs of minibatch SGD per batch. Discrete and Box action spac
 Example:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
-    >>> result = algo.train()
+    >>> algo.train()["env_steps_trained"] >= algo.config.train_batch_size
+    True
+    >>> algo.stop()
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
-from flowrl.policy import ActorCriticPolicy
+from flowrl.policy import ActorCriticPolicy, explained_variance
 from flowrl.sample_batch import (
     ACTIONS,
     ADVANTAGES,
     LOGP,
     OBS,
     VALUE_TARGETS,
+    VF_PREDS,
     SampleBatch,
 )
 from flowrl.spec import AlgorithmSpec
@@ -84,11 +87,19 @@ class PPOPolicy(ActorCriticPolicy):
             loss = loss - cfg.entropy_coeff * entropy
         if self.kl_coeff > 0:
             loss = loss + self.kl_coeff * kl
-        stats = {"policy_loss": surrogate, "vf_loss": vf_loss, "entropy": entropy, "kl": kl}
+        clip_fraction = ((ratio - 1).abs() > cfg.clip_param).float().mean()
+        stats = {
+            "policy_loss": surrogate,
+            "vf_loss": vf_loss,
+            "entropy": entropy,
+            "kl": kl,
+            "clip_fraction": clip_fraction,
+        }
         return loss, {k: v.detach() for k, v in stats.items()}
 
     def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
         stats = super().learn_on_batch(batch, **kwargs)
+        stats["explained_variance"] = explained_variance(batch[VF_PREDS], batch[VALUE_TARGETS])
         if self.kl_coeff > 0:  # adaptive KL penalty, as in the PPO paper
             if stats["kl"] > 2.0 * self.config.kl_target:
                 self.kl_coeff *= 1.5

@@ -10,7 +10,9 @@ a replay buffer and a training branch side by side.
 Example:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("sac", env="Pendulum-v1")
-    >>> result = algo.train()
+    >>> algo.train()["env_steps_sampled"] >= algo.config.min_env_steps_per_iteration
+    True
+    >>> algo.stop()
 """
 
 from __future__ import annotations
@@ -26,16 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.algorithms.dqn import replay_plan
 from flowrl.config import ConfigError, param
 from flowrl.distributions import Categorical, SquashedGaussian
 from flowrl.iter import LocalIterator
 from flowrl.models import TwinQ, mlp, vector_obs_size
 from flowrl.ops import UpdateTargets
+from flowrl.plans import replay_plan
 from flowrl.policy import Policy, adam, inference, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
-from flowrl.replay import WEIGHTS
-from flowrl.replay_config import ReplayConfig
+from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
@@ -226,6 +227,7 @@ class SACPolicy(Policy):
             "alpha": float(alpha),
             "entropy": float(entropy.mean()),
             "q_mean": float(q.detach().mean()),
+            "td_error_abs_mean": float(td_error.abs().mean()),
             "td_error": td_error.cpu().numpy(),
         }
 

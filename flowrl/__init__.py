@@ -3,7 +3,9 @@
 Example:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
-    >>> algo.train()["episode_return_mean"]
+    >>> algo.train()["env_steps_sampled"] >= algo.config.train_batch_size
+    True
+    >>> algo.stop()
 """
 
 from flowrl.algorithm import Algorithm, get_algorithm, list_algorithms

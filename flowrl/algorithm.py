@@ -1,17 +1,19 @@
 """Algorithm: builds the workers and the execution plan, pulls one result per ``train()``.
 
 Example:
-    >>> from flowrl import Algorithm
+    >>> import tempfile
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
     >>> result = algo.train()
-    >>> path = algo.save("/tmp/ppo_ckpt")
-    >>> algo.evaluate(episodes=5)["episode_return_mean"]
+    >>> path = algo.save(tempfile.mkdtemp())
+    >>> algo.evaluate(episodes=5)["episodes"]
+    5
+    >>> Algorithm.from_checkpoint(path).iteration
+    1
     >>> algo.stop()
 """
 
 from __future__ import annotations
 
-import collections
 import importlib
 import importlib.util
 import json
@@ -24,8 +26,11 @@ from typing import Any
 import torch
 
 from flowrl.config import Config, ConfigError
+from flowrl.context import ITERATION
 from flowrl.envs import check_env_id
 from flowrl.iter import LocalIterator, NotReady
+from flowrl.policy import Policy
+from flowrl.runner import run
 from flowrl.spec import AlgorithmSpec, Plan
 from flowrl.worker import WorkerSet
 
@@ -52,8 +57,8 @@ def get_algorithm(ref: str) -> AlgorithmSpec:
 
 
 def load_plan_file(ref: str) -> AlgorithmSpec:
-    """``file.py:plan``: the plan function of a user file. The file may define ``Config``
-    and ``Policy``; the ones it leaves out are PPO's."""
+    """``file.py:plan``: the plan function of a user file, which also names the ``Config``
+    and ``Policy`` classes the plan runs with (its own, or imported from an algorithm)."""
     path_str, func_name = ref.rsplit(":", 1)
     path = Path(path_str).resolve()
     if not path.is_file():
@@ -69,17 +74,30 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
     plan = getattr(module, func_name, None)
     if not callable(plan):
         raise ConfigError(f"{path_str} has no function '{func_name}'")
+    config_cls, policy_cls = getattr(module, "Config", None), getattr(module, "Policy", None)
+    for name, cls, base in (("Config", config_cls, Config), ("Policy", policy_cls, Policy)):
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigError(f"{path_str} must name a {name} class; {_plan_file_hint()}")
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import it by name
-    ppo = get_algorithm("ppo")
     return AlgorithmSpec(
         name=f"{path}:{func_name}",
         summary=(plan.__doc__ or "user plan").strip().splitlines()[0],
-        config_cls=getattr(module, "Config", ppo.config_cls),
-        policy_cls=getattr(module, "Policy", ppo.policy_cls),
+        config_cls=config_cls,
+        policy_cls=policy_cls,
         execution_plan=plan,
     )
+
+
+def _plan_file_hint() -> str:
+    """How a plan file names an algorithm's classes, with the first shipped algorithm."""
+    from flowrl.algorithms import NAMES
+
+    spec = get_algorithm(NAMES[0])
+    config, policy = spec.config_cls.__name__, spec.policy_cls.__name__
+    module = spec.config_cls.__module__
+    return f"to run with {spec.name}'s: from {module} import {config} as Config, {policy} as Policy"
 
 
 def ensure_ray(address: str | None, num_cpus: float) -> None:
@@ -114,11 +132,12 @@ class Algorithm:
         >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=1)
         >>> algo.train()["env_steps_sampled"] > 0
         True
+        >>> algo.stop()
     """
 
     def __init__(
         self,
-        algo: str | AlgorithmSpec = "ppo",
+        algo: str | AlgorithmSpec,
         config: Config | Mapping[str, Any] | None = None,
         *,
         plan: Plan | None = None,
@@ -141,7 +160,7 @@ class Algorithm:
 
     @property
     def iteration(self) -> int:
-        return self.plan.context.counters["iteration"]
+        return self.plan.context.counters[ITERATION]
 
     def train(self) -> dict[str, Any]:
         """Run the plan until it produces its next result, and return that result."""
@@ -167,10 +186,8 @@ class Algorithm:
         """Train until a stop criterion holds; see :func:`flowrl.runner.run` for the options.
 
         Example:
-            >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs/ppo"))
+            >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs"))  # doctest: +SKIP
         """
-        from flowrl.runner import run
-
         return run(self, **kwargs)
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -179,14 +196,10 @@ class Algorithm:
         plan registered, such as a replay buffer); returns it."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        ctx = self.plan.context
         state = {
             "policy": self.workers.local_worker.policy.get_state(),
-            "counters": dict(ctx.counters),
-            "recent_episodes": list(ctx.info.get("recent_episodes", [])),
-            "time_total_s": ctx.info.get("time_total_s", 0.0),
+            "plan": self.plan.context.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "plan_state": {k: v.get_state() for k, v in ctx.checkpointables.items()},
         }
         torch.save(state, path / STATE_FILE)
         meta = {
@@ -202,19 +215,8 @@ class Algorithm:
         state = torch.load(Path(path) / STATE_FILE, weights_only=False)
         self.workers.local_worker.policy.set_state(state["policy"])
         self.workers.sync_weights()
-        ctx = self.plan.context
-        ctx.counters.clear()
-        ctx.counters.update(state["counters"])
-        window = collections.deque(maxlen=self.config.metrics_smoothing_episodes)
-        window.extend(state["recent_episodes"])
-        ctx.info["recent_episodes"] = window
-        ctx.info["time_total_s"] = state["time_total_s"]
+        self.plan.context.set_state(state["plan"])
         torch.set_rng_state(state["torch_rng"])
-        for name, plan_state in state.get("plan_state", {}).items():
-            if name in ctx.checkpointables:
-                ctx.checkpointables[name].set_state(plan_state)
-            else:  # the plan has not been built yet: applied when it registers
-                ctx.pending_state[name] = plan_state
 
     @classmethod
     def from_checkpoint(
@@ -230,8 +232,8 @@ class Algorithm:
         does not start: enough to evaluate it.
 
         Example:
-            >>> Algorithm.from_checkpoint("runs/apex/checkpoints/checkpoint_000010",
-            ...                           in_process=True).evaluate(10)
+            >>> path = "runs/dqn/checkpoints/checkpoint_000010"
+            >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
         """
         meta = read_checkpoint_meta(path)
         if in_process:

@@ -125,7 +125,7 @@ def _default_output(algo: str, env: str) -> Path:
 
 
 def _build_for_train(args: argparse.Namespace) -> tuple[Any, Path]:
-    from flowrl.algorithm import Algorithm, read_checkpoint_meta
+    from flowrl.algorithm import Algorithm
     from flowrl.runner import latest_checkpoint
 
     if args.resume:
@@ -133,11 +133,7 @@ def _build_for_train(args: argparse.Namespace) -> tuple[Any, Path]:
         ckpt = latest_checkpoint(output)
         if ckpt is None:
             raise ConfigError(f"--resume: no checkpoint in {output}/checkpoints")
-        meta = read_checkpoint_meta(ckpt)
-        algo = Algorithm(
-            meta["algo"], {**meta["config"], **_config_values(args)}, address=args.address
-        )
-        algo.restore(ckpt)
+        algo = Algorithm.from_checkpoint(ckpt, address=args.address, **_config_values(args))
         return algo, output
     values = _config_values(args)
     algo = Algorithm(args.algo, values, address=args.address)

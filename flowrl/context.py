@@ -9,6 +9,8 @@ Example:
     >>> ctx.counters[STEPS_SAMPLED] += 200
     >>> with ctx.timer("sample"):
     ...     pass
+    >>> ctx.counters[STEPS_SAMPLED], ctx.timers["sample"].count
+    (200, 1)
 """
 
 from __future__ import annotations
@@ -18,9 +20,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# counters (``context.counters``); the first three are also result keys
 STEPS_SAMPLED = "env_steps_sampled"
 STEPS_TRAINED = "env_steps_trained"
+ITERATION = "iteration"
+EPISODES_TOTAL = "episodes_total"
 WEIGHT_BROADCASTS = "num_weight_broadcasts"
+NUM_TARGET_UPDATES = "num_target_updates"
+# ``context.info[LEARNER_INFO]``: the last learner statistics, reported as ``learner/*``
+LEARNER_INFO = "learner"
+# result keys of the results contract beyond the counters
+TIME_TOTAL_S = "time_total_s"
+EPISODE_RETURN_MEAN = "episode_return_mean"
+EPISODE_LEN_MEAN = "episode_len_mean"
+ENV_STEPS_PER_S = "env_steps_per_s"
 
 
 class TimerStat:
@@ -78,11 +91,48 @@ class PlanContext:
     pending_state: dict[str, Any] = field(default_factory=dict)
 
     def register_checkpointable(self, name: str, obj: Any) -> None:
-        """Have checkpoints keep ``obj``'s state; a restored state that arrived before the
-        plan was built (plans build on their first pull) is applied now."""
+        """Have checkpoints keep ``obj``'s state (its ``get_state``/``set_state``).
+
+        A restored state that arrived before the plan was built (plans build on their
+        first pull) is applied now; an operator of a rebuilt plan (after a dead worker was
+        replaced) takes over the state of the one it replaces under the same name.
+
+        Example:
+            >>> class Tally:
+            ...     n = 0
+            ...     def get_state(self): return {"n": self.n}
+            ...     def set_state(self, state): self.n = state["n"]
+            >>> ctx = PlanContext()
+            >>> old = Tally(); old.n = 3
+            >>> ctx.register_checkpointable("tally", old)
+            >>> ctx.register_checkpointable("tally", Tally())
+            >>> ctx.checkpointables["tally"].n
+            3
+        """
+        previous = self.checkpointables.get(name)
         self.checkpointables[name] = obj
         if name in self.pending_state:
             obj.set_state(self.pending_state.pop(name))
+        elif previous is not None and previous is not obj:
+            obj.set_state(previous.get_state())
+
+    def get_state(self) -> dict[str, Any]:
+        """Counters and the state of every registered checkpointable."""
+        return {
+            "counters": dict(self.counters),
+            "plan_state": {k: v.get_state() for k, v in self.checkpointables.items()},
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s output; the state of an operator that has not
+        registered yet waits for it."""
+        self.counters.clear()
+        self.counters.update(state["counters"])
+        for name, plan_state in state["plan_state"].items():
+            if name in self.checkpointables:
+                self.checkpointables[name].set_state(plan_state)
+            else:
+                self.pending_state[name] = plan_state
 
     def timer(self, name: str) -> TimerStat:
         """The timer called ``name``, created on first use."""

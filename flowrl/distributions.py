@@ -44,9 +44,6 @@ class Categorical:
     def entropy(self) -> torch.Tensor:
         return -(self.logits.exp() * self.logits).sum(-1)
 
-    def kl(self, other: Categorical) -> torch.Tensor:
-        return (self.logits.exp() * (self.logits - other.logits)).sum(-1)
-
 
 class DiagGaussian:
     """Diagonal Gaussian: ``inputs[..., :d]`` is the mean, ``inputs[..., d:]`` the log std."""
@@ -67,11 +64,6 @@ class DiagGaussian:
 
     def entropy(self) -> torch.Tensor:
         return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
-
-    def kl(self, other: DiagGaussian) -> torch.Tensor:
-        var_ratio = (self.std / other.std).pow(2)
-        mean_term = ((self.mean - other.mean) / other.std).pow(2)
-        return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1)
 
 
 class SquashedGaussian:

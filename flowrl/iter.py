@@ -55,7 +55,8 @@ class Operator:
     """Base class of transforms that use the plan's shared :class:`PlanContext`.
 
     The context is bound when the plan is built (``self.context``); an operator instance
-    belongs to one plan.
+    belongs to one plan. Its public attributes are its settings and name it in
+    ``print(plan)``; handles it holds (workers, buffers, callbacks) start with ``_``.
 
     Example:
         >>> class CountItems(Operator):
@@ -73,11 +74,10 @@ class Operator:
         self.context = context
 
     def __repr__(self) -> str:
-        hidden = {"context", "workers"}
-        args = ", ".join(
-            f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k not in hidden
-        )
-        return f"{type(self).__name__}({args})"
+        settings = [
+            f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "context"
+        ]
+        return f"{type(self).__name__}({', '.join(settings)})"
 
 
 def _describe(fn: Any) -> str:
@@ -378,8 +378,8 @@ class ParallelIterator(Generic[T]):
     """An iterator split into shards, one per Ray actor; transforms run on the actors.
 
     Example:
-        >>> it = ParallelIterator.from_items([1, 2, 3, 4], num_shards=2)
-        >>> sorted(it.for_each(lambda x: x + 1).gather_sync().take(4))
+        >>> it = ParallelIterator.from_items([1, 2, 3, 4], num_shards=2)  # doctest: +SKIP
+        >>> sorted(it.for_each(lambda x: x + 1).gather_sync().take(4))  # doctest: +SKIP
         [2, 3, 4, 5]
     """
 

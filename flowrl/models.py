@@ -153,9 +153,6 @@ class ActorCritic(nn.Module):
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out, self.vf(features).squeeze(-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.forward(obs)[1]
-
 
 class QNetwork(nn.Module):
     """Q-values for Discrete actions: an MLP (vector observations) or the Nature CNN
@@ -171,7 +168,7 @@ class QNetwork(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(f"Q-learning (DQN) needs a Discrete action space, got {action_space}")
+            raise ConfigError(f"a Q-network needs a Discrete action space, got {action_space}")
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"unsupported observation space {obs_space}: need Box observations")
         n_actions = int(action_space.n)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable
 from functools import cached_property
@@ -266,6 +267,20 @@ class Policy:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
         self.num_updates = state["num_updates"]
+
+
+def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
+    """``1 - Var(targets - predictions) / Var(targets)``: 1 for perfect value predictions,
+    0 for predicting the mean, negative for worse (NaN when the targets are constant).
+
+    Example:
+        >>> explained_variance(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0]))
+        1.0
+        >>> explained_variance(np.full(3, 2.0), np.array([1.0, 2.0, 3.0]))
+        0.0
+    """
+    variance = float(np.var(targets))
+    return 1.0 - float(np.var(targets - predictions)) / variance if variance > 0 else math.nan
 
 
 def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:

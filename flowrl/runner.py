@@ -2,10 +2,13 @@
 checkpoints, a progress bar, clean Ctrl-C, recovery from dead workers.
 
 Example:
+    >>> import tempfile
+    >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
-    >>> summary = run(algo, stop=StopCriteria(reward=195.0), output_dir=Path("/tmp/run"))
-    >>> summary["stopped_by"]
-    'reward'
+    >>> summary = run(algo, stop=StopCriteria(iters=2), output_dir=Path(tempfile.mkdtemp()))
+    >>> summary["stopped_by"], summary["iterations"]
+    ('iterations', 2)
+    >>> algo.stop()
 """
 
 from __future__ import annotations
@@ -14,15 +17,41 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from flowrl.algorithm import Algorithm
+from flowrl.config import Config
+from flowrl.context import (
+    ENV_STEPS_PER_S,
+    EPISODE_RETURN_MEAN,
+    ITERATION,
+    STEPS_SAMPLED,
+    TIME_TOTAL_S,
+)
 from flowrl.envs import reward_threshold
 from flowrl.logger import RunLogger
+from flowrl.spec import AlgorithmSpec
 
 logger = logging.getLogger(__name__)
 
 MAX_WORKER_FAILURES = 3
+
+
+class Trainable(Protocol):
+    """What the loop drives: :class:`flowrl.Algorithm` (named here only by its shape, so
+    this module, which ``Algorithm.run`` calls, does not import it back)."""
+
+    spec: AlgorithmSpec
+    config: Config
+    last_result: dict[str, Any] | None
+
+    @property
+    def iteration(self) -> int: ...
+
+    def train(self) -> dict[str, Any]: ...
+
+    def rebuild_after_failure(self) -> list[int]: ...
+
+    def save(self, path: Path) -> Path: ...
 
 
 @dataclass
@@ -35,7 +64,7 @@ class StopCriteria:
     iters: int | None = None
 
     @classmethod
-    def default_for(cls, algo: Algorithm) -> StopCriteria:
+    def default_for(cls, algo: Trainable) -> StopCriteria:
         """The env's registered reward threshold and the algorithm's default step budget."""
         return cls(
             reward=reward_threshold(algo.config.env),
@@ -47,14 +76,14 @@ class StopCriteria:
 
     def reason(self, result: dict[str, Any]) -> str | None:
         """The name of the first criterion ``result`` meets, or None."""
-        ret = result.get("episode_return_mean", math.nan)
+        ret = result.get(EPISODE_RETURN_MEAN, math.nan)
         if self.reward is not None and math.isfinite(ret) and ret >= self.reward:
             return "reward"
-        if self.timesteps is not None and result["env_steps_sampled"] >= self.timesteps:
+        if self.timesteps is not None and result[STEPS_SAMPLED] >= self.timesteps:
             return "timesteps"
-        if self.time_s is not None and result["time_total_s"] >= self.time_s:
+        if self.time_s is not None and result[TIME_TOTAL_S] >= self.time_s:
             return "time"
-        if self.iters is not None and result["iteration"] >= self.iters:
+        if self.iters is not None and result[ITERATION] >= self.iters:
             return "iterations"
         return None
 
@@ -81,7 +110,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _train_with_recovery(algo: Algorithm, failures: list[int]) -> dict[str, Any]:
+def _train_with_recovery(algo: Trainable, failures: list[int]) -> dict[str, Any]:
     """One ``train()``; a dead remote worker is replaced and the plan rebuilt."""
     import ray
 
@@ -97,7 +126,7 @@ def _train_with_recovery(algo: Algorithm, failures: list[int]) -> dict[str, Any]
 
 
 def run(
-    algo: Algorithm,
+    algo: Trainable,
     *,
     stop: StopCriteria | None = None,
     output_dir: Path | None = None,
@@ -119,14 +148,14 @@ def run(
     try:
         while stopped_by is None:
             result = _train_with_recovery(algo, failures)
-            ret = result["episode_return_mean"]
+            ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
             if log is not None:
                 log.log(result)
-                if checkpoint_every and result["iteration"] % checkpoint_every == 0:
-                    algo.save(checkpoint_dir(output_dir, result["iteration"]))
-            bar.update(result["env_steps_sampled"] - bar.n)
-            bar.set_postfix(ret=f"{ret:.1f}", steps_s=f"{result['env_steps_per_s']:.0f}")
+                if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
+                    algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+            bar.update(result[STEPS_SAMPLED] - bar.n)
+            bar.set_postfix(ret=f"{ret:.1f}", steps_s=f"{result[ENV_STEPS_PER_S]:.0f}")
             stopped_by = stop.reason(result)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
@@ -138,9 +167,9 @@ def run(
         "algo": algo.spec.name,
         "env": algo.config.env,
         "iterations": algo.iteration,
-        "env_steps_sampled": result["env_steps_sampled"] if result else 0,
-        "time_total_s": result["time_total_s"] if result else 0.0,
-        "episode_return_mean": result["episode_return_mean"] if result else math.nan,
+        STEPS_SAMPLED: result[STEPS_SAMPLED] if result else 0,
+        TIME_TOTAL_S: result[TIME_TOTAL_S] if result else 0.0,
+        EPISODE_RETURN_MEAN: result[EPISODE_RETURN_MEAN] if result else math.nan,
         "best_episode_return_mean": best if math.isfinite(best) else math.nan,
         "stopped_by": stopped_by,
     }

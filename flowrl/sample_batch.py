@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,11 +71,6 @@ class SampleBatch:
     def __len__(self) -> int:
         return self._count
 
-    @property
-    def count(self) -> int:
-        """Number of rows."""
-        return self._count
-
     def __repr__(self) -> str:
         cols = ", ".join(f"{k}: {v.dtype}{list(v.shape[1:])}" for k, v in self._columns.items())
         return f"SampleBatch({self._count} rows; {cols})"
@@ -111,22 +106,6 @@ class SampleBatch:
             out = None if pool is None else pool.empty(k, shape, np.result_type(*parts))
             columns[k] = np.concatenate(parts, out=out)
         return SampleBatch(columns)
-
-    def minibatches(
-        self, size: int, *, rng: np.random.Generator, drop_last: bool = False
-    ) -> Iterator[SampleBatch]:
-        """Shuffled minibatches of ``size`` rows that cover every row once.
-
-        The last one is smaller when ``size`` does not divide the batch, unless ``drop_last``.
-        """
-        if size < 1:
-            raise ValueError(f"minibatch size must be >= 1, got {size}")
-        order = rng.permutation(self._count)
-        for start in range(0, self._count, size):
-            idx = order[start : start + size]
-            if drop_last and len(idx) < size:
-                return
-            yield self.take(idx)
 
 
 class ArrayPool:

@@ -5,8 +5,8 @@ post-processed :class:`SampleBatch` fragments. As a Ray actor it is also a shard
 :class:`~flowrl.iter.ParallelIterator` that yields one fragment per pull.
 
 Example:
-    >>> from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-    >>> worker = RolloutWorker(policy_cls=PPOPolicy, config=PPOConfig(num_envs_per_worker=2))
+    >>> from flowrl.config import Config
+    >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
     >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
     True
 """
@@ -195,7 +195,8 @@ class WorkerSet:
     and ``num_workers`` remote :class:`RolloutWorker` actors.
 
     Example:
-        >>> workers = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=0))
+        >>> from flowrl.config import Config
+        >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
         >>> workers.remote_workers
         []
     """
@@ -226,7 +227,7 @@ class WorkerSet:
         buffer or replay actors, carries over to the new plan instead of starting empty.
 
         Example:
-            >>> buffer = workers.keep("replay", lambda: ReplayBuffer(50_000))
+            >>> buffer = workers.keep("replay", lambda: ReplayBuffer(50_000))  # doctest: +SKIP
         """
         if name not in self._kept:
             self._kept[name] = make()
@@ -257,8 +258,8 @@ class WorkerSet:
         other with no sampling in between (DQN's SGD steps in one round) cost one send.
 
         Example:
-            >>> workers.local_worker.learn_on_batch(batch)
-            >>> workers.defer_weight_sync()
+            >>> workers.local_worker.learn_on_batch(batch)  # doctest: +SKIP
+            >>> workers.defer_weight_sync()  # doctest: +SKIP
         """
         self._weights_deferred = bool(self.remote_workers)
 

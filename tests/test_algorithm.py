@@ -27,6 +27,37 @@ def test_train_save_restore_keeps_weights_counters_and_optimizer(tmp_path):
     clone.stop()
 
 
+def test_the_metrics_operator_checkpoints_its_own_window_and_time(tmp_path):
+    algo = Algorithm("ppo", env="CartPole-v1", metrics_smoothing_episodes=5, **FAST)
+    for _ in range(3):
+        result = algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    assert set(algo.plan.context.checkpointables) == {"metrics"}
+    clone = Algorithm.from_checkpoint(path)
+    metrics = clone.plan.context.pending_state["metrics"]  # applied when the plan builds
+    assert len(metrics["episodes"]) == 5 and metrics["time_total_s"] == result["time_total_s"]
+    nxt = clone.train()
+    assert nxt["time_total_s"] > result["time_total_s"] and nxt["episodes_total"] > 5
+    algo.stop()
+    clone.stop()
+
+
+@pytest.mark.parametrize(
+    ("algo", "keys"),
+    [
+        ("ppo", ["clip_fraction", "explained_variance", "kl", "entropy"]),
+        ("dqn", ["q_mean", "td_error_abs_mean"]),
+    ],
+)
+def test_learners_report_what_practitioners_read(algo, keys):
+    overrides = FAST if algo == "ppo" else dict(num_workers=0, learning_starts=64)
+    agent = Algorithm(algo, env="CartPole-v1", **overrides)
+    result = agent.train()
+    agent.stop()
+    for key in keys:
+        assert np.isfinite(result[f"learner/{key}"]), key
+
+
 def test_same_seed_same_results_in_local_mode():
     runs = []
     for _ in range(2):
@@ -149,10 +180,12 @@ def test_training_survives_a_dead_worker(ray_session):
     from flowrl.runner import StopCriteria
 
     algo = Algorithm("ppo", env="CartPole-v1", seed=0, **{**FAST, "num_workers": 2})
-    algo.train()
+    before = algo.train()
     dead = algo.workers.remote_workers[0]
     ray_session.kill(dead)
     summary = algo.run(stop=StopCriteria(iters=4))
     assert summary["iterations"] == 4 and summary["stopped_by"] == "iterations"
     assert algo.workers.remote_workers[0] is not dead
+    # the rebuilt plan's metrics operator took over its predecessor's clock
+    assert summary["time_total_s"] > before["time_total_s"]
     algo.stop()

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flowrl.replay import PrioritizedSampler, ReplayBuffer
+from flowrl.replay.segment_tree import MinTree, SumTree
 from flowrl.sample_batch import SampleBatch
-from flowrl.segment_tree import MinTree, SumTree
 
 
 def rows(start, n):

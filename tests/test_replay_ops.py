@@ -7,7 +7,7 @@ import pytest
 
 from flowrl.context import STEPS_TRAINED
 from flowrl.iter import LocalIterator, NotReady, Operator
-from flowrl.ops.replay import (
+from flowrl.ops import (
     Concurrently,
     Replay,
     StoreToReplayBuffer,

@@ -36,15 +36,6 @@ def test_slicing_is_row_slicing(n, a, b):
     assert batch[a:b]["rewards"].tolist() == list(range(n))[a:b]
 
 
-@given(st.integers(1, 100), st.integers(1, 40), st.integers(0, 10_000))
-def test_minibatches_cover_every_row_once(n, size, seed):
-    batch = make(n)
-    parts = list(batch.minibatches(size, rng=np.random.default_rng(seed)))
-    assert all(len(p) == size for p in parts[:-1])
-    rows = np.concatenate([p["rewards"] for p in parts])
-    assert sorted(rows.tolist()) == list(range(n))
-
-
 def test_columns_must_have_equal_rows_and_concat_equal_columns():
     with pytest.raises(ValueError, match="rows"):
         SampleBatch(a=np.zeros(3), b=np.zeros(4))

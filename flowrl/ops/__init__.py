@@ -1,8 +1,8 @@
 """The operators execution plans are made of. Names are part of the public API."""
 
+from flowrl.ops.concurrency import Concurrently
 from flowrl.ops.metrics import CollectMetrics, OncePerIteration, StandardMetricsReporting
 from flowrl.ops.replay import (
-    Concurrently,
     Replay,
     StoreToReplayBuffer,
     UpdatePriorities,

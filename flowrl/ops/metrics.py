@@ -1,8 +1,8 @@
 """StandardMetricsReporting: the training stream becomes one result dict per iteration.
 
 Example:
-    >>> results = StandardMetricsReporting(train_op, workers, config)
-    >>> next(results)["episode_return_mean"]
+    >>> results = StandardMetricsReporting(train_op, workers, config)  # doctest: +SKIP
+    >>> next(results)["episode_return_mean"]  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ import time
 from typing import Any
 
 from flowrl.config import Config
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, PlanContext
+from flowrl.context import (
+    ENV_STEPS_PER_S,
+    EPISODE_LEN_MEAN,
+    EPISODE_RETURN_MEAN,
+    EPISODES_TOTAL,
+    ITERATION,
+    LEARNER_INFO,
+    STEPS_SAMPLED,
+    STEPS_TRAINED,
+    TIME_TOTAL_S,
+    PlanContext,
+)
 from flowrl.iter import LocalIterator, Operator
 from flowrl.worker import Episode, WorkerSet
 
@@ -22,7 +33,7 @@ class OncePerIteration(Operator):
     """Passes an item through once an iteration's least time and env steps have elapsed.
 
     Example:
-        >>> train_op.filter(OncePerIteration(min_time_s=1.0, min_env_steps=0))
+        >>> train_op.filter(OncePerIteration(min_time_s=1.0, min_env_steps=0))  # doctest: +SKIP
     """
 
     def __init__(self, *, min_time_s: float, min_env_steps: int) -> None:
@@ -46,15 +57,18 @@ def _mean(values: list[float]) -> float:
 
 class CollectMetrics(Operator):
     """Builds the result dict of the results contract from the plan context and the
-    episodes the workers finished.
+    episodes the workers finished. Its window of recent episodes and the run's total time
+    are its own state, kept by checkpoints (registered as ``"metrics"``).
 
     Example:
-        >>> train_op.for_each(CollectMetrics(workers, smoothing_episodes=100))
+        >>> train_op.for_each(CollectMetrics(workers, smoothing_episodes=100))  # doctest: +SKIP
     """
 
     def __init__(self, workers: WorkerSet, *, smoothing_episodes: int) -> None:
-        self.workers = workers
+        self._workers = workers
         self.smoothing_episodes = smoothing_episodes
+        self._episodes: collections.deque[Episode] = collections.deque(maxlen=smoothing_episodes)
+        self._time_total_s = 0.0
         self._last_time = time.perf_counter()
         self._last_steps = 0
 
@@ -62,39 +76,46 @@ class CollectMetrics(Operator):
         super().bind(context)
         self._last_steps = context.counters[STEPS_SAMPLED]  # non-zero after a restore
         self._last_time = time.perf_counter()
+        context.register_checkpointable("metrics", self)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"episodes": list(self._episodes), "time_total_s": self._time_total_s}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._episodes.clear()
+        self._episodes.extend(state["episodes"])
+        self._time_total_s = state["time_total_s"]
 
     def __call__(self, item: Any) -> dict[str, Any]:
-        ctx = self.context
-        window: collections.deque[Episode] = ctx.info.setdefault(
-            "recent_episodes", collections.deque(maxlen=self.smoothing_episodes)
-        )
-        new = self.workers.collect_episodes()
-        window.extend(new)
-        ctx.counters["episodes_total"] += len(new)
-        ctx.counters["iteration"] += 1
+        counters = self.context.counters
+        new = self._workers.collect_episodes()
+        self._episodes.extend(new)
+        counters[EPISODES_TOTAL] += len(new)
+        counters[ITERATION] += 1
         now = time.perf_counter()
-        steps = ctx.counters[STEPS_SAMPLED]
+        steps = counters[STEPS_SAMPLED]
         elapsed = max(now - self._last_time, 1e-9)
         rate = (steps - self._last_steps) / elapsed
-        ctx.info["time_total_s"] = ctx.info.get("time_total_s", 0.0) + elapsed
+        self._time_total_s += elapsed
         self._last_time, self._last_steps = now, steps
-        returns = [r for r, _ in window]
+        returns = [r for r, _ in self._episodes]
         result = {
-            "iteration": ctx.counters["iteration"],
-            "time_total_s": ctx.info["time_total_s"],
+            ITERATION: counters[ITERATION],
+            TIME_TOTAL_S: self._time_total_s,
             "time_this_iter_s": elapsed,
-            "env_steps_sampled": steps,
-            "env_steps_trained": ctx.counters[STEPS_TRAINED],
-            "episodes_total": ctx.counters["episodes_total"],
+            STEPS_SAMPLED: steps,
+            STEPS_TRAINED: counters[STEPS_TRAINED],
+            EPISODES_TOTAL: counters[EPISODES_TOTAL],
             "episodes_this_iter": len(new),
-            "episode_return_mean": _mean(returns),
+            EPISODE_RETURN_MEAN: _mean(returns),
             "episode_return_min": min(returns, default=math.nan),
             "episode_return_max": max(returns, default=math.nan),
-            "episode_len_mean": _mean([float(n) for _, n in window]),
-            "env_steps_per_s": rate,
+            EPISODE_LEN_MEAN: _mean([float(n) for _, n in self._episodes]),
+            ENV_STEPS_PER_S: rate,
         }
-        result.update({f"learner/{k}": v for k, v in ctx.info.get("learner", {}).items()})
-        result.update({f"timers/{k}_ms": t.mean_ms for k, t in ctx.timers.items()})
+        learner = self.context.info.get(LEARNER_INFO, {})
+        result.update({f"learner/{k}": v for k, v in learner.items()})
+        result.update({f"timers/{k}_ms": t.mean_ms for k, t in self.context.timers.items()})
         return result
 
 
@@ -105,7 +126,7 @@ def StandardMetricsReporting(
     ``config.min_time_s_per_iteration`` and ``config.min_env_steps_per_iteration``.
 
     Example:
-        >>> StandardMetricsReporting(train_op, workers, config)
+        >>> StandardMetricsReporting(train_op, workers, config)  # doctest: +SKIP
     """
     return train_op.filter(
         OncePerIteration(

@@ -1,10 +1,14 @@
-"""Replay operators: StoreToReplayBuffer, Replay, UpdatePriorities, UpdateTargets, and
-Concurrently to run a plan's branches side by side.
+"""Replay operators: StoreToReplayBuffer, Replay, UpdatePriorities, UpdateTargets.
 
 Example:
-    >>> store_op = rollouts.for_each(StoreToReplayBuffer(buffer))
-    >>> replay_op = Replay(buffer, batch_size=32, learning_starts=1000).for_each(train)
+    >>> from flowrl.ops import Concurrently
+    >>> buffer = ReplayBuffer(100)
+    >>> store_op = LocalIterator.from_items([SampleBatch(obs=np.arange(4))], repeat=True)
+    >>> store_op = store_op.for_each(StoreToReplayBuffer(buffer))
+    >>> replay_op = Replay(buffer, batch_size=2, learning_starts=4)
     >>> plan = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1])
+    >>> len(plan.take(1)[0])
+    2
 """
 
 from __future__ import annotations
@@ -14,62 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
-from flowrl.iter import LocalIterator, NotReady, Operator
-from flowrl.replay import BATCH_INDEXES, ReplayBuffer
-from flowrl.replay_actor import shard_of
+from flowrl.context import NUM_TARGET_UPDATES, STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
+from flowrl.replay import BATCH_INDEXES, ReplayActor, ReplayBuffer, shard_of
 from flowrl.sample_batch import SampleBatch
-
-
-def Concurrently(
-    ops: Sequence[LocalIterator[Any]],
-    *,
-    mode: str = "round_robin",
-    output_indexes: Sequence[int] | None = None,
-    round_robin_weights: Sequence[int | str] | None = None,
-) -> LocalIterator[Any]:
-    """Run several branches of one plan; only the branches in ``output_indexes`` reach the
-    output (the others still run, for their side effects).
-
-    ``round_robin``: deterministic turns, ``round_robin_weights[i]`` items from branch ``i``
-    per turn (``"*"``: as many as are ready). ``async``: whichever branch has an item.
-
-    Example:
-        >>> Concurrently([store_op, train_op], mode="round_robin", output_indexes=[1],
-        ...              round_robin_weights=[1, 4])
-    """
-    if mode not in ("round_robin", "async"):
-        raise ValueError(f"mode must be round_robin or async, got {mode!r}")
-    if round_robin_weights is not None and mode != "round_robin":
-        raise ValueError("round_robin_weights need mode='round_robin'")
-    outputs = set(range(len(ops)) if output_indexes is None else output_indexes)
-    if not outputs <= set(range(len(ops))):
-        raise ValueError(f"output_indexes {sorted(outputs)} out of range for {len(ops)} ops")
-    tagged = [op.for_each(_Tag(i)) for i, op in enumerate(ops)]
-    merged = tagged[0].union(
-        *tagged[1:],
-        deterministic=mode == "round_robin",
-        round_robin_weights=round_robin_weights,
-    )
-    out = merged.filter(lambda item: item[0] in outputs).for_each(_untag)
-    out.name = f"Concurrently[{mode}, outputs={sorted(outputs)}]({', '.join(o.name for o in ops)})"
-    return out
-
-
-class _Tag:
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __call__(self, item: Any) -> tuple[int, Any]:
-        return self.index, item
-
-    def __repr__(self) -> str:
-        return f"tag[{self.index}]"
-
-
-def _untag(item: tuple[int, Any]) -> Any:
-    return item[1]
-
 
 ReplayTarget = ReplayBuffer | Sequence[Any]  # a local buffer, or ReplayActor handles
 
@@ -88,7 +40,7 @@ class StoreToReplayBuffer(Operator):
     ``checkpoint``, checkpoints of the plan keep the (local) buffer's contents.
 
     Example:
-        >>> rollouts.for_each(StoreToReplayBuffer(buffer))
+        >>> rollouts.for_each(StoreToReplayBuffer(buffer))  # doctest: +SKIP
     """
 
     def __init__(
@@ -136,12 +88,13 @@ def Replay(
     shard has one sample request in flight and batches come in completion order.
 
     Example:
-        >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)
+        >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)  # doctest: +SKIP
     """
     name = f"Replay(batch_size={batch_size})"
     if not _is_local(target):
         per_shard = -(-learning_starts // len(target))  # ceil
-        return LocalIterator(_shard_samples(target, batch_size, per_shard), name=name)
+        shards = ParallelIterator.from_actors(target, name=f"{name}[shards={len(target)}]")
+        return shards.for_each(SampleShard(batch_size, learning_starts=per_shard)).gather_async()
 
     def build(ctx: Any, timeout: float | None):
         while True:
@@ -151,22 +104,24 @@ def Replay(
     return LocalIterator(build, name=name)
 
 
-def _shard_samples(shards: Sequence[Any], batch_size: int, learning_starts: int):
-    def build(ctx: Any, timeout: float | None):
-        import ray
+class SampleShard:
+    """On a replay actor: a sampled batch of its shard, or ``NotReady`` until the shard has
+    received ``learning_starts`` rows.
 
-        pending = {shard.sample.remote(batch_size, learning_starts): shard for shard in shards}
-        while True:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0)
-            if not ready:
-                yield NotReady
-                continue
-            shard = pending.pop(ready[0])
-            batch = ray.get(ready[0])
-            pending[shard.sample.remote(batch_size, learning_starts)] = shard
-            yield NotReady if batch is None else batch
+    Example:
+        >>> shards = ParallelIterator.from_actors(replay_actors)  # doctest: +SKIP
+        >>> shards.for_each(SampleShard(32, learning_starts=1000)).gather_async()  # doctest: +SKIP
+    """
 
-    return build
+    def __init__(self, batch_size: int, *, learning_starts: int = 0) -> None:
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+
+    def __call__(self, shard: ReplayActor) -> SampleBatch | Any:
+        batch = shard.sample(self.batch_size, self.learning_starts)
+        return NotReady if batch is None else batch
+
+    def __repr__(self) -> str:
+        return f"SampleShard({self.batch_size}, learning_starts={self.learning_starts})"
 
 
 class UpdatePriorities(Operator):
@@ -175,7 +130,7 @@ class UpdatePriorities(Operator):
     ``stats["td_error"]``.
 
     Example:
-        >>> train_op.for_each(UpdatePriorities(buffer))
+        >>> train_op.for_each(UpdatePriorities(buffer))  # doctest: +SKIP
     """
 
     def __init__(self, target: ReplayTarget) -> None:
@@ -201,7 +156,7 @@ class UpdateTargets(Operator):
     ``tau``, blends it in softly after every item (Polyak averaging).
 
     Example:
-        >>> train_op.for_each(UpdateTargets(update_fn, period=500))
+        >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
     """
 
     def __init__(
@@ -228,5 +183,5 @@ class UpdateTargets(Operator):
         if steps - self._last >= self.period:
             self._update_fn(1.0)
             self._last = steps
-            self.context.counters["num_target_updates"] += 1
+            self.context.counters[NUM_TARGET_UPDATES] += 1
         return item

@@ -1,7 +1,8 @@
 """Learning operators: TrainOneStep (minibatch SGD on the local worker) and ApplyGradients.
 
 Example:
-    >>> train_op = batches.for_each(TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256))
+    >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
+    >>> train_op = batches.for_each(train)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import STEPS_TRAINED
+from flowrl.context import LEARNER_INFO, STEPS_TRAINED
 from flowrl.iter import Operator
 from flowrl.ops.rollouts import Gradients
 from flowrl.sample_batch import SampleBatch
@@ -26,24 +27,25 @@ class TrainOneStep(Operator):
     results, which get the scalar ones.
 
     Example:
-        >>> batches.for_each(TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256))
+        >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
+        >>> batches.for_each(train)  # doctest: +SKIP
     """
 
     def __init__(
         self, workers: WorkerSet, *, num_sgd_iter: int = 1, sgd_minibatch_size: int = 0
     ) -> None:
-        self.workers = workers
+        self._workers = workers
         self.num_sgd_iter = num_sgd_iter
         self.sgd_minibatch_size = sgd_minibatch_size
 
     def __call__(self, batch: SampleBatch) -> tuple[SampleBatch, dict[str, Any]]:
         with self.context.timer("learn"):
-            stats = self.workers.local_worker.learn_on_batch(
+            stats = self._workers.local_worker.learn_on_batch(
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
-        self.context.info["learner"] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
-        self.workers.defer_weight_sync()
+        self.context.info[LEARNER_INFO] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
+        self._workers.defer_weight_sync()
         return batch, stats
 
 
@@ -53,21 +55,22 @@ class ApplyGradients(Operator):
     or at once to the worker the gradient came from.
 
     Example:
-        >>> AsyncGradients(workers).for_each(ApplyGradients(workers, update_all=False))
+        >>> grads = AsyncGradients(workers)  # doctest: +SKIP
+        >>> grads.for_each(ApplyGradients(workers, update_all=False))  # doctest: +SKIP
     """
 
     def __init__(self, workers: WorkerSet, *, update_all: bool = True) -> None:
-        self.workers = workers
+        self._workers = workers
         self.update_all = update_all
 
     def __call__(self, item: Gradients) -> dict[str, float]:
         grads, info = item
         with self.context.timer("apply"):
-            self.workers.local_worker.apply_gradients(grads)
+            self._workers.local_worker.apply_gradients(grads)
         self.context.counters[STEPS_TRAINED] += info["batch_count"]
-        self.context.info["learner"] = info
+        self.context.info[LEARNER_INFO] = info
         if self.update_all:
-            self.workers.defer_weight_sync()
+            self._workers.defer_weight_sync()
         elif self.context.current_actor is not None:
-            self.workers.sync_weights([self.context.current_actor])
+            self._workers.sync_weights([self.context.current_actor])
         return info

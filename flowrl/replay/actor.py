@@ -4,21 +4,26 @@ A sharded buffer spreads storage and sampling over several processes (Ape-X's la
 Each shard owns a :class:`~flowrl.replay.ReplayBuffer`; the row indexes it hands out are
 global: ``local * num_shards + shard_index``, so :func:`shard_of` routes new priorities back
 to the shard a row came from, even after batches from several shards were concatenated.
+A shard is also the shard of a :class:`~flowrl.iter.ParallelIterator` whose every item is
+the shard itself, so :func:`flowrl.ops.Replay` samples shards through ``gather_async``.
 
 Example:
-    >>> shards = create_replay_actors(lambda i: ReplayBuffer(100_000, seed=i), num_shards=2)
-    >>> rollouts.for_each(StoreToReplayBuffer(shards))
-    >>> Replay(shards, batch_size=32, learning_starts=1000)
+    >>> make = lambda i: ReplayBuffer(100_000, seed=i)
+    >>> shards = create_replay_actors(make, num_shards=2)  # doctest: +SKIP
+    >>> rollouts.for_each(StoreToReplayBuffer(shards))  # doctest: +SKIP
+    >>> Replay(shards, batch_size=32, learning_starts=1000)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from flowrl.replay import BATCH_INDEXES, ReplayBuffer
+from flowrl.iter import ParallelIteratorWorker
+from flowrl.replay.buffer import BATCH_INDEXES, ReplayBuffer
 from flowrl.sample_batch import SampleBatch
 
 
@@ -28,13 +33,14 @@ def shard_of(indexes: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.ndarr
     return indexes % num_shards, indexes // num_shards
 
 
-class ReplayActor:
+class ReplayActor(ParallelIteratorWorker):
     """One replay shard: adds rows, samples batches, and takes priority updates in global
     row indexes."""
 
     def __init__(
         self, make_buffer: Callable[[int], ReplayBuffer], *, shard_index: int, num_shards: int
     ) -> None:
+        super().__init__(lambda: itertools.repeat(self))
         self.buffer = make_buffer(shard_index)
         self.shard_index, self.num_shards = shard_index, num_shards
 
@@ -56,10 +62,6 @@ class ReplayActor:
             raise ValueError(f"shard {self.shard_index} got rows of shards {np.unique(shards)}")
         self.buffer.update_priorities(local, priorities)
 
-    def stats(self) -> dict[str, Any]:
-        """Rows stored and added so far."""
-        return {"size": len(self.buffer), "num_added": self.buffer.num_added}
-
 
 def create_replay_actors(
     make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
@@ -68,7 +70,8 @@ def create_replay_actors(
     inside its actor (a 1M-row buffer is never pickled).
 
     Example:
-        >>> shards = create_replay_actors(lambda i: ReplayBuffer(50_000, seed=i), num_shards=4)
+        >>> make = lambda i: ReplayBuffer(50_000, seed=i)
+        >>> shards = create_replay_actors(make, num_shards=4)  # doctest: +SKIP
     """
     import ray
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowrl.config import Config, ConfigError, param
-from flowrl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
-from flowrl.replay_actor import create_replay_actors
+from flowrl.replay.actor import create_replay_actors
+from flowrl.replay.buffer import PrioritizedSampler, ReplayBuffer, UniformSampler
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""Experience replay: storage, sampling, and the Ray actors that shard it.
+
+- :mod:`flowrl.replay.buffer`: :class:`ReplayBuffer`, a ring buffer over numpy columns,
+  and the samplers on it (:class:`UniformSampler`, :class:`PrioritizedSampler`).
+- :mod:`flowrl.replay.segment_tree`: the sum and min trees prioritized sampling uses.
+- :mod:`flowrl.replay.actor`: :class:`ReplayActor`, one shard of a buffer in a Ray actor.
+- :mod:`flowrl.replay.config`: :class:`ReplayConfig`, the settings off-policy algorithms
+  share, and :func:`make_replay`, the storage they describe.
+
+Example:
+    >>> buffer = make_replay(ReplayConfig(num_workers=0, buffer_size=100))
+    >>> type(buffer).__name__, buffer.capacity
+    ('ReplayBuffer', 100)
+"""
+
+from flowrl.replay.actor import ReplayActor, create_replay_actors, shard_of
+from flowrl.replay.buffer import (
+    BATCH_INDEXES,
+    WEIGHTS,
+    PrioritizedSampler,
+    ReplayBuffer,
+    UniformSampler,
+)
+from flowrl.replay.config import ReplayConfig, make_buffer, make_replay
+
+__all__ = [
+    "BATCH_INDEXES",
+    "WEIGHTS",
+    "PrioritizedSampler",
+    "ReplayActor",
+    "ReplayBuffer",
+    "ReplayConfig",
+    "UniformSampler",
+    "create_replay_actors",
+    "make_buffer",
+    "make_replay",
+    "shard_of",
+]
