@@ -177,6 +177,7 @@ class Algorithm:
         """Replace dead remote workers and rebuild the plan. Counters, weights and what the
         plan took from :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
         replaced = self.workers.recreate_failed_workers()
+        self.plan.close()
         context = self.plan.context
         self.plan = self._plan_fn(self.workers, self.config)
         self.plan.context = context
@@ -196,11 +197,12 @@ class Algorithm:
         plan registered, such as a replay buffer); returns it."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {
-            "policy": self.workers.local_worker.policy.get_state(),
-            "plan": self.plan.context.get_state(),
-            "torch_rng": torch.get_rng_state(),
-        }
+        with self.workers.local_worker.lock:  # not halfway through a learner thread's update
+            state = {
+                "policy": self.workers.local_worker.policy.get_state(),
+                "plan": self.plan.context.get_state(),
+                "torch_rng": torch.get_rng_state(),
+            }
         torch.save(state, path / STATE_FILE)
         meta = {
             "algo": self.spec.name,
@@ -258,7 +260,9 @@ class Algorithm:
         }
 
     def stop(self) -> None:
-        """Stop the workers (Ray itself stays up for the next algorithm)."""
+        """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
+        itself stays up for the next algorithm)."""
+        self.plan.close()
         self.workers.stop()
 
     def __enter__(self) -> Algorithm:

@@ -226,7 +226,7 @@ class ActorCriticConfig(Config):
     """Settings of policies trained on advantages with a value baseline (see
     :class:`flowrl.policy.ActorCriticPolicy`)."""
 
-    gae_lambda: float = param(0.95, "GAE lambda (1.0: plain n-step advantages)", ge=0, le=1)
+    gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
     vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
     entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
 

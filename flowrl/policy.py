@@ -104,6 +104,12 @@ class Policy:
     #: adds them here.
     loss_columns: ClassVar[tuple[str, ...] | None] = None
 
+    @property
+    def sequence_length(self) -> int:
+        """Rows that belong together, in order (a V-trace learner's time steps of one env):
+        minibatches are made of whole sequences. 1: every row stands alone."""
+        return 1
+
     def __init__(
         self,
         observation_space: gym.Space,
@@ -215,16 +221,21 @@ class Policy:
     ) -> dict[str, float]:
         """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0).
 
-        The batch moves to the learner device once; minibatches are shuffled index sets.
+        The batch moves to the learner device once; minibatches are shuffled index sets
+        of whole sequences (see :attr:`sequence_length`; rows, when it is 1).
         """
         tensors = self._tensors(batch)
-        n = len(batch)
-        size = minibatch_size if 0 < minibatch_size < n else n
+        seq = self.sequence_length
+        n = len(batch) // seq
+        size = max(1, minibatch_size // seq) if 0 < minibatch_size < len(batch) else n
+        steps = torch.arange(seq, device=self.device)
         stats: list[dict[str, Any]] = []
         for _ in range(num_sgd_iter):
             order = torch.from_numpy(self.rng.permutation(n)).to(self.device)
             for start in range(0, n, size):
                 idx = order[start : start + size]
+                if seq > 1:
+                    idx = (idx[:, None] * seq + steps).flatten()
                 stats.append(self._backward({k: v[idx] for k, v in tensors.items()}))
                 self.optimizer.step()
                 self.num_updates += 1
@@ -281,6 +292,21 @@ def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
     """
     variance = float(np.var(targets))
     return 1.0 - float(np.var(targets - predictions)) / variance if variance > 0 else math.nan
+
+
+def adapt_kl_coeff(coeff: float, kl: float, target: float) -> float:
+    """The adaptive KL penalty of the PPO paper: x1.5 when the KL overshoots twice its
+    target, x0.5 when it stays under half of it.
+
+    Example:
+        >>> adapt_kl_coeff(0.2, kl=0.05, target=0.01), adapt_kl_coeff(0.2, kl=0.001, target=0.01)
+        (0.30000000000000004, 0.1)
+    """
+    if kl > 2.0 * target:
+        return coeff * 1.5
+    if kl < 0.5 * target:
+        return coeff * 0.5
+    return coeff
 
 
 def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from flowrl.sample_batch import (
     ADVANTAGES,
@@ -117,3 +118,68 @@ def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBat
     }
     keep = {k: v for k, v in cols.items() if k not in (REWARDS, TERMINATEDS, TRUNCATEDS)}
     return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs, fragment.pool).to_batch()
+
+
+VALID = "valid"
+
+
+def to_sequences(fragment: Fragment) -> SampleBatch:
+    """A fragment as ``num_envs`` whole sequences for a learner that reads time-major
+    ``[T + 1, B]`` data (V-trace), rows env-major: row ``i * (T + 1) + t`` is step ``t`` of
+    env ``i``. Step ``T`` is a bootstrap step: its observation is ``last_obs``, the rest of
+    it zeros. ``valid`` marks the steps to learn from (not the reset steps of NEXT_STEP
+    autoreset, not the bootstrap step). Sequences of several fragments concatenate.
+
+    Example:
+        >>> cols = {"obs": np.zeros((3, 2, 4)), "rewards": np.ones((3, 2))}
+        >>> fragment = Fragment(cols, np.ones((3, 2), bool), last_obs=np.ones((2, 4)))
+        >>> batch = to_sequences(fragment)
+        >>> len(batch), batch["valid"].reshape(2, 4)[0].tolist()
+        (8, [True, True, True, False])
+    """
+    steps, num_envs = fragment.valid.shape
+    out = {}
+    for key, column in {**fragment.columns, VALID: fragment.valid}.items():
+        last = fragment.last_obs if key == OBS else np.zeros_like(column[:1][0])
+        seq = np.concatenate([column, last[None]], axis=0)  # [T + 1, N, ...]
+        out[key] = seq.swapaxes(0, 1).reshape(num_envs * (steps + 1), *column.shape[2:])
+    return SampleBatch(out)
+
+
+def vtrace(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float = 1.0,
+    clip_rho: float = 1.0,
+    clip_c: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018,
+    https://arxiv.org/abs/1802.01561) over time-major ``[T, B]`` steps.
+
+    ``log_rhos`` are log(target / behaviour) probabilities of the actions taken;
+    ``values`` is ``[T + 1, B]``: V(x_t) for every step and the value after the last one.
+    A terminated step bootstraps with 0, a truncated one with the value of its final
+    observation (the next row, in NEXT_STEP autoreset); neither lets a trace run across
+    the boundary. Returns ``vs`` (value targets, ``[T, B]``) and the advantages
+    ``rho_t (r_t + gamma vs_{t+1} - V(x_t))`` with ``vs_{t+1}`` replaced by ``V(x_{t+1})``
+    at an episode's end.
+    """
+    rhos = log_rhos.exp()
+    clipped_rhos = rhos.clamp(max=clip_rho)
+    cs = lam * rhos.clamp(max=clip_c)
+    alive = 1.0 - terminateds.to(values.dtype)
+    continues = 1.0 - (terminateds | truncateds).to(values.dtype)
+    next_values = values[1:]
+    deltas = clipped_rhos * (rewards + gamma * alive * next_values - values[:-1])
+    corrections = torch.zeros_like(values)  # vs_t - V(x_t); the last row stays 0
+    for t in reversed(range(len(rewards))):
+        corrections[t] = deltas[t] + gamma * continues[t] * cs[t] * corrections[t + 1]
+    vs = values[:-1] + corrections[:-1]
+    vs_next = next_values + continues * corrections[1:]
+    advantages = clipped_rhos * (rewards + gamma * alive * vs_next - values[:-1])
+    return vs, advantages

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -77,6 +78,8 @@ class RolloutWorker(ParallelIteratorWorker):
         self._ep_len = np.zeros(n, dtype=np.int64)
         self._episodes: list[Episode] = []
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
+        # held while a learner thread changes the policy: a checkpoint reads whole updates
+        self.lock = threading.Lock()
 
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self):
@@ -238,9 +241,10 @@ class WorkerSet:
             policy_cls=self.policy_cls, config=self.config, worker_index=index
         )
 
-    def sync_weights(self, actors: list[Any] | None = None) -> None:
-        """Put the local weights in the object store once and send them to ``actors``
-        (all remote workers by default) without waiting."""
+    def sync_weights(self, actors: list[Any] | None = None, *, weights_ref: Any = None) -> None:
+        """Put the local weights in the object store once (or use ``weights_ref``, weights
+        already put) and send them to ``actors`` (all remote workers by default) without
+        waiting."""
         targets = self.remote_workers if actors is None else actors
         if actors is None:
             self._weights_deferred = False
@@ -248,7 +252,7 @@ class WorkerSet:
             return
         import ray
 
-        ref = ray.put(self.local_worker.get_weights())
+        ref = ray.put(self.local_worker.get_weights()) if weights_ref is None else weights_ref
         for actor in targets:
             actor.set_weights.remote(ref)
 

@@ -1,8 +1,16 @@
 """The operators execution plans are made of. Names are part of the public API."""
 
-from flowrl.ops.concurrency import Concurrently
+from flowrl.ops.concurrency import (
+    BroadcastWeights,
+    Concurrently,
+    Dequeue,
+    Enqueue,
+    LearnerThread,
+    LearnerThreadError,
+)
 from flowrl.ops.metrics import CollectMetrics, OncePerIteration, StandardMetricsReporting
 from flowrl.ops.replay import (
+    MixInReplay,
     Replay,
     StoreToReplayBuffer,
     UpdatePriorities,
@@ -20,10 +28,16 @@ from flowrl.ops.train import ApplyGradients, TrainOneStep
 __all__ = [
     "ApplyGradients",
     "AsyncGradients",
+    "BroadcastWeights",
     "CollectMetrics",
     "ComputeGradients",
     "ConcatBatches",
     "Concurrently",
+    "Dequeue",
+    "Enqueue",
+    "LearnerThread",
+    "LearnerThreadError",
+    "MixInReplay",
     "OncePerIteration",
     "ParallelRollouts",
     "Replay",

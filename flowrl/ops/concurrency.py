@@ -1,4 +1,5 @@
-"""Combinators that run the branches of one plan side by side: Concurrently.
+"""Running the branches of one plan side by side: Concurrently, and a learner thread fed
+by Enqueue and drained by Dequeue (sampling never waits for SGD).
 
 Example:
     >>> evens = LocalIterator.from_items([0, 2, 4])
@@ -9,10 +10,23 @@ Example:
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Sequence
 from typing import Any
 
-from flowrl.iter import LocalIterator
+import numpy as np
+
+from flowrl.context import (
+    LEARNER_INFO,
+    STEPS_TRAINED,
+    WEIGHT_BROADCASTS,
+    PlanContext,
+    TimerStat,
+)
+from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.sample_batch import SampleBatch
+from flowrl.worker import WorkerSet
 
 
 def Concurrently(
@@ -64,3 +78,184 @@ class _Tag:
 
 def _untag(item: tuple[int, Any]) -> Any:
     return item[1]
+
+
+class LearnerThreadError(RuntimeError):
+    """The learner thread failed; ``__cause__`` is its exception."""
+
+
+class LearnerThread(threading.Thread):
+    """A thread that owns learning on ``worker``'s policy, so sampling never waits for SGD.
+
+    Batches arrive on a bounded ``inbox`` (at most ``inbox_size``: the plan feels
+    back-pressure instead of memory growing); each gets ``num_sgd_iter`` passes of
+    minibatch SGD, and ``(env steps trained, learner stats)`` goes on the ``outbox``.
+    :meth:`get_weights` returns a consistent snapshot (never half an optimiser step) and
+    ``version`` counts the updates. An exception stops the thread; :meth:`check` then
+    raises it in the caller as a :class:`LearnerThreadError`.
+
+    Example:
+        >>> learner = LearnerThread(workers.local_worker, inbox_size=4)  # doctest: +SKIP
+        >>> batches.for_each(Enqueue(learner)); Dequeue(learner)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        worker: Any,
+        *,
+        inbox_size: int = 16,
+        num_sgd_iter: int = 1,
+        sgd_minibatch_size: int = 0,
+    ) -> None:
+        super().__init__(name="flowrl-learner", daemon=True)
+        if inbox_size < 1:
+            raise ValueError(f"inbox_size must be >= 1, got {inbox_size}")
+        self.worker = worker
+        self.inbox: queue.Queue[SampleBatch] = queue.Queue(maxsize=inbox_size)
+        self.outbox: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
+        self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
+        self.version = 0
+        self.learn_timer = TimerStat()
+        self._lock = getattr(worker, "lock", None) or threading.Lock()
+        self._stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    batch = self.inbox.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                with self._lock, self.learn_timer:
+                    stats = self.worker.learn_on_batch(
+                        batch,
+                        num_sgd_iter=self.num_sgd_iter,
+                        minibatch_size=self.sgd_minibatch_size,
+                    )
+                    self.version += 1
+                self.outbox.put((len(batch), stats))
+        except BaseException as e:  # surfaced in the plan by check()
+            self.error = e
+
+    def get_weights(self) -> Any:
+        """The policy's weights between two updates."""
+        with self._lock:
+            return self.worker.get_weights()
+
+    def check(self) -> None:
+        """Raise the thread's exception, if it died of one."""
+        if self.error is not None:
+            raise LearnerThreadError(
+                f"the learner thread failed: {type(self.error).__name__}: {self.error}"
+            ) from self.error
+
+    def stop(self) -> None:
+        """Finish the update in progress and end the thread."""
+        self._stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=30)
+
+
+class Enqueue(Operator):
+    """Hands each batch to a learner thread. A full inbox never drops a batch: it is held
+    (the item yields ``NotReady``) and the next batch waits until it fits, so the plan
+    samples at most one batch ahead of a busy learner.
+
+    Example:
+        >>> batches.for_each(Enqueue(learner))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: LearnerThread) -> None:
+        self._learner = learner
+        self._held: SampleBatch | None = None
+
+    def bind(self, context: PlanContext) -> None:
+        super().bind(context)
+        if not self._learner.is_alive() and self._learner.error is None:
+            self._learner.start()
+
+    def __call__(self, batch: SampleBatch) -> Any:
+        learner = self._learner
+        while self._held is not None:  # back-pressure: wait for room for the held batch
+            learner.check()
+            try:
+                learner.inbox.put(self._held, timeout=0.1)
+                self._held = None
+            except queue.Full:
+                continue
+        learner.check()
+        try:
+            learner.inbox.put_nowait(batch)
+        except queue.Full:
+            self._held = batch
+            return NotReady
+        return batch
+
+
+def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[int, dict[str, Any]]]:
+    """What a learner thread finished: ``(env steps trained, stats)`` items, counted as env
+    steps trained and reported as the learner's stats; ``NotReady`` while there is none.
+    Closing the plan stops the thread.
+
+    Example:
+        >>> Dequeue(learner).take(1)  # doctest: +SKIP
+    """
+
+    def build(ctx: PlanContext, timeout: float | None):
+        try:
+            while True:
+                learner.check()
+                try:  # a blocking pull still wakes up to check the thread
+                    get = learner.outbox.get_nowait if timeout == 0 else learner.outbox.get
+                    steps, stats = get(timeout=0.1) if timeout != 0 else get()
+                except queue.Empty:
+                    yield NotReady
+                    continue
+                ctx.counters[STEPS_TRAINED] += steps
+                ctx.info[LEARNER_INFO] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
+                ctx.timers["learn"] = learner.learn_timer
+                yield steps, stats
+        finally:
+            learner.stop()
+
+    return LocalIterator(build, name="Dequeue(learner)")
+
+
+class BroadcastWeights(Operator):
+    """After the learner changed, sends its weights to the worker the current item came
+    from (``context.current_actor``), at most once every ``broadcast_interval`` of that
+    worker's items. One ``ray.put`` per learner version serves every worker; a worker that
+    already has the current version gets nothing. Sent before that worker's next sample
+    request (see :meth:`ParallelIterator.gather_async`).
+
+    Example:
+        >>> rollouts.for_each(BroadcastWeights(workers, learner))  # doctest: +SKIP
+    """
+
+    def __init__(self, workers: WorkerSet, learner: LearnerThread, *, broadcast_interval: int = 1):
+        if broadcast_interval < 1:
+            raise ValueError(f"broadcast_interval must be >= 1, got {broadcast_interval}")
+        self._workers, self._learner = workers, learner
+        self.broadcast_interval = broadcast_interval
+        self._ref: Any = None
+        self._ref_version = -1
+        self._sent: dict[Any, tuple[int, int]] = {}  # actor -> (version, items since sent)
+
+    def __call__(self, item: Any) -> Any:
+        actor = self.context.current_actor
+        if actor is None:  # sampled in-process: the local worker is the learner's
+            return item
+        version, items = self._sent.get(actor, (0, 0))
+        items += 1
+        if self._learner.version != version and items >= self.broadcast_interval:
+            if self._ref_version != self._learner.version:
+                import ray
+
+                self._ref_version = self._learner.version  # read before the snapshot
+                self._ref = ray.put(self._learner.get_weights())
+            self._workers.sync_weights([actor], weights_ref=self._ref)
+            self.context.counters[WEIGHT_BROADCASTS] += 1
+            version, items = self._ref_version, 0
+        self._sent[actor] = (version, items)
+        return item

@@ -185,3 +185,36 @@ class UpdateTargets(Operator):
             self._last = steps
             self.context.counters[NUM_TARGET_UPDATES] += 1
         return item
+
+
+class MixInReplay(Operator):
+    """Mixes replayed batches into a stream (IMPALA's replay option). Use it with
+    ``combine``: each batch comes out with, on average, ``replay_proportion`` batches
+    replayed from the last ``capacity`` it saw (uniformly, seeded).
+
+    Example:
+        >>> mix = MixInReplay(capacity=4, replay_proportion=1.0)
+        >>> [len(mix(SampleBatch(x=np.arange(n)))) for n in (1, 2, 3)]  # nothing to replay at first
+        [1, 2, 2]
+    """
+
+    def __init__(self, *, capacity: int, replay_proportion: float, seed: int = 0) -> None:
+        if capacity < 1 or replay_proportion < 0:
+            raise ValueError("need capacity >= 1 and replay_proportion >= 0")
+        self.capacity, self.replay_proportion = capacity, replay_proportion
+        self._stored: list[SampleBatch] = []
+        self._next = 0
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, batch: SampleBatch) -> list[SampleBatch]:
+        replayed = []
+        if self._stored:
+            whole, part = divmod(self.replay_proportion, 1.0)
+            n = int(whole) + int(self._rng.random() < part)
+            replayed = [self._stored[i] for i in self._rng.integers(len(self._stored), size=n)]
+        if len(self._stored) < self.capacity:
+            self._stored.append(batch)
+        else:
+            self._stored[self._next] = batch
+            self._next = (self._next + 1) % self.capacity
+        return [batch, *replayed]
