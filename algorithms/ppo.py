@@ -28,7 +28,7 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
-from flowrl.policy import ActorCriticPolicy, explained_variance
+from flowrl.policy import ActorCriticPolicy, adapt_kl_coeff, explained_variance
 from flowrl.sample_batch import (
     ACTIONS,
     ADVANTAGES,
@@ -100,11 +100,8 @@ class PPOPolicy(ActorCriticPolicy):
     def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
         stats = super().learn_on_batch(batch, **kwargs)
         stats["explained_variance"] = explained_variance(batch[VF_PREDS], batch[VALUE_TARGETS])
-        if self.kl_coeff > 0:  # adaptive KL penalty, as in the PPO paper
-            if stats["kl"] > 2.0 * self.config.kl_target:
-                self.kl_coeff *= 1.5
-            elif stats["kl"] < 0.5 * self.config.kl_target:
-                self.kl_coeff *= 0.5
+        if self.kl_coeff > 0:
+            self.kl_coeff = adapt_kl_coeff(self.kl_coeff, stats["kl"], self.config.kl_target)
         return {**stats, "kl_coeff": self.kl_coeff}
 
     def get_state(self) -> dict[str, Any]:

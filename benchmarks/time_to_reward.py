@@ -1,9 +1,11 @@
 """Time to reward: wall-clock from process start to an episode return of 450 on CartPole-v1
 for flowrl PPO (its defaults: 2 Ray workers; and with ``--num-workers 0``, which suits
-CartPole on a 2-core machine) and RLlib PPO (its tuned CartPole settings, when
-``ray[rllib]`` is installed), each in a fresh process, in one run.
+CartPole on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers), beside
+RLlib's PPO, IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is
+installed), each in a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s``
+seconds; one that has not reached the reward by then reports its return and env steps.
 
-    python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450]
+    python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450] [--algos ppo impala appo]
 
 Writes benchmarks/results/time_to_reward.json.
 """
@@ -20,62 +22,79 @@ from pathlib import Path
 
 from common import print_table, write_results
 
-RLLIB_PPO = """
+# RLlib's tuned CartPole-v1 examples (tuned_examples/{ppo,impala,appo}/cartpole_*.py), with
+# 2 env runners of 8 envs each: the workers and envs flowrl's defaults use
+RLLIB_CONFIGS = {
+    "ppo": """from ray.rllib.algorithms.ppo import PPOConfig as Config
+training, model = dict(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01), {}""",
+    "impala": """from ray.rllib.algorithms.impala import IMPALAConfig as Config
+training = dict(train_batch_size_per_learner=500, grad_clip=40.0, grad_clip_by="global_norm",
+                lr=0.0005, vf_loss_coeff=0.05, entropy_coeff=0.0)
+model = dict(vf_share_layers=True)""",
+    "appo": """from ray.rllib.algorithms.appo import APPOConfig as Config
+training, model = dict(vf_loss_coeff=0.05, entropy_coeff=0.0), dict(vf_share_layers=True)""",
+}
+RLLIB_RUN = """
 import sys, time
 start = time.time()
-from ray.rllib.algorithms.ppo import PPOConfig
-reward, budget, seed = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-# RLlib's tuned example for CartPole-v1 (tuned_examples/ppo/cartpole_ppo.py)
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+{config}
+reward, budget, seed, cap = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(
+    sys.argv[4])
 config = (
-    PPOConfig().environment("CartPole-v1").debugging(seed=seed)
-    .env_runners(num_env_runners=2, num_envs_per_env_runner=8)
-    .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
+    Config().environment("CartPole-v1").debugging(seed=seed)
+    .env_runners(num_env_runners=2, num_envs_per_env_runner=8).training(**training)
+    .rl_module(model_config=DefaultModelConfig(**model))
 )
 algo = config.build_algo()
 steps, ret = 0, float("-inf")
-while ret < reward and steps < budget:
+while ret < reward and steps < budget and time.time() - start < cap:
     result = algo.train()
     runners = result["env_runners"]
     steps = result.get("num_env_steps_sampled_lifetime",
                        runners.get("num_env_steps_sampled_lifetime", 0))
     ret = runners.get("episode_return_mean", float("-inf"))
-print("RESULT", ret >= reward, steps, time.time() - start)
+print("RESULT", ret >= reward, steps, time.time() - start, ret)
 """
 
 
-def flowrl_ppo(reward: float, budget: int, seed: int, num_workers: int | None = None) -> dict:
-    """``flowrl train ppo`` as a user runs it; the clock includes imports and Ray start.
-    ``num_workers`` None keeps PPO's default (2 Ray workers)."""
+def flowrl_run(
+    algo: str, reward: float, budget: int, seed: int, num_workers: int | None = None
+) -> dict:
+    """``flowrl train ALGO`` as a user runs it; the clock includes imports and Ray start.
+    ``num_workers`` None keeps the algorithm's default (2 Ray workers)."""
     flowrl = str(Path(sys.executable).parent / "flowrl")
     workers = [] if num_workers is None else ["--num-workers", str(num_workers)]
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         subprocess.run(
-            [flowrl, "train", "ppo", "--env", "CartPole-v1", "--seed", str(seed),
+            [flowrl, "train", algo, "--env", "CartPole-v1", "--seed", str(seed),
              "--stop-reward", str(reward), "--stop-timesteps", str(budget), "--no-progress",
              "--output", out, *workers],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         wall = time.perf_counter() - start
         summary = json.loads((Path(out) / "summary.json").read_text())
-    return {"reached": summary["stopped_by"] == "reward",
+    return {"reached": summary["stopped_by"] == "reward", "return": summary["episode_return_mean"],
             "env_steps": summary["env_steps_sampled"], "wall_s": wall}  # fmt: skip
 
 
-def rllib_ppo(reward: float, budget: int, seed: int) -> dict | None:
+def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) -> dict | None:
     try:
         import ray.rllib  # noqa: F401
     except ImportError:
         return None
+    script = RLLIB_RUN.format(config=RLLIB_CONFIGS[algo])
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", RLLIB_PPO, str(reward), str(budget), str(seed)],
+        [sys.executable, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     wall = time.perf_counter() - start
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT"))
-    _, reached, steps, _ = line.split()
-    return {"reached": reached == "True", "env_steps": int(float(steps)), "wall_s": wall}
+    _, reached, steps, _, ret = line.split()
+    return {"reached": reached == "True", "return": float(ret),
+            "env_steps": int(float(steps)), "wall_s": wall}  # fmt: skip
 
 
 def main() -> None:
@@ -83,15 +102,24 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--reward", type=float, default=450.0)
     parser.add_argument("--budget", type=int, default=500_000, help="env steps before giving up")
+    parser.add_argument("--algos", nargs="+", default=["ppo", "impala", "appo"])
+    parser.add_argument("--rllib-cap-s", type=float, default=600.0, help="RLlib's time cap")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
-        contenders = {
-            "flowrl ppo (2 workers)": flowrl_ppo,
-            # CartPole on 2 cores: sampling in the learner's process, no Ray to start
-            "flowrl ppo (num_workers=0)": lambda r, b, s: flowrl_ppo(r, b, s, num_workers=0),
-            "rllib ppo": rllib_ppo,
-        }
+        contenders = {}
+        for algo in args.algos:
+            contenders[f"flowrl {algo} (2 workers)"] = lambda r, b, s, a=algo: flowrl_run(
+                a, r, b, s
+            )
+            if algo == "ppo":  # CartPole on 2 cores: sampling in the learner's process, no Ray
+                contenders["flowrl ppo (num_workers=0)"] = lambda r, b, s: flowrl_run(
+                    "ppo", r, b, s, num_workers=0
+                )
+            # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
+            contenders[f"rllib {algo}"] = lambda r, b, s, a=algo: rllib_run(
+                a, r, max(b, 2_000_000), s, args.rllib_cap_s
+            )
         for name, fn in contenders.items():
             result = fn(args.reward, args.budget, seed)
             if result is not None:
@@ -102,8 +130,9 @@ def main() -> None:
         summary.append({"contender": name,
                         "median_wall_s": sorted(r["wall_s"] for r in mine)[len(mine) // 2],
                         "reached": f"{sum(r['reached'] for r in mine)}/{len(mine)}"})  # fmt: skip
-    rllib = next((s["median_wall_s"] for s in summary if s["contender"] == "rllib ppo"), None)
-    for s in summary:
+    walls = {s["contender"]: s["median_wall_s"] for s in summary}
+    for s in summary:  # against RLlib's same algorithm (its time cap, when it never got there)
+        rllib = walls.get(f"rllib {s['contender'].split()[1]}")
         s["x rllib"] = None if rllib is None else s["median_wall_s"] / rllib
     print(f"CartPole-v1: wall-clock from process start to return {args.reward:g}")
     print_table(rows)

@@ -30,7 +30,7 @@ def flowrl(*args, cwd=None, timeout=180, env=None):
 def test_list():
     out = flowrl("list")
     assert out.returncode == 0
-    assert "ppo" in out.stdout and "a3c" in out.stdout
+    assert all(name in out.stdout for name in ("ppo", "a3c", "dqn", "sac", "impala", "appo"))
     detail = flowrl("list", "ppo")
     assert detail.returncode == 0 and "clip_param" in detail.stdout
 
@@ -140,6 +140,19 @@ def test_resume_continues_the_run(run_dir, tmp_path):
     results = [json.loads(line) for line in (copy / "result.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in results] == [1, 2, 3]
     assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
+
+
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_learner_thread_algorithms_train_resume_and_evaluate(algo, tmp_path):
+    quick = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=200"]
+    out = flowrl("train", algo, "--stop-iters", 2, "--output", tmp_path / "run", *quick)
+    assert out.returncode == 0, out.stderr
+    resumed = flowrl("train", algo, "--resume", tmp_path / "run", "--stop-iters", 3, *quick)
+    assert resumed.returncode == 0, resumed.stderr
+    results = (tmp_path / "run" / "result.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in results] == [1, 2, 3]
+    evaluated = flowrl("evaluate", tmp_path / "run", "--episodes", 2)
+    assert evaluated.returncode == 0 and "over 2 episodes" in evaluated.stdout
 
 
 def test_user_plan_file(tmp_path):

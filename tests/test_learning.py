@@ -42,6 +42,13 @@ def test_a3c_reaches_150_on_cartpole(ray_session):
     assert summary["stopped_by"] == "reward", summary
 
 
+@pytest.mark.ray
+@pytest.mark.parametrize("name", ["impala", "appo"])
+def test_learner_thread_algorithms_reach_450_on_cartpole_within_500k_steps(name, ray_session):
+    summary = reach(Algorithm(name, env="CartPole-v1", seed=0), 450, 500_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
 def test_dqn_reaches_450_on_cartpole():
     summary = reach(Algorithm("dqn", env="CartPole-v1", seed=0), 450, 200_000)
     assert summary["stopped_by"] == "reward", summary

@@ -1,0 +1,167 @@
+"""IMPALA: Importance Weighted Actor-Learner Architecture (Espeholt et al. 2018,
+https://arxiv.org/abs/1802.01561).
+
+Workers sample without waiting for learning: fragments arrive as they complete, are
+concatenated into train batches and handed to a learner thread, which trains on them with
+V-trace, an off-policy correction for the lag between the workers' policy and its own.
+After each update the learner's weights go to the worker whose fragment arrives next.
+Fragments travel as whole time-major sequences (``flowrl.postprocessing.to_sequences``).
+
+Example:
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("impala", env="CartPole-v1", num_workers=0)
+    >>> algo.train()["env_steps_trained"] > 0
+    True
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from flowrl.config import ActorCriticConfig, param
+from flowrl.iter import LocalIterator
+from flowrl.ops import (
+    BroadcastWeights,
+    ConcatBatches,
+    Concurrently,
+    Dequeue,
+    Enqueue,
+    LearnerThread,
+    MixInReplay,
+    ParallelRollouts,
+    StandardMetricsReporting,
+)
+from flowrl.policy import Policy
+from flowrl.postprocessing import VALID, to_sequences, vtrace
+from flowrl.sample_batch import (
+    ACTIONS,
+    LOGP,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    Fragment,
+    SampleBatch,
+)
+from flowrl.spec import AlgorithmSpec
+from flowrl.worker import WorkerSet
+
+
+@dataclass
+class IMPALAConfig(ActorCriticConfig):
+    """IMPALA settings; the defaults reach 450 on CartPole-v1 within 500k env steps."""
+
+    algo_name: ClassVar[str] = "impala"
+    default_stop_timesteps: ClassVar[int] = 2_000_000
+
+    rollout_fragment_length: int = 50
+    lr: float = 2e-3
+    grad_clip: float = 40.0
+    gae_lambda: float = 1.0  # V-trace's lambda (c_t = lambda min(c-bar, rho_t))
+    entropy_coeff: float = 0.01
+    min_time_s_per_iteration: float = 1.0
+    train_batch_size: int = param(1600, "env steps per learner batch", ge=1)
+    num_sgd_iter: int = param(1, "passes of the learner over each batch", ge=1)
+    sgd_minibatch_size: int = param(0, "rows per minibatch (whole sequences); 0: all", ge=0)
+    vtrace_clip_rho_threshold: float = param(1.0, "V-trace rho-bar (importance weights)", gt=0)
+    vtrace_clip_c_threshold: float = param(1.0, "V-trace c-bar (trace coefficients)", gt=0)
+    learner_queue_size: int = param(4, "batches waiting for the learner thread at most", ge=1)
+    broadcast_interval: int = param(1, "a worker's fragments between weight pushes to it", ge=1)
+    replay_proportion: float = param(0.0, "replayed batches mixed in per new batch", ge=0)
+    replay_buffer_num_slots: int = param(100, "batches kept for replay", ge=1)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+class IMPALAPolicy(Policy):
+    """Actor-critic trained on V-trace targets from time-major sequences."""
+
+    loss_columns = (OBS, ACTIONS, LOGP, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
+
+    @property
+    def sequence_length(self) -> int:
+        return self.config.rollout_fragment_length + 1  # the fragment and its bootstrap step
+
+    def postprocess(self, fragment: Fragment) -> SampleBatch:
+        return to_sequences(self.add_action_logp(fragment))
+
+    def time_major(self, x: torch.Tensor) -> torch.Tensor:
+        """Env-major rows ``[B * (T + 1), ...]`` as ``[T + 1, B, ...]``."""
+        return x.reshape(-1, self.sequence_length, *x.shape[1:]).transpose(0, 1)
+
+    def vtrace_targets(
+        self, batch: dict[str, torch.Tensor], values: torch.Tensor, target_logp: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V-trace value targets and advantages ``[T, B]`` of the policy that gives
+        ``target_logp``, and the mask of the steps to learn from."""
+        cfg, tm = self.config, self.time_major
+        with torch.no_grad():
+            vs, advantages = vtrace(
+                tm(target_logp - batch[LOGP])[:-1],
+                tm(batch[REWARDS])[:-1],
+                tm(values),
+                tm(batch[TERMINATEDS])[:-1],
+                tm(batch[TRUNCATEDS])[:-1],
+                gamma=cfg.gamma,
+                lam=cfg.gae_lambda,
+                clip_rho=cfg.vtrace_clip_rho_threshold,
+                clip_c=cfg.vtrace_clip_c_threshold,
+            )
+        return vs, advantages, tm(batch[VALID])[:-1].float()
+
+    def value_and_entropy_terms(
+        self, dist: Any, values: torch.Tensor, vs: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The value loss against ``vs`` and the mean entropy, over the masked steps."""
+        vf_loss = 0.5 * masked_mean((self.time_major(values)[:-1] - vs).pow(2), mask)
+        return vf_loss, masked_mean(self.time_major(dist.entropy())[:-1], mask)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        cfg = self.config
+        dist, values = self.distribution(batch[OBS])
+        logp = dist.log_prob(batch[ACTIONS])
+        vs, advantages, mask = self.vtrace_targets(batch, values.detach(), logp.detach())
+        pi_loss = -masked_mean(self.time_major(logp)[:-1] * advantages, mask)
+        vf_loss, entropy = self.value_and_entropy_terms(dist, values, vs, mask)
+        loss = pi_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        stats = {"policy_loss": pi_loss, "vf_loss": vf_loss, "entropy": entropy}
+        return loss, {k: v.detach() for k, v in stats.items()}
+
+
+def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[dict[str, Any]]:
+    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue into
+    the learner thread; Dequeue -> report, the two branches side by side."""
+    learner = LearnerThread(
+        workers.local_worker,
+        inbox_size=config.learner_queue_size,
+        num_sgd_iter=config.num_sgd_iter,
+        sgd_minibatch_size=config.sgd_minibatch_size,
+    )
+    rollouts = ParallelRollouts(workers, mode="async").for_each(
+        BroadcastWeights(workers, learner, broadcast_interval=config.broadcast_interval)
+    )
+    if config.replay_proportion > 0:
+        replay = MixInReplay(
+            capacity=config.replay_buffer_num_slots,
+            replay_proportion=config.replay_proportion,
+            seed=config.seed,
+        )
+        rollouts = rollouts.combine(replay)
+    enqueue_op = rollouts.combine(ConcatBatches(config.train_batch_size)).for_each(Enqueue(learner))
+    train_op = Concurrently([enqueue_op, Dequeue(learner)], mode="async", output_indexes=[1])
+    return StandardMetricsReporting(train_op, workers, config)
+
+
+ALGORITHM = AlgorithmSpec(
+    name="impala",
+    summary="IMPALA: asynchronous sampling, a learner thread, V-trace off-policy correction",
+    config_cls=IMPALAConfig,
+    policy_cls=IMPALAPolicy,
+    execution_plan=execution_plan,
+)

@@ -1,0 +1,178 @@
+"""The learner-thread operators: back-pressure, counting, weight broadcasts, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from flowrl import Algorithm
+from flowrl.context import LEARNER_INFO, STEPS_TRAINED, WEIGHT_BROADCASTS, PlanContext
+from flowrl.iter import LocalIterator, NotReady
+from flowrl.ops import (
+    BroadcastWeights,
+    Concurrently,
+    Dequeue,
+    Enqueue,
+    LearnerThread,
+    LearnerThreadError,
+    MixInReplay,
+)
+from flowrl.sample_batch import SampleBatch
+
+
+class FakeWorker:
+    """Learns by recording batch sizes; ``gate`` holds every update until it is set."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.learned: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = fail
+
+    def learn_on_batch(self, batch, **kwargs):
+        self.gate.wait()
+        if self.fail:
+            raise ValueError("loss is NaN")
+        self.learned.append(len(batch))
+        return {"loss": float(len(batch)), "td_error": np.zeros(len(batch))}
+
+    def get_weights(self):
+        return {"w": np.full(2, len(self.learned), np.float32)}
+
+
+def batch(n: int) -> SampleBatch:
+    return SampleBatch(x=np.arange(n))
+
+
+def test_a_full_inbox_holds_the_batch_and_the_next_one_waits_for_room():
+    worker = FakeWorker()
+    worker.gate.clear()  # the learner takes one batch and blocks on it
+    learner = LearnerThread(worker, inbox_size=1)
+    enqueue = Enqueue(learner)
+    enqueue.bind(PlanContext())
+    assert enqueue(batch(1)) is not NotReady
+    deadline = time.time() + 5
+    while learner.inbox.qsize() and time.time() < deadline:  # the thread took it
+        time.sleep(0.01)
+    assert enqueue(batch(2)) is not NotReady  # into the inbox
+    assert enqueue(batch(3)) is NotReady  # held: the inbox is full
+    threading.Timer(0.3, worker.gate.set).start()
+    started = time.perf_counter()
+    enqueue(batch(4))  # waits until the held batch fits, then holds or queues this one
+    assert time.perf_counter() - started >= 0.2
+    enqueue(batch(5))
+    steps = [steps for steps, _ in Dequeue(learner).take(4)]
+    assert steps == [1, 2, 3, 4], "in order, nothing dropped, nothing twice"
+    learner.stop()
+    assert not learner.is_alive()
+
+
+def test_dequeue_counts_steps_trained_and_reports_scalar_stats():
+    learner = LearnerThread(FakeWorker())
+    feed = LocalIterator.from_items([batch(5), batch(7)]).for_each(Enqueue(learner))
+    plan = Concurrently([feed, Dequeue(learner)], mode="async", output_indexes=[1])
+    assert [steps for steps, _ in plan.take(2)] == [5, 7]
+    assert plan.context.counters[STEPS_TRAINED] == 12
+    assert plan.context.info[LEARNER_INFO] == {"loss": 7.0}  # per-row td_error left out
+    plan.close()
+    assert not learner.is_alive(), "closing the plan stops the thread"
+
+
+def test_an_error_in_the_learner_thread_surfaces_in_the_plan():
+    learner = LearnerThread(FakeWorker(fail=True))
+    feed = LocalIterator.from_items([batch(3)]).for_each(Enqueue(learner))
+    plan = Concurrently([feed, Dequeue(learner)], mode="async", output_indexes=[1])
+    with pytest.raises(LearnerThreadError, match="ValueError: loss is NaN"):
+        plan.take(1)
+
+
+def test_learner_weights_are_a_snapshot_between_updates():
+    worker = FakeWorker()
+    learner = LearnerThread(worker)
+    learner.start()
+    for n in range(20):
+        learner.inbox.put(batch(n + 1))
+    while learner.version < 20:
+        weights = learner.get_weights()["w"]
+        assert weights[0] == weights[1]
+        time.sleep(0.001)
+    learner.stop()
+
+
+def test_mix_in_replay_adds_the_proportion_on_average():
+    mix = MixInReplay(capacity=10, replay_proportion=0.5, seed=3)
+    out = [len(mix(batch(i + 1))) for i in range(2_000)]
+    assert abs(np.mean(out) - 1.5) < 0.05
+    none = MixInReplay(capacity=2, replay_proportion=0.0)
+    assert [len(none(batch(2))) for _ in range(5)] == [1] * 5
+
+
+class FakeWorkers:
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, object]] = []
+
+    def sync_weights(self, actors, *, weights_ref=None):
+        self.sent.extend((actor, weights_ref) for actor in actors)
+
+
+@pytest.mark.ray
+def test_broadcast_weights_every_interval_once_per_version(ray_session):
+    learner, workers = LearnerThread(FakeWorker()), FakeWorkers()
+    op = BroadcastWeights(workers, learner, broadcast_interval=2)
+    ctx = PlanContext()
+    op.bind(ctx)
+    a, b = "worker-a", "worker-b"
+    for actor in (a, a, b, b):  # version 0: nothing has changed, nothing is sent
+        ctx.current_actor = actor
+        op(None)
+    assert workers.sent == []
+    learner.version = 1
+    for actor in (a, a, b, b, a, a):  # every 2nd item of an actor, once per version
+        ctx.current_actor = actor
+        op(None)
+    assert [actor for actor, _ in workers.sent] == [a, b]
+    assert workers.sent[0][1] is workers.sent[1][1], "one ray.put serves every worker"
+    assert ctx.counters[WEIGHT_BROADCASTS] == 2
+
+
+def test_impala_learner_thread_stops_with_the_algorithm_and_errors_surface(monkeypatch):
+    algo = Algorithm("impala", env="CartPole-v1", num_workers=0, train_batch_size=200)
+    assert algo.train()["env_steps_trained"] >= 200
+    algo.stop()
+    assert not [t for t in threading.enumerate() if t.name == "flowrl-learner"]
+    broken = Algorithm("impala", env="CartPole-v1", num_workers=0, train_batch_size=200)
+
+    def fail(*args, **kwargs):
+        raise FloatingPointError("non-finite loss")
+
+    monkeypatch.setattr(broken.workers.local_worker, "learn_on_batch", fail)
+    with pytest.raises(LearnerThreadError, match="FloatingPointError: non-finite loss"):
+        broken.train()
+    broken.stop()
+
+
+def test_impala_trains_on_atari_frames_through_the_cnn():
+    algo = Algorithm(
+        "impala", env="ALE/Pong-v5", num_workers=0, num_envs_per_worker=2,
+        rollout_fragment_length=16, train_batch_size=64, min_time_s_per_iteration=0,
+    )  # fmt: skip
+    for _ in range(3):
+        result = algo.train()
+    assert result["env_steps_trained"] >= 3 * 64 and np.isfinite(result["learner/vf_loss"])
+    algo.stop()
+
+
+def test_appo_checkpoint_keeps_its_target_policy_and_kl_coeff(tmp_path):
+    algo = Algorithm("appo", env="CartPole-v1", num_workers=0, train_batch_size=200, kl_coeff=0.2)
+    algo.train()
+    algo.stop()  # the learner thread has stopped: nothing changes after the save
+    policy = algo.workers.local_worker.policy
+    path = algo.save(tmp_path / "ckpt")
+    clone = Algorithm.from_checkpoint(path).workers.local_worker.policy
+    assert clone.kl_coeff == policy.kl_coeff
+    assert clone.batches_since_target == policy.batches_since_target
+    for a, b in zip(clone.target.parameters(), policy.target.parameters(), strict=True):
+        assert (a == b).all()
