@@ -25,14 +25,14 @@ from typing import Any, ClassVar
 import torch
 
 from flowrl.algorithms.impala import IMPALAConfig, IMPALAPolicy, execution_plan, masked_mean
-from flowrl.config import param
-from flowrl.policy import adapt_kl_coeff, load_module_weights, module_weights
+from flowrl.config import ClippedSurrogateConfig, param
+from flowrl.policy import ClippedSurrogate, load_module_weights, module_weights
 from flowrl.sample_batch import ACTIONS, OBS, SampleBatch
 from flowrl.spec import AlgorithmSpec
 
 
 @dataclass
-class APPOConfig(IMPALAConfig):
+class APPOConfig(IMPALAConfig, ClippedSurrogateConfig):
     """APPO settings; the defaults reach 450 on CartPole-v1 within 500k env steps."""
 
     algo_name: ClassVar[str] = "appo"
@@ -40,69 +40,50 @@ class APPOConfig(IMPALAConfig):
     lr: float = 1e-3
     train_batch_size: int = 800
     num_sgd_iter: int = 2
-    clip_param: float = param(0.3, "surrogate clip range around the target policy", gt=0)
-    kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)
-    kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
+    clip_param: float = 0.3  # around the target policy
     target_update_frequency: int = param(2, "trained batches between target copies", ge=1)
 
 
-class APPOPolicy(IMPALAPolicy):
+class APPOPolicy(ClippedSurrogate, IMPALAPolicy):
     """IMPALA's policy with a target copy and the PPO-clip loss on V-trace advantages."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.kl_coeff = self.config.kl_coeff
         self.batches_since_target = 0
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        cfg, tm = self.config, self.time_major
+        cfg = self.config
         dist, values = self.distribution(batch[OBS])
         logp = dist.log_prob(batch[ACTIONS])
         with torch.no_grad():
             old_logp = self.dist_cls(self.target(batch[OBS])[0]).log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), old_logp)
-        log_ratio = tm(logp - old_logp)[:-1]
-        ratio = log_ratio.exp()
-        clipped = ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param)
-        surrogate = -masked_mean(torch.min(ratio * advantages, clipped * advantages), mask)
+        log_ratio = self.time_major(logp - old_logp)[:-1]
+        loss, stats = self.surrogate(log_ratio, advantages, mean=lambda x: masked_mean(x, mask))
         vf_loss, entropy = self.value_and_entropy_terms(dist, values, vs, mask)
-        kl = masked_mean((ratio - 1) - log_ratio, mask)  # estimate of KL(target || current)
-        loss = surrogate + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
-        if self.kl_coeff > 0:
-            loss = loss + self.kl_coeff * kl
-        clip_fraction = masked_mean(((ratio - 1).abs() > cfg.clip_param).float(), mask)
-        stats = {
-            "policy_loss": surrogate,
-            "vf_loss": vf_loss,
-            "entropy": entropy,
-            "kl": kl,
-            "clip_fraction": clip_fraction,
-        }
+        loss = loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        stats.update(vf_loss=vf_loss, entropy=entropy)
         return loss, {k: v.detach() for k, v in stats.items()}
 
     def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
         stats = super().learn_on_batch(batch, **kwargs)
-        if self.kl_coeff > 0:
-            self.kl_coeff = adapt_kl_coeff(self.kl_coeff, stats["kl"], self.config.kl_target)
         self.batches_since_target += 1
         if self.batches_since_target >= self.config.target_update_frequency:
             self.target.load_state_dict(self.model.state_dict())
             self.batches_since_target = 0
-        return {**stats, "kl_coeff": self.kl_coeff}
+        return stats
 
     def get_state(self) -> dict[str, Any]:
         return {
             **super().get_state(),
             "target": module_weights(self.target),
-            "kl_coeff": self.kl_coeff,
             "batches_since_target": self.batches_since_target,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         load_module_weights(self.target, state["target"])
-        self.kl_coeff = state["kl_coeff"]
         self.batches_since_target = state["batches_since_target"]
 
 

@@ -166,7 +166,9 @@ class Config:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A plain new default for an inherited field keeps that field's doc and range."""
         super().__init_subclass__(**kwargs)
-        inherited = getattr(cls, "__dataclass_fields__", {})
+        inherited: dict[str, dataclasses.Field] = {}
+        for base in reversed(cls.__mro__[1:]):  # every base's fields, the nearest winning
+            inherited.update(getattr(base, "__dataclass_fields__", {}))
         for name in inspect.get_annotations(cls):
             value = cls.__dict__.get(name, dataclasses.MISSING)
             if name in inherited and not isinstance(value, dataclasses.Field | _MissingType):
@@ -229,6 +231,16 @@ class ActorCriticConfig(Config):
     gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
     vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
     entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
+
+
+@dataclasses.dataclass
+class ClippedSurrogateConfig(Config):
+    """Settings of a clipped surrogate objective with an optional adaptive KL penalty (see
+    :class:`flowrl.policy.ClippedSurrogate`)."""
+
+    clip_param: float = param(0.2, "surrogate clip range around the old policy", gt=0)
+    kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)
+    kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
 
 
 def parse_set_value(text: str) -> Any:

@@ -294,21 +294,6 @@ def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
     return 1.0 - float(np.var(targets - predictions)) / variance if variance > 0 else math.nan
 
 
-def adapt_kl_coeff(coeff: float, kl: float, target: float) -> float:
-    """The adaptive KL penalty of the PPO paper: x1.5 when the KL overshoots twice its
-    target, x0.5 when it stays under half of it.
-
-    Example:
-        >>> adapt_kl_coeff(0.2, kl=0.05, target=0.01), adapt_kl_coeff(0.2, kl=0.001, target=0.01)
-        (0.30000000000000004, 0.1)
-    """
-    if kl > 2.0 * target:
-        return coeff * 1.5
-    if kl < 0.5 * target:
-        return coeff * 0.5
-    return coeff
-
-
 def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
     if not stats:
         return {}
@@ -331,3 +316,56 @@ class ActorCriticPolicy(Policy):
             gamma=self.config.gamma,
             lam=self.config.gae_lambda,
         )
+
+
+class ClippedSurrogate:
+    """Mixin for policies with a clipped surrogate objective and an optional adaptive KL
+    penalty (Schulman et al. 2017); their config is a
+    :class:`~flowrl.config.ClippedSurrogateConfig`. Put it before the policy class it
+    extends: ``class MyPolicy(ClippedSurrogate, ActorCriticPolicy)``.
+    """
+
+    config: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kl_coeff = self.config.kl_coeff
+
+    def surrogate(
+        self,
+        log_ratio: torch.Tensor,
+        advantages: torch.Tensor,
+        mean: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The clipped surrogate loss (plus the KL penalty while its weight is not 0) of
+        ``log_ratio = log pi_new - log pi_old``, and its statistics; ``mean`` averages
+        over the steps (a masked mean, say)."""
+        clip = self.config.clip_param
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1 - clip, 1 + clip)
+        policy_loss = -mean(torch.min(ratio * advantages, clipped * advantages))
+        kl = mean((ratio - 1) - log_ratio)  # unbiased estimate of KL(old || new)
+        stats = {
+            "policy_loss": policy_loss,
+            "kl": kl,
+            "clip_fraction": mean(((ratio - 1).abs() > clip).float()),
+        }
+        # a term with a zero weight stays out of the loss: backward then skips it
+        return (policy_loss + self.kl_coeff * kl if self.kl_coeff > 0 else policy_loss), stats
+
+    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
+        """Learn, then adapt the KL weight as in the PPO paper: x1.5 when the KL overshoots
+        twice its target, x0.5 when it stays under half of it."""
+        stats = super().learn_on_batch(batch, **kwargs)  # type: ignore[misc]
+        if self.kl_coeff > 0 and stats["kl"] > 2.0 * self.config.kl_target:
+            self.kl_coeff *= 1.5
+        elif self.kl_coeff > 0 and stats["kl"] < 0.5 * self.config.kl_target:
+            self.kl_coeff *= 0.5
+        return {**stats, "kl_coeff": self.kl_coeff}
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "kl_coeff": self.kl_coeff}  # type: ignore[misc]
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)  # type: ignore[misc]
+        self.kl_coeff = state["kl_coeff"]

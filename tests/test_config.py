@@ -59,3 +59,13 @@ def test_algorithm_configs_state_only_what_they_change(spec):
         for name, field in getattr(base, "__dataclass_fields__", {}).items():
             mine = spec.config_cls.__dataclass_fields__[name]
             assert mine.metadata == field.metadata, f"{spec.name} restates {name}"
+
+
+def test_a_config_with_two_bases_keeps_the_defaults_its_nearer_base_changed():
+    from flowrl.algorithms.appo import APPOConfig
+    from flowrl.algorithms.impala import IMPALAConfig
+
+    appo, impala = APPOConfig(), IMPALAConfig()
+    for name in ("grad_clip", "rollout_fragment_length", "gae_lambda", "entropy_coeff"):
+        assert getattr(appo, name) == getattr(impala, name), name
+    assert appo.clip_param == 0.3 and "clip range" in APPOConfig.doc("clip_param")
