@@ -7,7 +7,7 @@ seconds; one that has not reached the reward by then reports its return and env 
 
     python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450] [--algos ppo impala appo]
 
-Writes benchmarks/results/time_to_reward.json.
+Writes benchmarks/results/time_to_reward.json (time_to_reward_<algos>.json for other --algos).
 """
 
 from __future__ import annotations
@@ -86,10 +86,14 @@ def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) ->
         return None
     script = RLLIB_RUN.format(config=RLLIB_CONFIGS[algo])
     start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+    try:  # the cap is checked between train() calls; a train() that hangs is cut here
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
+            check=True, capture_output=True, text=True, timeout=cap_s + 120,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True)  # its env runners
+        return {"reached": False, "return": float("nan"), "env_steps": 0, "wall_s": cap_s}
     wall = time.perf_counter() - start
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT"))
     _, reached, steps, _, ret = line.split()
@@ -137,7 +141,9 @@ def main() -> None:
     print(f"CartPole-v1: wall-clock from process start to return {args.reward:g}")
     print_table(rows)
     print_table(summary)
-    write_results("time_to_reward", {"reward": args.reward, "runs": rows, "summary": summary})
+    default = args.algos == parser.get_default("algos")
+    name = "time_to_reward" if default else "time_to_reward_" + "_".join(args.algos)
+    write_results(name, {"reward": args.reward, "runs": rows, "summary": summary})
 
 
 if __name__ == "__main__":
