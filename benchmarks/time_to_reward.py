@@ -37,6 +37,10 @@ training, model = dict(vf_loss_coeff=0.05, entropy_coeff=0.0), dict(vf_share_lay
 RLLIB_RUN = """
 import sys, time
 start = time.time()
+import ray
+# logical CPUs: RLlib's new stack asks for more than this 2-core machine's count (learner,
+# aggregator actors, env runners) and otherwise waits for them forever
+ray.init(num_cpus=8, include_dashboard=False)
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 {config}
 reward, budget, seed, cap = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(
