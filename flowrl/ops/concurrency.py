@@ -15,8 +15,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from flowrl.context import (
     LEARNER_INFO,
     STEPS_TRAINED,
@@ -25,6 +23,7 @@ from flowrl.context import (
     TimerStat,
 )
 from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.ops.train import scalar_stats
 from flowrl.sample_batch import SampleBatch
 from flowrl.worker import WorkerSet
 
@@ -206,14 +205,16 @@ def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[int, dict[str, Any]]]
         try:
             while True:
                 learner.check()
-                try:  # a blocking pull still wakes up to check the thread
-                    get = learner.outbox.get_nowait if timeout == 0 else learner.outbox.get
-                    steps, stats = get(timeout=0.1) if timeout != 0 else get()
+                try:  # a blocking pull still wakes up every 0.1 s to check the thread
+                    if timeout == 0:
+                        steps, stats = learner.outbox.get_nowait()
+                    else:
+                        steps, stats = learner.outbox.get(timeout=0.1)
                 except queue.Empty:
                     yield NotReady
                     continue
                 ctx.counters[STEPS_TRAINED] += steps
-                ctx.info[LEARNER_INFO] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
+                ctx.info[LEARNER_INFO] = scalar_stats(stats)
                 ctx.timers["learn"] = learner.learn_timer
                 yield steps, stats
         finally:

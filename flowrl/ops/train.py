@@ -18,6 +18,17 @@ from flowrl.sample_batch import SampleBatch
 from flowrl.worker import WorkerSet
 
 
+def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """The learner statistics that go into results: per-row ones (a DQN's ``td_error``,
+    for priorities) stay out.
+
+    Example:
+        >>> scalar_stats({"loss": 0.5, "td_error": np.zeros(3)})
+        {'loss': 0.5}
+    """
+    return {k: v for k, v in stats.items() if np.ndim(v) == 0}
+
+
 class TrainOneStep(Operator):
     """Learns on the local worker; the new weights go to the remote workers (one
     ``ray.put``, sent without waiting) before they next sample
@@ -44,7 +55,7 @@ class TrainOneStep(Operator):
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
-        self.context.info[LEARNER_INFO] = {k: v for k, v in stats.items() if np.ndim(v) == 0}
+        self.context.info[LEARNER_INFO] = scalar_stats(stats)
         self._workers.defer_weight_sync()
         return batch, stats
 
