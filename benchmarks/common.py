@@ -110,3 +110,43 @@ def _cpu_count() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def rllib_available() -> bool:
+    try:
+        import ray.rllib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def rllib_environment(config: Any, env_id: str) -> Any:
+    """An RLlib AlgorithmConfig set to ``env_id`` as flowrl runs it. Atari ids get RLlib's
+    own Atari wrappers (84x84 grey, 4 stacked, frame skip 4) and the Nature CNN trunk
+    (valid padding) with a 512-unit head, as flowrl's model."""
+    from flowrl.envs import is_atari
+
+    if not is_atari(env_id):
+        return config.environment(env_id)
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.tune.registry import register_env
+
+    register_env("flowrl_rllib_atari", _rllib_atari)
+    nature = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
+    config = config.environment("flowrl_rllib_atari", env_config={"env_id": env_id})
+    return config.rl_module(
+        model_config=DefaultModelConfig(
+            conv_filters=nature, head_fcnet_hiddens=[512], vf_share_layers=True
+        )
+    )
+
+
+def _rllib_atari(env_config: dict) -> Any:
+    import gymnasium as gym
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    from flowrl.envs import check_env_id
+
+    check_env_id(env_config["env_id"])  # registers the ALE envs in the runner process
+    env = gym.make(env_config["env_id"], frameskip=1, repeat_action_probability=0.25)
+    return wrap_atari_for_new_api_stack(env, dim=84, framestack=4)

@@ -31,7 +31,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common import RESULTS, interleaved, print_table, ratio_spread, steady, write_results
+from common import (
+    RESULTS,
+    interleaved,
+    print_table,
+    ratio_spread,
+    rllib_available,
+    rllib_environment,
+    steady,
+    write_results,
+)
 
 # RLlib PPO's default train_batch_size_per_learner; its "auto" rollout_fragment_length
 # spreads it over every env of every runner
@@ -165,42 +174,15 @@ class FlowrlRollouts:
         self.workers.stop()
 
 
-def _rllib_atari(env_config: dict):
-    import gymnasium as gym
-    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
-
-    from flowrl.envs import check_env_id
-
-    check_env_id(env_config["env_id"])  # registers the ALE envs in the runner process
-    env = gym.make(env_config["env_id"], frameskip=1, repeat_action_probability=0.25)
-    return wrap_atari_for_new_api_stack(env, dim=84, framestack=4)
-
-
 class RLlibRollouts:
     """RLlib's EnvRunnerGroup with PPO's module sampling as its training step does
     (``synchronous_parallel_sample``: every runner at once, then gather)."""
 
     def __init__(self, env_id: str, workers: int, envs: int) -> None:
         from ray.rllib.algorithms.ppo import PPOConfig
-        from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-
-        from flowrl.envs import is_atari
 
         config = PPOConfig().learners(num_learners=0)
-        if is_atari(env_id):
-            from ray.tune.registry import register_env
-
-            register_env("flowrl_rllib_atari", _rllib_atari)
-            # the Nature CNN trunk (valid padding) and a 512-unit head, as flowrl's model
-            nature = [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]]
-            config = config.environment("flowrl_rllib_atari", env_config={"env_id": env_id})
-            config = config.rl_module(
-                model_config=DefaultModelConfig(
-                    conv_filters=nature, head_fcnet_hiddens=[512], vf_share_layers=True
-                )
-            )
-        else:
-            config = config.environment(env_id)
+        config = rllib_environment(config, env_id)
         config = config.env_runners(num_env_runners=workers, num_envs_per_env_runner=envs)
         self.algo = config.build_algo()
         self.fragment = self.algo.config.get_rollout_fragment_length()  # steps per env per call
@@ -216,14 +198,6 @@ class RLlibRollouts:
 
     def close(self) -> None:
         self.algo.stop()
-
-
-def rllib_available() -> bool:
-    try:
-        import ray.rllib  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[dict]]:
