@@ -80,11 +80,15 @@ class DQNPolicy(Policy):
         )
 
     def epsilon(self) -> float:
-        """Linear decay over ``exploration_timesteps`` of (approximately) global env steps."""
+        """Linear decay over ``exploration_timesteps`` of (approximately) global env steps,
+        down to :meth:`final_epsilon`."""
         cfg = self.config
         progress = min(1.0, self.timesteps * max(cfg.num_workers, 1) / cfg.exploration_timesteps)
-        start, end = cfg.exploration_initial_eps, cfg.exploration_final_eps
+        start, end = cfg.exploration_initial_eps, self.final_epsilon()
         return start + progress * (end - start)
+
+    def final_epsilon(self) -> float:
+        return self.config.exploration_final_eps
 
     @inference
     def compute_actions(
@@ -102,14 +106,23 @@ class DQNPolicy(Policy):
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
 
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+    def q_and_targets(
+        self, batch: dict[str, torch.Tensor], target_net: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q(s, a) of the online network and its n-step (double) Q-learning targets,
+        bootstrapped from ``target_net``; their difference is the TD error."""
         q = self.model(batch[OBS]).gather(1, batch[ACTIONS].long()[:, None]).squeeze(1)
         with torch.no_grad():
-            next_target = self.target(batch[NEXT_OBS])
-            chooser = self.model(batch[NEXT_OBS]) if self.config.double_q else next_target
+            next_target = target_net(batch[NEXT_OBS])
+            double = self.config.double_q and target_net is not self.model
+            chooser = self.model(batch[NEXT_OBS]) if double else next_target
             next_q = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
             alive = 1.0 - batch[TERMINATEDS].float()
             target = batch[REWARDS] + batch[DISCOUNTS] * alive * next_q
+        return q, target
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        q, target = self.q_and_targets(batch, self.target)
         if WEIGHTS in batch:  # prioritized replay's importance weights
             loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
         else:

@@ -173,10 +173,13 @@ class Algorithm:
                 self.last_result = result
                 return result
 
-    def rebuild_after_failure(self) -> list[int]:
-        """Replace dead remote workers and rebuild the plan. Counters, weights and what the
-        plan took from :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
-        replaced = self.workers.recreate_failed_workers()
+    def rebuild_after_failure(self) -> list[str]:
+        """Replace dead remote workers and replay shards (recreated empty) and rebuild the
+        plan; returns what was replaced. Counters, weights and what the plan took from
+        :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
+        replaced = [f"rollout worker {i}" for i in self.workers.recreate_failed_workers()]
+        for name, indexes in self.workers.revive_kept().items():
+            replaced += [f"{name} actor {i}" for i in indexes]
         self.plan.close()
         context = self.plan.context
         self.plan = self._plan_fn(self.workers, self.config)

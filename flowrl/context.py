@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,23 @@ class PlanContext:
     worker: Any = None
     checkpointables: dict[str, Any] = field(default_factory=dict)
     pending_state: dict[str, Any] = field(default_factory=dict)
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn`` when the plan closes, whether or not the operator that started
+        something (a learner thread, say) was ever pulled again.
+
+        Example:
+            >>> ctx = PlanContext(); ctx.on_close(lambda: print("stopped")); ctx.close()
+            stopped
+        """
+        self.closers.append(fn)
+
+    def close(self) -> None:
+        """Run and forget the :meth:`on_close` functions (a rebuilt plan keeps the context)."""
+        closers, self.closers = self.closers, []
+        for fn in closers:
+            fn()
 
     def register_checkpointable(self, name: str, obj: Any) -> None:
         """Have checkpoints keep ``obj``'s state (its ``get_state``/``set_state``).

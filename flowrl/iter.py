@@ -154,6 +154,7 @@ class LocalIterator(Generic[T]):
         """
         if self._it is not None and hasattr(self._it, "close"):
             self._it.close()
+        self.context.close()
 
     def _derive(self, gen: Callable[[Iterator[Any], PlanContext], Iterator[U]], suffix: str):
         parent = self
@@ -184,6 +185,32 @@ class LocalIterator(Generic[T]):
                     yield item
 
         return self._derive(gen, f"filter({_describe(fn)})")
+
+    def gate(self, is_open: Callable[[], bool]) -> LocalIterator[T]:
+        """Pull from upstream only while ``is_open()`` is true; ``NotReady`` while it is
+        false, without pulling. A source that sends requests when pulled (such as
+        :meth:`ParallelIterator.gather_async`) sends none while the gate is shut.
+
+        Example:
+            >>> shut_once = iter([True, False, True])
+            >>> it = LocalIterator.from_items([1, 2]).gate(lambda: next(shut_once))
+            >>> [next(it), next(it), next(it)]
+            [1, NotReady, 2]
+        """
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
+            _bind(is_open, ctx)
+            while True:
+                if not is_open():
+                    yield NotReady
+                    continue
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                yield item
+
+        return self._derive(gen, f"gate({_describe(is_open)})")
 
     def combine(self, fn: Callable[[T], Iterable[U]]) -> LocalIterator[U]:
         """Apply ``fn`` (which returns a list) to every item and flatten the lists."""

@@ -117,8 +117,11 @@ class Policy:
         config: Config,
         *,
         device: str = "cpu",
+        worker_index: int = 0,
     ) -> None:
         self.config = config
+        #: the worker this copy acts for: 0 is the local worker (the learner), 1..N remote
+        self.worker_index = worker_index
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = resolve_device(device)
@@ -165,6 +168,11 @@ class Policy:
 
     def _as_numpy(self, tensor: torch.Tensor) -> np.ndarray:
         return tensor.numpy() if self.device.type == "cpu" else tensor.cpu().numpy()
+
+    def metrics(self) -> dict[str, float]:
+        """What this copy reports about its acting beside its episodes (an exploration
+        rate, say); results show it per worker as ``worker_<index>/<name>``."""
+        return {}
 
     @inference
     def compute_values(self, obs: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ class Trainable(Protocol):
 
     def train(self) -> dict[str, Any]: ...
 
-    def rebuild_after_failure(self) -> list[int]: ...
+    def rebuild_after_failure(self) -> list[str]: ...
 
     def save(self, path: Path) -> Path: ...
 
@@ -111,7 +111,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def _train_with_recovery(algo: Trainable, failures: list[int]) -> dict[str, Any]:
-    """One ``train()``; a dead remote worker is replaced and the plan rebuilt."""
+    """One ``train()``; a dead rollout worker or replay shard is replaced and the plan
+    rebuilt."""
     import ray
 
     while True:
@@ -122,7 +123,7 @@ def _train_with_recovery(algo: Trainable, failures: list[int]) -> dict[str, Any]
             if len(failures) > MAX_WORKER_FAILURES:
                 raise
             replaced = algo.rebuild_after_failure()
-            logger.warning("replaced dead rollout workers %s; training goes on", replaced)
+            logger.warning("replaced %s; training goes on", ", ".join(replaced) or "nothing")
 
 
 def run(

@@ -69,7 +69,11 @@ class RolloutWorker(ParallelIteratorWorker):
             config.env, num_envs=config.num_envs_per_worker, seed=seed, num_threads=threads
         )
         self.policy = policy_cls(
-            self.env.single_observation_space, self.env.single_action_space, config, device=device
+            self.env.single_observation_space,
+            self.env.single_action_space,
+            config,
+            device=device,
+            worker_index=worker_index,
         )
         self.obs, _ = self.env.reset(seed=seed)
         n = self.env.num_envs
@@ -140,10 +144,11 @@ class RolloutWorker(ParallelIteratorWorker):
         self._ep_return += returns[-1] - start_return
         self._ep_len += lengths[-1] - start_len
 
-    def get_metrics(self) -> list[Episode]:
-        """Episodes completed since the last call, as ``(return, length)``."""
+    def get_metrics(self) -> tuple[list[Episode], dict[str, float]]:
+        """Episodes completed since the last call, as ``(return, length)``, and what the
+        policy reports about its acting (:meth:`Policy.metrics`)."""
         episodes, self._episodes = self._episodes, []
-        return episodes
+        return episodes, self.policy.metrics()
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
@@ -276,15 +281,18 @@ class WorkerSet:
         self.sync_weights()
         return True
 
-    def collect_episodes(self, timeout_s: float = 0.05) -> list[Episode]:
-        """Episodes finished on all workers since the last call.
+    def collect_metrics(
+        self, timeout_s: float = 0.05
+    ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
+        """Episodes finished on all workers since the last call, and each sampling
+        worker's policy metrics by worker index (those that answered in time).
 
         A remote worker that is busy past ``timeout_s`` keeps its request pending and
         reports on a later call, so nothing is lost and nobody waits for a long sample.
         """
-        episodes = self.local_worker.get_metrics()
-        if not self.remote_workers:
-            return episodes
+        episodes, local_metrics = self.local_worker.get_metrics()
+        if not self.remote_workers:  # the local worker samples
+            return episodes, {0: local_metrics} if local_metrics else {}
         import ray
 
         for actor in self.remote_workers:
@@ -293,11 +301,16 @@ class WorkerSet:
         refs = list(self._pending_metrics.values())
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         ready_set = set(ready)
-        for actor, ref in list(self._pending_metrics.items()):
+        by_worker = {}
+        for index, actor in enumerate(self.remote_workers, start=1):
+            ref = self._pending_metrics.get(actor)
             if ref in ready_set:
-                episodes.extend(ray.get(ref))
+                new, metrics = ray.get(ref)
+                episodes.extend(new)
+                if metrics:
+                    by_worker[index] = metrics
                 del self._pending_metrics[actor]
-        return episodes
+        return episodes, by_worker
 
     def recreate_failed_workers(self) -> list[int]:
         """Replace remote workers that no longer answer; returns their indices."""
@@ -317,6 +330,16 @@ class WorkerSet:
         if replaced:
             self.sync_weights([self.remote_workers[i - 1] for i in replaced])
         return replaced
+
+    def revive_kept(self) -> dict[str, list[int]]:
+        """What plans kept and can revive itself (:class:`~flowrl.replay.ReplayShards`)
+        replaces its dead actors; returns the indexes replaced, by name."""
+        revived = {}
+        for name, kept in self._kept.items():
+            revive = getattr(kept, "revive", None)
+            if revive is not None and (dead := revive()):
+                revived[name] = dead
+        return revived
 
     def stop(self) -> None:
         """Close the local env and kill the remote actors; drop what plans kept."""

@@ -64,7 +64,7 @@ def test_a_full_inbox_holds_the_batch_and_the_next_one_waits_for_room():
     enqueue(batch(4))  # waits until the held batch fits, then holds or queues this one
     assert time.perf_counter() - started >= 0.2
     enqueue(batch(5))
-    steps = [steps for steps, _ in Dequeue(learner).take(4)]
+    steps = [len(b) for b, _ in Dequeue(learner).take(4)]
     assert steps == [1, 2, 3, 4], "in order, nothing dropped, nothing twice"
     learner.stop()
     assert not learner.is_alive()
@@ -74,7 +74,7 @@ def test_dequeue_counts_steps_trained_and_reports_scalar_stats():
     learner = LearnerThread(FakeWorker())
     feed = LocalIterator.from_items([batch(5), batch(7)]).for_each(Enqueue(learner))
     plan = Concurrently([feed, Dequeue(learner)], mode="async", output_indexes=[1])
-    assert [steps for steps, _ in plan.take(2)] == [5, 7]
+    assert [len(b) for b, _ in plan.take(2)] == [5, 7]
     assert plan.context.counters[STEPS_TRAINED] == 12
     assert plan.context.info[LEARNER_INFO] == {"loss": 7.0}  # per-row td_error left out
     plan.close()
@@ -127,15 +127,32 @@ def test_broadcast_weights_every_interval_once_per_version(ray_session):
     a, b = "worker-a", "worker-b"
     for actor in (a, a, b, b):  # version 0: nothing has changed, nothing is sent
         ctx.current_actor = actor
-        op(None)
+        op(batch(1))
     assert workers.sent == []
     learner.version = 1
     for actor in (a, a, b, b, a, a):  # every 2nd item of an actor, once per version
         ctx.current_actor = actor
-        op(None)
+        op(batch(1))
     assert [actor for actor, _ in workers.sent] == [a, b]
     assert workers.sent[0][1] is workers.sent[1][1], "one ray.put serves every worker"
     assert ctx.counters[WEIGHT_BROADCASTS] == 2
+
+
+@pytest.mark.ray
+def test_broadcast_weights_waits_for_min_env_steps_of_the_worker(ray_session):
+    learner, workers = LearnerThread(FakeWorker()), FakeWorkers()
+    op = BroadcastWeights(workers, learner, min_env_steps=100)
+    ctx = PlanContext()
+    op.bind(ctx)
+    sent_after = []
+    for i in range(12):  # 30 env steps per item; a new version before every item
+        learner.version = i + 1
+        ctx.current_actor = "worker-a"
+        op(batch(30))
+        sent_after.append(len(workers.sent))
+    # sent once 100 steps have passed since the last push: after items 4, 8, 12
+    assert sent_after == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+    assert len({id(ref) for _, ref in workers.sent}) == 3, "one put per version sent"
 
 
 def test_impala_learner_thread_stops_with_the_algorithm_and_errors_surface(monkeypatch):

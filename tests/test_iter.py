@@ -125,3 +125,34 @@ def test_an_iterator_is_consumed_once():
 def test_names_describe_the_pipeline():
     plan = items([1]).for_each(Count()).filter(bool).batch(2)
     assert str(plan) == "LocalIterator[items].for_each(Count()).filter(bool).batch(2)"
+
+
+@given(st.lists(st.integers(), max_size=20), st.lists(st.booleans(), min_size=1, max_size=50))
+def test_gate_pulls_only_while_open_and_loses_nothing(xs, openings):
+    pulled = []
+    source = LocalIterator.from_items(xs).for_each(lambda x: pulled.append(x) or x)
+    states = iter(openings + [True] * (len(xs) + 1))
+    it = source.gate(lambda: next(states))
+    out = []
+    for is_open in openings:
+        item = next(it, None)
+        if item is None:  # exhausted
+            break
+        if not is_open:
+            assert item is NotReady
+        else:
+            out.append(item)
+        assert pulled == out, "nothing is pulled while the gate is shut"
+    out += [x for x in it if x is not NotReady]
+    assert out == xs
+
+
+def test_gate_binds_an_operator_to_the_plan_context():
+    class Below(Operator):
+        def __call__(self):
+            return self.context.counters["n"] < 2
+
+    it = LocalIterator.from_items([1, 2, 3]).gate(Below())
+    assert next(it) == 1
+    it.context.counters["n"] = 2
+    assert next(it) is NotReady

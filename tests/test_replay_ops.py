@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowrl.context import STEPS_TRAINED
+from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.iter import LocalIterator, NotReady, Operator
 from flowrl.ops import (
     Concurrently,
     Replay,
     StoreToReplayBuffer,
+    TrainingIntensity,
     UpdatePriorities,
     UpdateTargets,
 )
@@ -91,3 +92,25 @@ def test_update_targets_hard_copies_on_period_and_soft_with_tau():
     assert soft == [0.005] * 3
     with pytest.raises(ValueError, match="either period"):
         UpdateTargets(soft.append)
+
+
+def test_training_intensity_gate_keeps_trained_within_the_ratio_of_sampled():
+    sampled = items(list(range(100))).for_each(CountAs(STEPS_SAMPLED, 10))
+    trained = items(list(range(1000))).gate(TrainingIntensity(2.5))
+    trained = trained.for_each(CountAs(STEPS_TRAINED, 4))
+    plan = Concurrently([sampled, trained], mode="async", output_indexes=[1])
+    counters = plan.context.counters
+    for _ in range(3000):  # the sampling branch ends after 100 items; the gate then stays shut
+        next(plan)
+        # the gate opens only below the ratio, and one item adds 4 trained steps
+        assert counters[STEPS_TRAINED] < 2.5 * counters[STEPS_SAMPLED] + 4
+    assert counters[STEPS_TRAINED] > 2.5 * counters[STEPS_SAMPLED] - 8, "and trains up to it"
+
+
+class CountAs(Operator):
+    def __init__(self, counter: str, steps: int) -> None:
+        self.counter, self.steps = counter, steps
+
+    def __call__(self, item):
+        self.context.counters[self.counter] += self.steps
+        return item

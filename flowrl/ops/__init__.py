@@ -13,6 +13,7 @@ from flowrl.ops.replay import (
     MixInReplay,
     Replay,
     StoreToReplayBuffer,
+    TrainingIntensity,
     UpdatePriorities,
     UpdateTargets,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "StandardizeFields",
     "StoreToReplayBuffer",
     "TrainOneStep",
+    "TrainingIntensity",
     "UpdatePriorities",
     "UpdateTargets",
 ]

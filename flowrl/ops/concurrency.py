@@ -10,10 +10,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from flowrl.context import (
     LEARNER_INFO,
@@ -26,6 +27,8 @@ from flowrl.iter import LocalIterator, NotReady, Operator
 from flowrl.ops.train import scalar_stats
 from flowrl.sample_batch import SampleBatch
 from flowrl.worker import WorkerSet
+
+T = TypeVar("T")
 
 
 def Concurrently(
@@ -88,10 +91,11 @@ class LearnerThread(threading.Thread):
 
     Batches arrive on a bounded ``inbox`` (at most ``inbox_size``: the plan feels
     back-pressure instead of memory growing); each gets ``num_sgd_iter`` passes of
-    minibatch SGD, and ``(env steps trained, learner stats)`` goes on the ``outbox``.
-    :meth:`get_weights` returns a consistent snapshot (never half an optimiser step) and
-    ``version`` counts the updates. An exception stops the thread; :meth:`check` then
-    raises it in the caller as a :class:`LearnerThreadError`.
+    minibatch SGD, and ``(batch, learner stats)`` goes on the ``outbox``, as
+    :class:`~flowrl.ops.TrainOneStep` yields them. :meth:`get_weights` returns a consistent
+    snapshot (never half an optimiser step), :meth:`between_updates` runs a function on the
+    policy between two updates, and ``version`` counts the updates. An exception stops the
+    thread; :meth:`check` then raises it in the caller as a :class:`LearnerThreadError`.
 
     Example:
         >>> learner = LearnerThread(workers.local_worker, inbox_size=4)  # doctest: +SKIP
@@ -111,7 +115,7 @@ class LearnerThread(threading.Thread):
             raise ValueError(f"inbox_size must be >= 1, got {inbox_size}")
         self.worker = worker
         self.inbox: queue.Queue[SampleBatch] = queue.Queue(maxsize=inbox_size)
-        self.outbox: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
+        self.outbox: queue.Queue[tuple[SampleBatch, dict[str, Any]]] = queue.Queue()
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.version = 0
         self.learn_timer = TimerStat()
@@ -133,7 +137,7 @@ class LearnerThread(threading.Thread):
                         minibatch_size=self.sgd_minibatch_size,
                     )
                     self.version += 1
-                self.outbox.put((len(batch), stats))
+                self.outbox.put((batch, stats))
         except BaseException as e:  # surfaced in the plan by check()
             self.error = e
 
@@ -141,6 +145,27 @@ class LearnerThread(threading.Thread):
         """The policy's weights between two updates."""
         with self._lock:
             return self.worker.get_weights()
+
+    def has_room(self) -> bool:
+        """Whether the inbox takes a batch now: a gate for a source that should not pull
+        batches the learner cannot take yet (``replay.gate(learner.has_room)``)."""
+        return not self.inbox.full()
+
+    def between_updates(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` made to run between two of the learner's updates (a target network
+        copied in the main thread never reads half an optimiser step).
+
+        Example:
+            >>> update = learner.between_updates(policy.update_target)  # doctest: +SKIP
+            >>> UpdateTargets(update, period=500)  # doctest: +SKIP
+        """
+
+        @functools.wraps(fn)
+        def locked(*args: Any, **kwargs: Any) -> T:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        return locked
 
     def check(self) -> None:
         """Raise the thread's exception, if it died of one."""
@@ -173,6 +198,7 @@ class Enqueue(Operator):
         super().bind(context)
         if not self._learner.is_alive() and self._learner.error is None:
             self._learner.start()
+            context.on_close(self._learner.stop)
 
     def __call__(self, batch: SampleBatch) -> Any:
         learner = self._learner
@@ -192,10 +218,10 @@ class Enqueue(Operator):
         return batch
 
 
-def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[int, dict[str, Any]]]:
-    """What a learner thread finished: ``(env steps trained, stats)`` items, counted as env
-    steps trained and reported as the learner's stats; ``NotReady`` while there is none.
-    Closing the plan stops the thread.
+def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[SampleBatch, dict[str, Any]]]:
+    """What a learner thread finished: ``(batch, stats)`` items, the batch's rows counted
+    as env steps trained and the stats reported as the learner's; ``NotReady`` while there
+    is none. Closing the plan stops the thread.
 
     Example:
         >>> Dequeue(learner).take(1)  # doctest: +SKIP
@@ -207,16 +233,16 @@ def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[int, dict[str, Any]]]
                 learner.check()
                 try:  # a blocking pull still wakes up every 0.1 s to check the thread
                     if timeout == 0:
-                        steps, stats = learner.outbox.get_nowait()
+                        batch, stats = learner.outbox.get_nowait()
                     else:
-                        steps, stats = learner.outbox.get(timeout=0.1)
+                        batch, stats = learner.outbox.get(timeout=0.1)
                 except queue.Empty:
                     yield NotReady
                     continue
-                ctx.counters[STEPS_TRAINED] += steps
+                ctx.counters[STEPS_TRAINED] += len(batch)
                 ctx.info[LEARNER_INFO] = scalar_stats(stats)
                 ctx.timers["learn"] = learner.learn_timer
-                yield steps, stats
+                yield batch, stats
         finally:
             learner.stop()
 
@@ -226,30 +252,43 @@ def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[int, dict[str, Any]]]
 class BroadcastWeights(Operator):
     """After the learner changed, sends its weights to the worker the current item came
     from (``context.current_actor``), at most once every ``broadcast_interval`` of that
-    worker's items. One ``ray.put`` per learner version serves every worker; a worker that
-    already has the current version gets nothing. Sent before that worker's next sample
-    request (see :meth:`ParallelIterator.gather_async`).
+    worker's items and ``min_env_steps`` of its env steps (rows). One ``ray.put`` per
+    learner version serves every worker; a worker that already has the current version
+    gets nothing. Sent before that worker's next sample request (see
+    :meth:`ParallelIterator.gather_async`).
 
     Example:
         >>> rollouts.for_each(BroadcastWeights(workers, learner))  # doctest: +SKIP
     """
 
-    def __init__(self, workers: WorkerSet, learner: LearnerThread, *, broadcast_interval: int = 1):
-        if broadcast_interval < 1:
-            raise ValueError(f"broadcast_interval must be >= 1, got {broadcast_interval}")
+    def __init__(
+        self,
+        workers: WorkerSet,
+        learner: LearnerThread,
+        *,
+        broadcast_interval: int = 1,
+        min_env_steps: int = 0,
+    ):
+        if broadcast_interval < 1 or min_env_steps < 0:
+            raise ValueError(
+                f"need broadcast_interval >= 1 and min_env_steps >= 0, got "
+                f"{broadcast_interval} and {min_env_steps}"
+            )
         self._workers, self._learner = workers, learner
-        self.broadcast_interval = broadcast_interval
+        self.broadcast_interval, self.min_env_steps = broadcast_interval, min_env_steps
         self._ref: Any = None
         self._ref_version = -1
-        self._sent: dict[Any, tuple[int, int]] = {}  # actor -> (version, items since sent)
+        # actor -> (version it has, items and env steps since it got it)
+        self._sent: dict[Any, tuple[int, int, int]] = {}
 
     def __call__(self, item: Any) -> Any:
         actor = self.context.current_actor
         if actor is None:  # sampled in-process: the local worker is the learner's
             return item
-        version, items = self._sent.get(actor, (0, 0))
-        items += 1
-        if self._learner.version != version and items >= self.broadcast_interval:
+        version, items, steps = self._sent.get(actor, (0, 0, 0))
+        items, steps = items + 1, steps + len(item)
+        due = items >= self.broadcast_interval and steps >= self.min_env_steps
+        if self._learner.version != version and due:
             if self._ref_version != self._learner.version:
                 import ray
 
@@ -257,6 +296,6 @@ class BroadcastWeights(Operator):
                 self._ref = ray.put(self._learner.get_weights())
             self._workers.sync_weights([actor], weights_ref=self._ref)
             self.context.counters[WEIGHT_BROADCASTS] += 1
-            version, items = self._ref_version, 0
-        self._sent[actor] = (version, items)
+            version, items, steps = self._ref_version, 0, 0
+        self._sent[actor] = (version, items, steps)
         return item

@@ -69,6 +69,7 @@ class CollectMetrics(Operator):
         self.smoothing_episodes = smoothing_episodes
         self._episodes: collections.deque[Episode] = collections.deque(maxlen=smoothing_episodes)
         self._time_total_s = 0.0
+        self._worker_metrics: dict[int, dict[str, float]] = {}  # the latest of each worker
         self._last_time = time.perf_counter()
         self._last_steps = 0
 
@@ -88,8 +89,9 @@ class CollectMetrics(Operator):
 
     def __call__(self, item: Any) -> dict[str, Any]:
         counters = self.context.counters
-        new = self._workers.collect_episodes()
+        new, by_worker = self._workers.collect_metrics()
         self._episodes.extend(new)
+        self._worker_metrics.update(by_worker)
         counters[EPISODES_TOTAL] += len(new)
         counters[ITERATION] += 1
         now = time.perf_counter()
@@ -115,6 +117,8 @@ class CollectMetrics(Operator):
         }
         learner = self.context.info.get(LEARNER_INFO, {})
         result.update({f"learner/{k}": v for k, v in learner.items()})
+        for index, metrics in sorted(self._worker_metrics.items()):
+            result.update({f"worker_{index}/{k}": v for k, v in metrics.items()})
         result.update({f"timers/{k}_ms": t.mean_ms for k, t in self.context.timers.items()})
         return result
 

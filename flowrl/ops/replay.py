@@ -81,11 +81,12 @@ class StoreToReplayBuffer(Operator):
 
 
 def Replay(
-    target: ReplayTarget, *, batch_size: int, learning_starts: int = 0
+    target: ReplayTarget, *, batch_size: int, learning_starts: int = 0, num_async: int = 1
 ) -> LocalIterator[SampleBatch]:
     """Sampled training batches once the buffer has received ``learning_starts`` rows
     (each shard its share of them); ``NotReady`` before that. Over replay actors, every
-    shard has one sample request in flight and batches come in completion order.
+    shard has ``num_async`` sample requests in flight and batches come in completion
+    order.
 
     Example:
         >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)  # doctest: +SKIP
@@ -94,7 +95,8 @@ def Replay(
     if not _is_local(target):
         per_shard = -(-learning_starts // len(target))  # ceil
         shards = ParallelIterator.from_actors(target, name=f"{name}[shards={len(target)}]")
-        return shards.for_each(SampleShard(batch_size, learning_starts=per_shard)).gather_async()
+        sample = SampleShard(batch_size, learning_starts=per_shard)
+        return shards.for_each(sample).gather_async(num_async=num_async)
 
     def build(ctx: Any, timeout: float | None):
         while True:
@@ -122,6 +124,30 @@ class SampleShard:
 
     def __repr__(self) -> str:
         return f"SampleShard({self.batch_size}, learning_starts={self.learning_starts})"
+
+
+class TrainingIntensity(Operator):
+    """A gate for a replay branch (``replay.gate(TrainingIntensity(2.0))``): open while
+    env steps trained stay below ``intensity`` times env steps sampled, so a learner that
+    could train faster leaves the CPU to sampling.
+
+    Example:
+        >>> from flowrl.context import PlanContext
+        >>> gate = TrainingIntensity(2.0)
+        >>> gate.bind(PlanContext())
+        >>> gate.context.counters.update({STEPS_SAMPLED: 100, STEPS_TRAINED: 150})
+        >>> gate()
+        True
+    """
+
+    def __init__(self, intensity: float) -> None:
+        if intensity <= 0:
+            raise ValueError(f"intensity must be > 0, got {intensity}")
+        self.intensity = intensity
+
+    def __call__(self) -> bool:
+        counters = self.context.counters
+        return counters[STEPS_TRAINED] < self.intensity * counters[STEPS_SAMPLED]
 
 
 class UpdatePriorities(Operator):

@@ -13,9 +13,10 @@ Example:
     ('ReplayBuffer', 100)
 """
 
-from flowrl.replay.actor import ReplayActor, create_replay_actors, shard_of
+from flowrl.replay.actor import ReplayActor, ReplayShards, create_replay_actors, shard_of
 from flowrl.replay.buffer import (
     BATCH_INDEXES,
+    PRIORITIES,
     WEIGHTS,
     PrioritizedSampler,
     ReplayBuffer,
@@ -25,11 +26,13 @@ from flowrl.replay.config import ReplayConfig, make_buffer, make_replay
 
 __all__ = [
     "BATCH_INDEXES",
+    "PRIORITIES",
     "WEIGHTS",
     "PrioritizedSampler",
     "ReplayActor",
     "ReplayBuffer",
     "ReplayConfig",
+    "ReplayShards",
     "UniformSampler",
     "create_replay_actors",
     "make_buffer",

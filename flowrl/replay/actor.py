@@ -56,6 +56,10 @@ class ReplayActor(ParallelIteratorWorker):
         batch[BATCH_INDEXES] = batch[BATCH_INDEXES] * self.num_shards + self.shard_index
         return batch
 
+    def size(self) -> int:
+        """Rows stored."""
+        return len(self.buffer)
+
     def update_priorities(self, indexes: np.ndarray, priorities: np.ndarray) -> None:
         shards, local = shard_of(indexes, self.num_shards)
         if np.any(shards != self.shard_index):
@@ -63,9 +67,41 @@ class ReplayActor(ParallelIteratorWorker):
         self.buffer.update_priorities(local, priorities)
 
 
+class ReplayShards(list):
+    """The ReplayActors of one sharded buffer (a list of actor handles) that can replace
+    the ones that died: :meth:`revive` recreates them, empty."""
+
+    def __init__(
+        self, make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
+    ) -> None:
+        import ray
+
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        self._actor_cls = ray.remote(num_cpus=num_cpus)(ReplayActor)
+        self._make_buffer = make_buffer
+        super().__init__(self._create(i, num_shards) for i in range(num_shards))
+
+    def _create(self, index: int, num_shards: int) -> Any:
+        return self._actor_cls.remote(self._make_buffer, shard_index=index, num_shards=num_shards)
+
+    def revive(self, timeout_s: float = 30) -> list[int]:
+        """Recreate, empty, the shards that no longer answer; returns their indexes."""
+        import ray
+
+        dead = []
+        for i, actor in enumerate(self):
+            try:
+                ray.get(actor.size.remote(), timeout=timeout_s)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                self[i] = self._create(i, len(self))
+                dead.append(i)
+        return dead
+
+
 def create_replay_actors(
     make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
-) -> list[Any]:
+) -> ReplayShards:
     """``num_shards`` ReplayActors; ``make_buffer(shard_index)`` builds each shard's buffer
     inside its actor (a 1M-row buffer is never pickled).
 
@@ -73,12 +109,4 @@ def create_replay_actors(
         >>> make = lambda i: ReplayBuffer(50_000, seed=i)
         >>> shards = create_replay_actors(make, num_shards=4)  # doctest: +SKIP
     """
-    import ray
-
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-    actor_cls = ray.remote(num_cpus=num_cpus)(ReplayActor)
-    return [
-        actor_cls.remote(make_buffer, shard_index=i, num_shards=num_shards)
-        for i in range(num_shards)
-    ]
+    return ReplayShards(make_buffer, num_shards=num_shards, num_cpus=num_cpus)

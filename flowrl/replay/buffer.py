@@ -25,12 +25,16 @@ from flowrl.sample_batch import SampleBatch
 
 BATCH_INDEXES = "batch_indexes"
 WEIGHTS = "weights"
+#: A column of initial priorities a batch may carry (Ape-X workers compute them from their
+#: TD errors): a prioritized buffer uses them instead of the largest priority so far. It is
+#: not stored.
+PRIORITIES = "priorities"
 
 
 class UniformSampler:
     """Every stored row is equally likely; all importance weights are 1."""
 
-    def on_add(self, indices: np.ndarray) -> None:
+    def on_add(self, indices: np.ndarray, priorities: np.ndarray | None = None) -> None:
         pass
 
     def sample(self, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -75,8 +79,12 @@ class PrioritizedSampler:
         self._min = MinTree(capacity) if normalize_by == "buffer" else None
         self.max_priority = 1.0
 
-    def on_add(self, indices: np.ndarray) -> None:
-        self._set(indices, np.full(len(indices), self.max_priority))
+    def on_add(self, indices: np.ndarray, priorities: np.ndarray | None = None) -> None:
+        """New rows get ``priorities`` when given, else the largest priority so far."""
+        if priorities is None:
+            self._set(indices, np.full(len(indices), self.max_priority))
+        else:
+            self.update(indices, priorities)
 
     def _set(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities**self.alpha
@@ -141,10 +149,15 @@ class ReplayBuffer:
         return self._size
 
     def add(self, batch: SampleBatch) -> np.ndarray:
-        """Store the rows of ``batch`` (the oldest rows make room); returns their slots."""
+        """Store the rows of ``batch`` (the oldest rows make room); returns their slots.
+        A :data:`PRIORITIES` column gives the rows' initial priorities."""
         n = len(batch)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
+        priorities = None
+        if PRIORITIES in batch:
+            priorities = batch[PRIORITIES]
+            batch = SampleBatch({k: v for k, v in batch.items() if k != PRIORITIES})
         if not self._columns:
             self._columns = {
                 k: np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in batch.items()
@@ -158,7 +171,7 @@ class ReplayBuffer:
         self._next = int((self._next + keep) % self.capacity)
         self._size = min(self._size + keep, self.capacity)
         self.num_added += n
-        self.sampler.on_add(slots)
+        self.sampler.on_add(slots, None if priorities is None else priorities[n - keep :])
         return slots
 
     def sample(self, n: int) -> SampleBatch:
