@@ -4,6 +4,8 @@ CartPole on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers), 
 RLlib's PPO, IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is
 installed), each in a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s``
 seconds; one that has not reached the reward by then reports its return and env steps.
+``--algos dqn apex`` compares Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X): wall-clock
+and env steps sampled per second of training.
 
     python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450] [--algos ppo impala appo]
 
@@ -34,6 +36,8 @@ model = dict(vf_share_layers=True)""",
     "appo": """from ray.rllib.algorithms.appo import APPOConfig as Config
 training, model = dict(vf_loss_coeff=0.05, entropy_coeff=0.0), dict(vf_share_layers=True)""",
 }
+# a distributed algorithm and flowrl's single-learner one it scales up
+SINGLE_LEARNER = {"apex": "dqn"}
 RLLIB_RUN = """
 import sys, time
 start = time.time()
@@ -51,6 +55,7 @@ config = (
     .rl_module(model_config=DefaultModelConfig(**model))
 )
 algo = config.build_algo()
+train_start = time.time()
 steps, ret = 0, float("-inf")
 while ret < reward and steps < budget and time.time() - start < cap:
     result = algo.train()
@@ -58,8 +63,18 @@ while ret < reward and steps < budget and time.time() - start < cap:
     steps = result.get("num_env_steps_sampled_lifetime",
                        runners.get("num_env_steps_sampled_lifetime", 0))
     ret = runners.get("episode_return_mean", float("-inf"))
-print("RESULT", ret >= reward, steps, time.time() - start, ret)
+print("RESULT", ret >= reward, steps, time.time() - train_start, ret)
 """
+
+
+def default_layout(algo: str) -> str:
+    """``2 workers``, ``2 workers, 2 replay shards`` or ``num_workers=0``: the defaults."""
+    from flowrl.algorithm import get_algorithm
+
+    config = get_algorithm(algo).config_cls()
+    layout = f"{config.num_workers} workers" if config.num_workers else "num_workers=0"
+    shards = getattr(config, "replay_shards", 0)
+    return layout + (f", {shards} replay shards" if shards else "")
 
 
 def flowrl_run(
@@ -79,8 +94,10 @@ def flowrl_run(
         )  # fmt: skip
         wall = time.perf_counter() - start
         summary = json.loads((Path(out) / "summary.json").read_text())
+    steps = summary["env_steps_sampled"]
     return {"reached": summary["stopped_by"] == "reward", "return": summary["episode_return_mean"],
-            "env_steps": summary["env_steps_sampled"], "wall_s": wall}  # fmt: skip
+            "env_steps": steps, "wall_s": wall,
+            "env_steps_per_s": steps / summary["time_total_s"]}  # fmt: skip
 
 
 def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) -> dict | None:
@@ -97,12 +114,13 @@ def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) ->
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         subprocess.run(["ray", "stop", "--force"], capture_output=True)  # its env runners
-        return {"reached": False, "return": float("nan"), "env_steps": 0, "wall_s": cap_s}
+        return {"reached": False, "return": float("nan"), "env_steps": 0, "wall_s": cap_s,
+                "env_steps_per_s": float("nan")}  # fmt: skip
     wall = time.perf_counter() - start
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT"))
-    _, reached, steps, _, ret = line.split()
-    return {"reached": reached == "True", "return": float(ret),
-            "env_steps": int(float(steps)), "wall_s": wall}  # fmt: skip
+    _, reached, steps, train_s, ret = line.split()
+    return {"reached": reached == "True", "return": float(ret), "env_steps": int(float(steps)),
+            "wall_s": wall, "env_steps_per_s": float(steps) / float(train_s)}  # fmt: skip
 
 
 def main() -> None:
@@ -117,17 +135,18 @@ def main() -> None:
     for seed in args.seeds:
         contenders = {}
         for algo in args.algos:
-            contenders[f"flowrl {algo} (2 workers)"] = lambda r, b, s, a=algo: flowrl_run(
-                a, r, b, s
+            contenders[f"flowrl {algo} ({default_layout(algo)})"] = lambda r, b, s, a=algo: (
+                flowrl_run(a, r, b, s)
             )
             if algo == "ppo":  # CartPole on 2 cores: sampling in the learner's process, no Ray
                 contenders["flowrl ppo (num_workers=0)"] = lambda r, b, s: flowrl_run(
                     "ppo", r, b, s, num_workers=0
                 )
-            # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
-            contenders[f"rllib {algo}"] = lambda r, b, s, a=algo: rllib_run(
-                a, r, max(b, 2_000_000), s, args.rllib_cap_s
-            )
+            if algo in RLLIB_CONFIGS:  # RLlib 2.x has no Ape-X
+                # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
+                contenders[f"rllib {algo}"] = lambda r, b, s, a=algo: rllib_run(
+                    a, r, max(b, 2_000_000), s, args.rllib_cap_s
+                )
         for name, fn in contenders.items():
             result = fn(args.reward, args.budget, seed)
             if result is not None:
@@ -137,11 +156,23 @@ def main() -> None:
         mine = [r for r in rows if r["contender"] == name]
         summary.append({"contender": name,
                         "median_wall_s": sorted(r["wall_s"] for r in mine)[len(mine) // 2],
+                        "median_env_steps_per_s": sorted(
+                            r["env_steps_per_s"] for r in mine)[len(mine) // 2],
                         "reached": f"{sum(r['reached'] for r in mine)}/{len(mine)}"})  # fmt: skip
     walls = {s["contender"]: s["median_wall_s"] for s in summary}
+    by_algo = {s["contender"].split()[1]: s for s in summary if s["contender"].startswith("flowrl")}
     for s in summary:  # against RLlib's same algorithm (its time cap, when it never got there)
-        rllib = walls.get(f"rllib {s['contender'].split()[1]}")
+        algo = s["contender"].split()[1]
+        rllib = walls.get(f"rllib {algo}")
         s["x rllib"] = None if rllib is None else s["median_wall_s"] / rllib
+        single = by_algo.get(SINGLE_LEARNER.get(algo, ""))  # Ape-X against flowrl's DQN
+        if single is not None and s["contender"].startswith("flowrl"):
+            s["wall x " + single["contender"].split(" (")[0]] = (
+                s["median_wall_s"] / single["median_wall_s"]
+            )
+            s["steps/s x " + single["contender"].split(" (")[0]] = (
+                s["median_env_steps_per_s"] / single["median_env_steps_per_s"]
+            )
     print(f"CartPole-v1: wall-clock from process start to return {args.reward:g}")
     print_table(rows)
     print_table(summary)

@@ -30,7 +30,8 @@ def flowrl(*args, cwd=None, timeout=180, env=None):
 def test_list():
     out = flowrl("list")
     assert out.returncode == 0
-    assert all(name in out.stdout for name in ("ppo", "a3c", "dqn", "sac", "impala", "appo"))
+    names = ("ppo", "a3c", "dqn", "sac", "impala", "appo", "apex")
+    assert all(name in out.stdout for name in names)
     detail = flowrl("list", "ppo")
     assert detail.returncode == 0 and "clip_param" in detail.stdout
 
@@ -142,9 +143,11 @@ def test_resume_continues_the_run(run_dir, tmp_path):
     assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
 
 
-@pytest.mark.parametrize("algo", ["impala", "appo"])
+@pytest.mark.parametrize("algo", ["impala", "appo", "apex"])
 def test_learner_thread_algorithms_train_resume_and_evaluate(algo, tmp_path):
     quick = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=200"]
+    if algo == "apex":  # its replay in the learner's process too: no Ray
+        quick += ["replay_shards=0", "learning_starts=200"]
     out = flowrl("train", algo, "--stop-iters", 2, "--output", tmp_path / "run", *quick)
     assert out.returncode == 0, out.stderr
     resumed = flowrl("train", algo, "--resume", tmp_path / "run", "--stop-iters", 3, *quick)
