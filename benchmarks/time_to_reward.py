@@ -166,13 +166,11 @@ def main() -> None:
         rllib = walls.get(f"rllib {algo}")
         s["x rllib"] = None if rllib is None else s["median_wall_s"] / rllib
         single = by_algo.get(SINGLE_LEARNER.get(algo, ""))  # Ape-X against flowrl's DQN
-        if single is not None and s["contender"].startswith("flowrl"):
-            s["wall x " + single["contender"].split(" (")[0]] = (
-                s["median_wall_s"] / single["median_wall_s"]
-            )
-            s["steps/s x " + single["contender"].split(" (")[0]] = (
-                s["median_env_steps_per_s"] / single["median_env_steps_per_s"]
-            )
+        mine = single is not None and s["contender"].startswith("flowrl")
+        s["wall x single learner"] = s["median_wall_s"] / single["median_wall_s"] if mine else None
+        s["steps/s x single learner"] = (
+            s["median_env_steps_per_s"] / single["median_env_steps_per_s"] if mine else None
+        )
     print(f"CartPole-v1: wall-clock from process start to return {args.reward:g}")
     print_table(rows)
     print_table(summary)
