@@ -118,12 +118,18 @@ class FakeWorkers:
         self.sent.extend((actor, weights_ref) for actor in actors)
 
 
-@pytest.mark.ray
-def test_broadcast_weights_every_interval_once_per_version(ray_session):
+def broadcaster(**settings):
+    """A BroadcastWeights on a fake learner and workers, bound to a fresh context."""
     learner, workers = LearnerThread(FakeWorker()), FakeWorkers()
-    op = BroadcastWeights(workers, learner, broadcast_interval=2)
+    op = BroadcastWeights(workers, learner, **settings)
     ctx = PlanContext()
     op.bind(ctx)
+    return learner, workers, op, ctx
+
+
+@pytest.mark.ray
+def test_broadcast_weights_every_interval_once_per_version(ray_session):
+    learner, workers, op, ctx = broadcaster(broadcast_interval=2)
     a, b = "worker-a", "worker-b"
     for actor in (a, a, b, b):  # version 0: nothing has changed, nothing is sent
         ctx.current_actor = actor
@@ -140,10 +146,7 @@ def test_broadcast_weights_every_interval_once_per_version(ray_session):
 
 @pytest.mark.ray
 def test_broadcast_weights_waits_for_min_env_steps_of_the_worker(ray_session):
-    learner, workers = LearnerThread(FakeWorker()), FakeWorkers()
-    op = BroadcastWeights(workers, learner, min_env_steps=100)
-    ctx = PlanContext()
-    op.bind(ctx)
+    learner, workers, op, ctx = broadcaster(min_env_steps=100)
     sent_after = []
     for i in range(12):  # 30 env steps per item; a new version before every item
         learner.version = i + 1

@@ -221,30 +221,28 @@ class Enqueue(Operator):
 def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[SampleBatch, dict[str, Any]]]:
     """What a learner thread finished: ``(batch, stats)`` items, the batch's rows counted
     as env steps trained and the stats reported as the learner's; ``NotReady`` while there
-    is none. Closing the plan stops the thread.
+    is none. Closing the plan stops the thread (:class:`Enqueue` started it and registered
+    its stop with the plan, which runs even if this branch was never pulled).
 
     Example:
         >>> Dequeue(learner).take(1)  # doctest: +SKIP
     """
 
     def build(ctx: PlanContext, timeout: float | None):
-        try:
-            while True:
-                learner.check()
-                try:  # a blocking pull still wakes up every 0.1 s to check the thread
-                    if timeout == 0:
-                        batch, stats = learner.outbox.get_nowait()
-                    else:
-                        batch, stats = learner.outbox.get(timeout=0.1)
-                except queue.Empty:
-                    yield NotReady
-                    continue
-                ctx.counters[STEPS_TRAINED] += len(batch)
-                ctx.info[LEARNER_INFO] = scalar_stats(stats)
-                ctx.timers["learn"] = learner.learn_timer
-                yield batch, stats
-        finally:
-            learner.stop()
+        while True:
+            learner.check()
+            try:  # a blocking pull still wakes up every 0.1 s to check the thread
+                if timeout == 0:
+                    batch, stats = learner.outbox.get_nowait()
+                else:
+                    batch, stats = learner.outbox.get(timeout=0.1)
+            except queue.Empty:
+                yield NotReady
+                continue
+            ctx.counters[STEPS_TRAINED] += len(batch)
+            ctx.info[LEARNER_INFO] = scalar_stats(stats)
+            ctx.timers["learn"] = learner.learn_timer
+            yield batch, stats
 
     return LocalIterator(build, name="Dequeue(learner)")
 
