@@ -214,9 +214,9 @@ class SACPolicy(Policy):
         t = self._tensors(batch)
         alpha = self.log_alpha.detach().exp()
         critic_loss, q, td_error = self._critic_loss(t, alpha)
-        self._step(self.critic_optimizer, critic_loss, self.critic_params)
+        self._step(self.critic_optimizer, critic_loss, self.critic_params, t)
         actor_loss, entropy = self._actor_loss(t[OBS], alpha)
-        self._step(self.optimizer, actor_loss, self.actor_params)  # the critics get no gradient
+        self._step(self.optimizer, actor_loss, self.actor_params, t)  # critics: no gradient
         # alpha loss: log_alpha * (entropy - target); its gradient is the bracket
         self.log_alpha.grad = (entropy.mean() - self.target_entropy).reshape(())
         self.alpha_optimizer.step()
@@ -232,13 +232,17 @@ class SACPolicy(Policy):
         }
 
     def _step(
-        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        params: list[torch.Tensor],
+        batch: dict[str, torch.Tensor],
     ) -> None:
-        """Gradients of ``loss`` for ``params`` alone (clipped), then one optimiser step."""
+        """Gradients of ``loss`` for ``params`` alone (clipped, checked finite), then one
+        optimiser step."""
         for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
             p.grad = g
-        if self.config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        self.clip_gradients(params, loss, batch)
         optimizer.step()
 
     @torch.no_grad()

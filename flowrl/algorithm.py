@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -25,6 +24,8 @@ from typing import Any
 
 import torch
 
+from flowrl import checkpoints
+from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
 from flowrl.context import ITERATION
 from flowrl.envs import check_env_id
@@ -33,9 +34,6 @@ from flowrl.policy import Policy
 from flowrl.runner import run
 from flowrl.spec import AlgorithmSpec, Plan
 from flowrl.worker import WorkerSet
-
-STATE_FILE = "algorithm_state.pt"
-META_FILE = "checkpoint.json"
 
 
 def list_algorithms() -> list[AlgorithmSpec]:
@@ -109,10 +107,34 @@ def ensure_ray(address: str | None, num_cpus: float) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
+        check_reachable(address)
         ray.init(address=address, logging_level="ERROR")
     else:
         cpus = max(os.cpu_count() or 1, int(num_cpus + 0.999))
         ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A ConfigError unless something listens at a ``host:port`` cluster address (Ray
+    itself retries an unreachable address for many minutes); ``auto`` and ``ray://``
+    addresses are left to Ray.
+
+    Example:
+        >>> check_reachable("127.0.0.1:1")
+        Traceback (most recent call last):
+        ...
+        flowrl.config.ConfigError: cannot reach a Ray cluster at 127.0.0.1:1: Connection refused
+    """
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(f"cannot reach a Ray cluster at {address}: {reason}") from None
 
 
 def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
@@ -147,12 +169,17 @@ class Algorithm:
         self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
+        if address and not self.config.uses_ray:
+            raise ConfigError(
+                f"address={address} joins a Ray cluster, but this config runs in-process "
+                "(num_workers=0): set num_workers > 0 or drop the address"
+            )
         if self.config.uses_ray:
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
-        self.plan: LocalIterator[dict[str, Any]] = self._plan_fn(self.workers, self.config)
+        self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         self.last_result: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -182,9 +209,19 @@ class Algorithm:
             replaced += [f"{name} actor {i}" for i in indexes]
         self.plan.close()
         context = self.plan.context
-        self.plan = self._plan_fn(self.workers, self.config)
+        self.plan = self._build_plan()
         self.plan.context = context
         return replaced
+
+    def _build_plan(self) -> LocalIterator[dict[str, Any]]:
+        plan = self._plan_fn(self.workers, self.config)
+        if not isinstance(plan, LocalIterator):
+            name = getattr(self._plan_fn, "__name__", "the execution plan")
+            raise ConfigError(
+                f"{name} returned {type(plan).__name__}, not a LocalIterator of results "
+                "(end the plan with StandardMetricsReporting(...))"
+            )
+        return plan
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
         """Train until a stop criterion holds; see :func:`flowrl.runner.run` for the options.
@@ -197,54 +234,76 @@ class Algorithm:
     # -- checkpoints ---------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint directory (weights, optimiser, counters, config, and what the
-        plan registered, such as a replay buffer); returns it."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        plan registered, such as a replay buffer) atomically; returns it. Non-finite
+        weights raise :class:`NonFiniteError` instead of being saved."""
+        policy = self.workers.local_worker.policy
         with self.workers.local_worker.lock:  # not halfway through a learner thread's update
+            policy.check_finite_weights()
+            plan = self.plan.context.get_state()
             state = {
-                "policy": self.workers.local_worker.policy.get_state(),
-                "plan": self.plan.context.get_state(),
+                "policy": policy.get_state(),
+                "plan": plan["plan_state"],
                 "torch_rng": torch.get_rng_state(),
             }
-        torch.save(state, path / STATE_FILE)
         meta = {
             "algo": self.spec.name,
             "config": self.config.to_dict(),
             "iteration": self.iteration,
+            "counters": plan["counters"],
         }
-        (path / META_FILE).write_text(json.dumps(meta, indent=2))
-        return path
+        return checkpoints.write(path, state, meta)
 
-    def restore(self, path: str | os.PathLike[str]) -> None:
-        """Load a checkpoint written by :meth:`save` into this algorithm."""
-        state = torch.load(Path(path) / STATE_FILE, weights_only=False)
-        self.workers.local_worker.policy.set_state(state["policy"])
+    def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
+        """Load a checkpoint written by :meth:`save` (a path or a loaded
+        :class:`~flowrl.checkpoints.Checkpoint`) into this algorithm; a checkpoint of
+        another algorithm or model size raises a CheckpointError."""
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = checkpoints.load(checkpoint)
+        if checkpoint.meta["algo"] != self.spec.name:
+            raise CheckpointError(
+                f"{checkpoint.path} is a {checkpoint.meta['algo']} checkpoint, not {self.spec.name}"
+            )
+        state = checkpoint.state
+        try:
+            self.workers.local_worker.policy.set_state(state["policy"])
+            plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
+            self.plan.context.set_state(plan)
+            torch.set_rng_state(state["torch_rng"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} does not fit this config ({reason[:200]})"
+            ) from None
         self.workers.sync_weights()
-        self.plan.context.set_state(state["plan"])
-        torch.set_rng_state(state["torch_rng"])
 
     @classmethod
     def from_checkpoint(
         cls,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Checkpoint,
         *,
         address: str | None = None,
         in_process: bool = False,
         **overrides: Any,
     ) -> Algorithm:
-        """Rebuild an algorithm from a checkpoint alone (``overrides`` change its config).
-        ``in_process`` drops its rollout workers and other actors (replay shards), so Ray
-        does not start: enough to evaluate it.
+        """Rebuild an algorithm from a checkpoint alone: a checkpoint directory, a run
+        directory (its newest checkpoint that loads) or a loaded Checkpoint; ``overrides``
+        change its config. ``in_process`` drops its rollout workers and other actors
+        (replay shards), so Ray does not start: enough to evaluate it.
 
         Example:
             >>> path = "runs/dqn/checkpoints/checkpoint_000010"
             >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
         """
-        meta = read_checkpoint_meta(path)
+        ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
+        meta = ckpt.meta
         if in_process:
             overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
         algo = cls(meta["algo"], {**meta["config"], **overrides}, address=address)
-        algo.restore(path)
+        try:
+            algo.restore(ckpt)
+        except BaseException:
+            algo.stop()
+            raise
         return algo
 
     # -- evaluation and shutdown ---------------------------------------------------------
@@ -273,16 +332,3 @@ class Algorithm:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The checkpoint's algorithm name and config, or a ConfigError naming the problem."""
-    meta_path = Path(path) / META_FILE
-    if not Path(path).exists():
-        raise ConfigError(f"checkpoint not found: {path}")
-    if not meta_path.is_file() or not (Path(path) / STATE_FILE).is_file():
-        raise ConfigError(f"not a flowrl checkpoint (no {META_FILE} / {STATE_FILE}): {path}")
-    try:
-        return json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"unreadable checkpoint {meta_path}: {e}") from None

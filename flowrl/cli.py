@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flowrl.config import ConfigError, parse_set_value
+from flowrl.runner import sigint_ignored
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,9 +109,15 @@ def _config_values(args: argparse.Namespace) -> dict[str, Any]:
 def _stop_criteria(args: argparse.Namespace) -> Any:
     from flowrl.runner import StopCriteria
 
-    for name in ("stop_timesteps", "stop_iters", "checkpoint_every"):
-        if getattr(args, name) is not None and getattr(args, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
+    for name in ("stop_timesteps", "stop_iters"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.stop_time is not None and not (math.isfinite(args.stop_time) and args.stop_time > 0):
+        raise ConfigError(f"--stop-time must be a number of seconds > 0, got {args.stop_time}")
+    if args.stop_reward is not None and not math.isfinite(args.stop_reward):
+        raise ConfigError(f"--stop-reward must be a finite number, got {args.stop_reward}")
+    if args.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     return StopCriteria(
         reward=args.stop_reward,
         timesteps=args.stop_timesteps,
@@ -124,31 +132,45 @@ def _default_output(algo: str, env: str) -> Path:
     return Path("runs") / f"{name}_{env.replace('/', '-')}_{stamp}"
 
 
-def _build_for_train(args: argparse.Namespace) -> tuple[Any, Path]:
-    from flowrl.algorithm import Algorithm
-    from flowrl.runner import latest_checkpoint
+def _warn_skipped(ckpt: Any) -> None:
+    for reason in ckpt.skipped:
+        print(f"flowrl: skipped a checkpoint: {reason}", file=sys.stderr)
 
-    if args.resume:
-        output = Path(args.resume)
-        ckpt = latest_checkpoint(output)
-        if ckpt is None:
-            raise ConfigError(f"--resume: no checkpoint in {output}/checkpoints")
-        algo = Algorithm.from_checkpoint(ckpt, address=args.address, **_config_values(args))
-        return algo, output
-    values = _config_values(args)
-    algo = Algorithm(args.algo, values, address=args.address)
-    output = Path(args.output) if args.output else _default_output(args.algo, algo.config.env)
+
+def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The algorithm restored from the newest loadable checkpoint of the run to continue,
+    after checking that the command names the same algorithm, env and directory."""
+    from flowrl import checkpoints
+    from flowrl.algorithm import Algorithm, get_algorithm
+
+    output = Path(args.resume)
+    if args.output and Path(args.output).resolve() != output.resolve():
+        raise ConfigError(f"--resume continues the run in {output}; drop --output {args.output}")
+    ckpt = checkpoints.latest(output)
+    saved_algo, saved_env = ckpt.meta["algo"], ckpt.meta["config"].get("env")
+    if get_algorithm(args.algo).name != saved_algo:
+        raise ConfigError(f"--resume {output} holds a {saved_algo} run, not {args.algo}")
+    if args.env and args.env != saved_env:
+        raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
+    _warn_skipped(ckpt)
+    algo = Algorithm.from_checkpoint(ckpt, address=args.address, **_config_values(args))
+    print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
     return algo, output
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from flowrl.logger import RunLogger
-    from flowrl.runner import run
+    from flowrl.algorithm import Algorithm
+    from flowrl.logger import check_new_run_dir
+    from flowrl.runner import describe_error, run
 
     stop = _stop_criteria(args)
-    algo, output = _build_for_train(args)
-    meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
-    RunLogger(output).write_json("config.json", meta)  # written first: a crash still leaves it
+    if args.resume:
+        algo, output = _resume(args)
+    else:
+        if args.output:  # before Ray starts
+            check_new_run_dir(Path(args.output))
+        algo = Algorithm(args.algo, _config_values(args), address=args.address)
+        output = Path(args.output) if args.output else _default_output(args.algo, algo.config.env)
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
     try:
         summary = run(
@@ -158,6 +180,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             progress=not args.no_progress,
         )
+    except ConfigError:
+        raise
+    except Exception as e:
+        print(f"flowrl: error: {describe_error(e)}", file=sys.stderr)
+        print(f"flowrl: traceback in {output / 'error.txt'}; checkpoints kept", file=sys.stderr)
+        return 1
     finally:
         algo.stop()
     ret = summary["episode_return_mean"]
@@ -169,35 +197,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_checkpoint(path: str) -> Path:
-    """A checkpoint directory, or the latest checkpoint of a run directory."""
-    from flowrl.algorithm import META_FILE
-    from flowrl.runner import latest_checkpoint
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"checkpoint not found: {path}")
-    if (p / META_FILE).exists():
-        return p
-    latest = latest_checkpoint(p)
-    if latest is None:
-        raise ConfigError(f"no flowrl checkpoint in {path}")
-    return latest
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowrl import checkpoints
     from flowrl.algorithm import Algorithm
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
-    ckpt = resolve_checkpoint(args.checkpoint)
+    ckpt = checkpoints.resolve(args.checkpoint)
+    _warn_skipped(ckpt)
     algo = Algorithm.from_checkpoint(ckpt, in_process=True)
     try:
         res = algo.evaluate(args.episodes, explore=args.explore)
     finally:
         algo.stop()
     print(
-        f"{algo.spec.name} on {algo.config.env} ({ckpt}): episode_return_mean "
+        f"{algo.spec.name} on {algo.config.env} ({ckpt.path}): episode_return_mean "
         f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "
         f"(min {res['episode_return_min']:.1f}, max {res['episode_return_max']:.1f}, "
         f"mean length {res['episode_len_mean']:.1f})"
@@ -223,14 +237,35 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowrl`` console script."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     args = build_parser().parse_args(argv)
+    ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:
         return args.func(args)
     except ConfigError as e:
         print(f"flowrl: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training began (a Ctrl-C in training checkpoints)
+        print("flowrl: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into `head` and the like
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # a user plan or env that raises while being built, say
+        from flowrl.runner import describe_error
+
+        print(f"flowrl: error: {describe_error(e)}", file=sys.stderr)
+        return 1
+    finally:
+        if not ray_was_up:
+            _shutdown_ray()
+
+
+def _shutdown_ray() -> None:
+    """Stop the Ray this command started, with Ctrl-C ignored meanwhile: a second Ctrl-C
+    inside Ray's shutdown crashed the process (segfault) and left Ray's agents running."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with sigint_ignored():
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -42,9 +43,11 @@ def param(
     gt: float | None = None,
     le: float | None = None,
     choices: tuple[str, ...] | None = None,
+    min_len: int | None = None,
 ) -> Any:
-    """Declare a config field with its doc and allowed range."""
-    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices}
+    """Declare a config field with its doc and allowed range (``min_len``: the fewest
+    items a list field takes)."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -98,7 +101,7 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         return _coerce(name, value, inner)
     if origin is tuple:
         if isinstance(value, str):
-            value = [v for v in value.strip("[]").split(",") if v.strip()]
+            value = _split_list(name, value)
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} expects a list, got {value!r}")
         return tuple(_coerce(name, v, typing.get_args(tp)[0]) for v in value)
@@ -111,11 +114,27 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
     return out
 
 
+def _split_list(name: str, text: str) -> list[str]:
+    """``"32,32"`` or ``"[32, 32]"`` as items; a half-written list is an error, not a guess."""
+    inner = text.strip()
+    if inner.startswith("[") != inner.endswith("]"):
+        raise ConfigError(f"{name} expects a list such as [64, 64], got {text!r}")
+    inner = inner.strip("[]").strip()
+    items = [v.strip() for v in inner.split(",")] if inner else []
+    if any(not v for v in items):
+        raise ConfigError(f"{name} expects a list such as [64, 64], got {text!r}")
+    return items
+
+
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
     values = value if isinstance(value, tuple) else (value,)
+    if meta.get("min_len") is not None and len(values) < meta["min_len"]:
+        raise ConfigError(f"{name} needs at least {meta['min_len']} item(s), got {list(values)}")
     for v in values:
         if v is None:
             continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{name} must be a finite number, got {v!r}")
         if meta.get("ge") is not None and v < meta["ge"]:
             raise ConfigError(f"{name} must be >= {meta['ge']}, got {value!r}")
         if meta.get("gt") is not None and v <= meta["gt"]:
@@ -153,11 +172,16 @@ class Config:
     num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
     rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
     num_cpus_per_worker: float = param(1.0, "CPUs Ray reserves for each worker", ge=0)
-    seed: int = param(0, "seed for envs, torch and sampling", ge=0)
+    sample_timeout_s: float = param(
+        120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
+    )
+    seed: int = param(0, "seed for envs, torch and sampling", ge=0, le=2**31 - 1)
     gamma: float = param(0.99, "discount factor", ge=0, le=1)
     lr: float = param(5e-4, "learning rate (Adam)", gt=0)
     grad_clip: float = param(0.5, "max global gradient norm; 0 turns clipping off", ge=0)
-    model_hiddens: tuple[int, ...] = param((64, 64), "hidden layer sizes of the MLPs", ge=1)
+    model_hiddens: tuple[int, ...] = param(
+        (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
+    )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)

@@ -28,6 +28,7 @@ ITERATION = "iteration"
 EPISODES_TOTAL = "episodes_total"
 WEIGHT_BROADCASTS = "num_weight_broadcasts"
 NUM_TARGET_UPDATES = "num_target_updates"
+WORKER_RESTARTS = "num_worker_restarts"  # dead or hung workers (and shards) replaced
 # ``context.info[LEARNER_INFO]``: the last learner statistics, reported as ``learner/*``
 LEARNER_INFO = "learner"
 # result keys of the results contract beyond the counters

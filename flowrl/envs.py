@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+
 import gymnasium as gym
 
 from flowrl.config import ConfigError
@@ -28,9 +30,17 @@ def is_atari(env_id: str) -> bool:
 
 
 def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The env's spec, or a ConfigError that names the id (with gymnasium's suggestion)."""
+    """The env's spec, or a ConfigError that names the id (with gymnasium's suggestion).
+    ``module:EnvId-v0`` imports ``module`` first (where it registers its envs), as
+    gymnasium's own ``make`` does; every worker does the same."""
     if is_atari(env_id):
         _register_atari()
+    module, sep, env_id = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"cannot import {module} for env {env_id}: {e}") from None
     try:
         return gym.spec(env_id)
     except gym.error.Error as e:
@@ -46,24 +56,32 @@ def make_vector_env(
     env); 0 leaves the env's default, a thread per core.
     """
     spec = check_env_id(env_id)
-    if is_atari(env_id):
-        from ale_py.vector_env import AtariVectorEnv
-
-        env: gym.vector.VectorEnv = AtariVectorEnv(
-            game=_ale_game(env_id),
-            num_envs=num_envs,
-            num_threads=num_threads,
-            reward_clipping=False,
-        )
-    elif spec.vector_entry_point is not None:
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
-    else:
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+    try:
+        env = _make(env_id, spec, num_envs, num_threads)
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"{env_id} needs a package that is not installed: {e}") from None
     mode = env.metadata.get("autoreset_mode")
     if mode is not None and getattr(mode, "name", str(mode)) != "NEXT_STEP":
         raise ValueError(f"{env_id}: expected NEXT_STEP autoreset, got {mode}")
     env.action_space.seed(seed)
     return env
+
+
+def _make(
+    env_id: str, spec: gym.envs.registration.EnvSpec, num_envs: int, num_threads: int
+) -> gym.vector.VectorEnv:
+    if is_atari(env_id):
+        from ale_py.vector_env import AtariVectorEnv
+
+        return AtariVectorEnv(
+            game=_ale_game(env_id),
+            num_envs=num_envs,
+            num_threads=num_threads,
+            reward_clipping=False,
+        )
+    if spec.vector_entry_point is not None:
+        return gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    return gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="sync")
 
 
 def _ale_game(env_id: str) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
@@ -48,6 +50,7 @@ NotReady = _Sentinel("NotReady")
 
 _END = _Sentinel("_END")
 
+logger = logging.getLogger(__name__)
 _DRAIN_TIMEOUT_S = 60.0  # how long a closed gather_async waits for its requests in flight
 
 
@@ -418,6 +421,7 @@ class ParallelIterator(Generic[T]):
         transforms: tuple[tuple[str, tuple[Any, ...]], ...] = (),
         with_actor: bool = False,
         before_requests: Callable[[PlanContext], Any] | None = None,
+        request_timeout_s: float = 0.0,
     ) -> None:
         if not actors:
             raise ValueError("a ParallelIterator needs at least one actor")
@@ -426,6 +430,7 @@ class ParallelIterator(Generic[T]):
         self.transforms = transforms
         self.with_actor = with_actor
         self.before_requests = before_requests
+        self.request_timeout_s = request_timeout_s
 
     @classmethod
     def from_actors(
@@ -434,11 +439,19 @@ class ParallelIterator(Generic[T]):
         *,
         name: str = "ParallelIterator",
         before_requests: Callable[[PlanContext], Any] | None = None,
+        request_timeout_s: float = 0.0,
     ) -> Any:
         """Shards served by actors that mix in :class:`ParallelIteratorWorker`.
         ``before_requests(context)`` runs before every round of requests to the actors
-        (ParallelRollouts sends weights the learner deferred with it)."""
-        return cls(actors, name=name, before_requests=before_requests)
+        (ParallelRollouts sends weights the learner deferred with it). An actor whose
+        request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
+        pull fails with Ray's actor error and the runner replaces it (a hung env)."""
+        return cls(
+            actors,
+            name=name,
+            before_requests=before_requests,
+            request_timeout_s=request_timeout_s,
+        )
 
     @classmethod
     def from_items(
@@ -466,6 +479,7 @@ class ParallelIterator(Generic[T]):
             transforms=(*self.transforms, (method, args)),
             with_actor=self.with_actor,
             before_requests=self.before_requests,
+            request_timeout_s=self.request_timeout_s,
         )
 
     def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
@@ -503,6 +517,37 @@ class ParallelIterator(Generic[T]):
         if self.before_requests is not None:
             self.before_requests(ctx)
 
+    def _wait(self, pending: dict[Any, tuple[Any, float]], num_returns: int, timeout: float | None):
+        """``ray.wait`` on the requests in ``pending`` (ref -> (actor, time sent)); with a
+        request timeout, it wakes for the oldest request's deadline and kills the actors
+        whose requests passed it, so their refs resolve to an actor error."""
+        import ray
+
+        refs = list(pending)
+        if not self.request_timeout_s:
+            return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+        while True:
+            deadline = min(sent for _, sent in pending.values()) + self.request_timeout_s
+            left = max(0.0, deadline - time.monotonic())
+            wait_s = min(timeout if timeout is not None else math.inf, left)
+            wait_s = None if math.isinf(wait_s) else wait_s
+            ready, rest = ray.wait(refs, num_returns=num_returns, timeout=wait_s)
+            if len(ready) >= num_returns or (timeout is not None and wait_s == timeout):
+                return ready, rest
+            if wait_s is None:
+                continue
+            now = time.monotonic()
+            for ref in rest:
+                actor, sent = pending[ref]
+                if now - sent >= self.request_timeout_s:
+                    logger.warning(
+                        "%s: no answer from an actor in %.0f s; killing it so it is replaced",
+                        self.name,
+                        self.request_timeout_s,
+                    )
+                    ray.kill(actor, no_restart=True)
+                    pending[ref] = (actor, math.inf)  # killed once; its ref now resolves
+
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
         import ray
@@ -514,8 +559,10 @@ class ParallelIterator(Generic[T]):
                 if refs is None:  # submitted only once the consumer asks for more
                     self._before_requests(ctx)
                     refs = [a.par_iter_next.remote() for a in self.actors]
-                if timeout is not None:
-                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+                    now = time.monotonic()
+                    pending = {r: (a, now) for r, a in zip(refs, self.actors, strict=True)}
+                if timeout is not None or self.request_timeout_s:
+                    ready, _ = self._wait(pending, len(refs), timeout)
                     if len(ready) < len(refs):
                         yield NotReady
                         continue
@@ -557,22 +604,22 @@ class ParallelIterator(Generic[T]):
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
             self._start()
             self._before_requests(ctx)
-            pending: dict[Any, Any] = {}
+            pending: dict[Any, tuple[Any, float]] = {}  # ref -> (actor, time sent)
             for actor in self.actors:
                 for _ in range(num_async):
-                    pending[actor.par_iter_next.remote()] = actor
+                    pending[actor.par_iter_next.remote()] = (actor, time.monotonic())
             resubmit = None
             try:
                 while pending or resubmit is not None:
                     if resubmit is not None:
                         self._before_requests(ctx)
-                        pending[resubmit.par_iter_next.remote()] = resubmit
+                        pending[resubmit.par_iter_next.remote()] = (resubmit, time.monotonic())
                         resubmit = None
-                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+                    ready, _ = self._wait(pending, 1, timeout)
                     if not ready:
                         yield NotReady
                         continue
-                    actor = pending.pop(ready[0])
+                    actor, _ = pending.pop(ready[0])
                     item = ray.get(ready[0])
                     if item is _END:
                         continue

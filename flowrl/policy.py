@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.config import Config
+from flowrl.config import Config, ConfigError
 from flowrl.distributions import Distribution, distribution_for
 from flowrl.models import ActorCritic
 from flowrl.postprocessing import add_advantages
@@ -49,10 +49,16 @@ Weights = dict[str, np.ndarray]
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
+class NonFiniteError(RuntimeError):
+    """A NaN or infinity reached training: the update that met it was not applied."""
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` is CUDA when torch sees a GPU, else CPU."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device=cuda, but torch {torch.__version__} sees no CUDA GPU here")
     return torch.device(device)
 
 
@@ -219,10 +225,59 @@ class Policy:
                 f"{self.loss_columns} leaves out; add it there"
             ) from None
         loss.backward()
+        norm = self.clip_gradients(list(self.model.parameters()), loss, batch)
         if self.config.grad_clip > 0:
-            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            stats["grad_norm"] = norm.detach()
+            stats["grad_norm"] = norm
         return stats
+
+    def clip_gradients(
+        self,
+        params: list[torch.Tensor],
+        loss: torch.Tensor,
+        batch: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Clip the gradients of ``params`` to ``grad_clip`` (when set) and return their
+        global norm. A non-finite norm raises :class:`NonFiniteError`, before any optimiser
+        step, saying where it came from: the batch's columns, the loss, or the gradient."""
+        if self.config.grad_clip > 0:
+            norm = nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        else:
+            norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        if not torch.isfinite(norm):
+            raise NonFiniteError(self._non_finite_source(loss, batch))
+        return norm.detach()
+
+    def _non_finite_source(self, loss: torch.Tensor, batch: dict[str, torch.Tensor] | None) -> str:
+        name = f"{type(self).__name__} (update {self.num_updates})"
+        try:
+            self.check_finite_weights()
+        except NonFiniteError as e:
+            return f"{name}: {str(e).split(': ', 1)[1]} before the update"
+        bad = [
+            k
+            for k, v in (batch or {}).items()
+            if v.is_floating_point() and not bool(torch.isfinite(v).all())
+        ]
+        if bad:
+            return f"{name}: non-finite values in the training batch's {', '.join(bad)}"
+        if not bool(torch.isfinite(loss).all()):
+            return (
+                f"{name}: the loss is {float(loss.detach().sum())} on a finite batch "
+                "(a learning rate or loss setting too large?)"
+            )
+        return f"{name}: the gradient is non-finite on a finite batch and loss"
+
+    def check_finite_weights(self) -> None:
+        """Raise :class:`NonFiniteError` when a weight of any of the policy's networks is
+        NaN or infinite (checkpoints call it, so a bad update never overwrites good
+        weights on disk)."""
+        for attr, module in vars(self).items():
+            if isinstance(module, nn.Module):
+                for pname, p in module.named_parameters():
+                    if not bool(torch.isfinite(p).all()):
+                        raise NonFiniteError(
+                            f"{type(self).__name__}: weight {attr}.{pname} is non-finite"
+                        )
 
     def learn_on_batch(
         self, batch: SampleBatch, *, num_sgd_iter: int = 1, minibatch_size: int = 0

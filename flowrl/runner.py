@@ -13,12 +13,18 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import signal
+import threading
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flowrl.checkpoints import checkpoint_dir
 from flowrl.config import Config
 from flowrl.context import (
     ENV_STEPS_PER_S,
@@ -26,14 +32,14 @@ from flowrl.context import (
     ITERATION,
     STEPS_SAMPLED,
     TIME_TOTAL_S,
+    WORKER_RESTARTS,
 )
 from flowrl.envs import reward_threshold
 from flowrl.logger import RunLogger
+from flowrl.policy import NonFiniteError
 from flowrl.spec import AlgorithmSpec
 
 logger = logging.getLogger(__name__)
-
-MAX_WORKER_FAILURES = 3
 
 
 class Trainable(Protocol):
@@ -42,6 +48,7 @@ class Trainable(Protocol):
 
     spec: AlgorithmSpec
     config: Config
+    plan: Any
     last_result: dict[str, Any] | None
 
     @property
@@ -88,6 +95,20 @@ class StopCriteria:
         return None
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ctrl-C is ignored inside (in the main thread; elsewhere signals cannot be set):
+    cleanup that a second Ctrl-C would tear, such as the last checkpoint, completes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
     from tqdm import tqdm
 
@@ -101,29 +122,84 @@ def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
     )
 
 
-def checkpoint_dir(output_dir: Path, iteration: int) -> Path:
-    return output_dir / "checkpoints" / f"checkpoint_{iteration:06d}"
+class FailureBudget:
+    """How many dead workers (or replay shards) a run survives, as a rate: ``burst`` at
+    once, and one more for every ``iterations_per_failure`` iterations that complete. A
+    worker killed every few iterations is replaced for as long as the run lasts; one that
+    dies on every try (a broken env) ends the run after ``burst`` replacements.
+
+    Example:
+        >>> budget = FailureBudget(burst=1, iterations_per_failure=2)
+        >>> budget.spend(), budget.spend()
+        (True, False)
+        >>> budget.earn(); budget.earn(); budget.spend()
+        True
+    """
+
+    def __init__(self, burst: int = 3, iterations_per_failure: float = 2.0) -> None:
+        self.burst = burst
+        self.iterations_per_failure = iterations_per_failure
+        self.tokens = float(burst)
+        self.spent = 0
+
+    def spend(self) -> bool:
+        """Count one failure; False when the budget is exhausted."""
+        self.spent += 1
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+    def earn(self) -> None:
+        """One iteration completed."""
+        self.tokens = min(self.burst, self.tokens + 1 / self.iterations_per_failure)
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    found = sorted((output_dir / "checkpoints").glob("checkpoint_*"))
-    return found[-1] if found else None
-
-
-def _train_with_recovery(algo: Trainable, failures: list[int]) -> dict[str, Any]:
+def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, Any]:
     """One ``train()``; a dead rollout worker or replay shard is replaced and the plan
-    rebuilt."""
+    rebuilt, within the budget."""
     import ray
 
     while True:
         try:
-            return algo.train()
-        except ray.exceptions.RayActorError:
-            failures.append(1)
-            if len(failures) > MAX_WORKER_FAILURES:
-                raise
+            result = algo.train()
+        except ray.exceptions.RayActorError as e:
+            if not budget.spend():
+                raise RuntimeError(
+                    f"{budget.spent} worker failures, faster than the run tolerates "
+                    f"({budget.burst} at once, one per {budget.iterations_per_failure:g} "
+                    f"iterations after that); the last: {describe_error(e)}"
+                ) from e
             replaced = algo.rebuild_after_failure()
+            algo.plan.context.counters[WORKER_RESTARTS] += len(replaced)
             logger.warning("replaced %s; training goes on", ", ".join(replaced) or "nothing")
+            continue
+        budget.earn()
+        return result
+
+
+def describe_error(error: BaseException) -> str:
+    """An error in one line: its type, its own message (a Ray task error's cause, not the
+    remote traceback) and the file and line that raised it.
+
+    Example:
+        >>> try:
+        ...     {}["lr"]
+        ... except KeyError as e:
+        ...     describe_error(e).split(" (raised at")[0]
+        "KeyError: 'lr'"
+    """
+    cause = getattr(error, "cause", None)
+    remote = isinstance(cause, BaseException)
+    error = cause if remote else error
+    text = str(error).strip()
+    line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
+    elif remote:
+        line += " (raised in a Ray worker)"
+    return line
 
 
 def run(
@@ -133,28 +209,40 @@ def run(
     output_dir: Path | None = None,
     checkpoint_every: int = 0,
     progress: bool = False,
+    failure_budget: FailureBudget | None = None,
 ) -> dict[str, Any]:
     """Train until a stop criterion holds (default: :meth:`StopCriteria.default_for`).
 
     With ``output_dir``, writes the run's files and checkpoints (every
-    ``checkpoint_every`` iterations, and at the end). Ctrl-C stops cleanly and an error
-    re-raises, but both still write the final checkpoint and summary. Returns the summary.
+    ``checkpoint_every`` iterations, and at the end). A fresh algorithm needs an empty
+    ``output_dir``; a restored one continues the run there (its logs cut back to the
+    checkpoint). Ctrl-C stops cleanly and an error re-raises, but both still write the
+    final checkpoint (unless the weights went non-finite: the last good one stays) and
+    the summary. Dead workers are replaced within ``failure_budget``. Returns the summary.
     """
     stop = StopCriteria.default_for(algo) if stop is None or stop.is_empty() else stop
-    log = RunLogger(output_dir) if output_dir is not None else None
+    budget = failure_budget or FailureBudget()
+    log = None
+    if output_dir is not None:
+        counters = algo.plan.context.counters
+        log = RunLogger(
+            output_dir, resume_iteration=algo.iteration, resume_env_steps=counters[STEPS_SAMPLED]
+        )
+        meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+        log.write_json("config.json", meta)
     bar = _progress_bar(stop, progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
-    failures: list[int] = []
+    last_checkpoint: Path | None = None
     error: Exception | None = None
     try:
         while stopped_by is None:
-            result = _train_with_recovery(algo, failures)
+            result = _train_with_recovery(algo, budget)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
             if log is not None:
                 log.log(result)
                 if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
-                    algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+                    last_checkpoint = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
             bar.update(result[STEPS_SAMPLED] - bar.n)
             bar.set_postfix(ret=f"{ret:.1f}", steps_s=f"{result[ENV_STEPS_PER_S]:.0f}")
             stopped_by = stop.reason(result)
@@ -164,6 +252,20 @@ def run(
         stopped_by, error = "error", e
     finally:
         bar.close()
+    with sigint_ignored():
+        return _finish(algo, log, result, best, stopped_by, error, last_checkpoint)
+
+
+def _finish(
+    algo: Trainable,
+    log: RunLogger | None,
+    result: dict[str, Any] | None,
+    best: float,
+    stopped_by: str,
+    error: Exception | None,
+    last_checkpoint: Path | None,
+) -> dict[str, Any]:
+    """The summary, the final checkpoint and summary.json; re-raises ``error``."""
     summary = {
         "algo": algo.spec.name,
         "env": algo.config.env,
@@ -174,8 +276,18 @@ def run(
         "best_episode_return_mean": best if math.isfinite(best) else math.nan,
         "stopped_by": stopped_by,
     }
+    if error is not None:
+        summary["error"] = describe_error(error)
+        if log is not None:
+            trace = "".join(traceback.format_exception(error))
+            (log.output_dir / "error.txt").write_text(trace)
     if log is not None:
-        summary["checkpoint"] = str(algo.save(checkpoint_dir(output_dir, algo.iteration)))
+        try:
+            last_checkpoint = algo.save(checkpoint_dir(log.output_dir, algo.iteration))
+        except NonFiniteError as e:  # the last good checkpoint stays the latest
+            logger.error("final checkpoint not written: %s", e)
+            error = error or e
+        summary["checkpoint"] = str(last_checkpoint) if last_checkpoint else None
         log.write_json("summary.json", summary)
         log.close()
     if error is not None:

@@ -24,7 +24,7 @@ import torch
 from flowrl.config import Config
 from flowrl.envs import make_vector_env
 from flowrl.iter import ParallelIteratorWorker
-from flowrl.policy import Policy, Weights
+from flowrl.policy import NonFiniteError, Policy, Weights
 from flowrl.sample_batch import (
     ACTIONS,
     OBS,
@@ -119,6 +119,7 @@ class RolloutWorker(ParallelIteratorWorker):
                     cols[k][t] = v
                 obs = next_obs
         self.obs = obs
+        self._check_finite(cols, obs)
         # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
         done = cols[TERMINATEDS] | cols[TRUNCATEDS]
         valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
@@ -126,6 +127,17 @@ class RolloutWorker(ParallelIteratorWorker):
         self._track_episodes(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
         return Fragment(cols, valid, last_obs=np.array(obs), pool=pool)
+
+    def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
+        """NaN or infinite observations or rewards from the env stop the run here, where
+        their source is known (one vectorised check per fragment, not per step)."""
+        where = f"env {self.config.env} (worker {self.worker_index})"
+        if not np.isfinite(cols[REWARDS]).all():
+            raise NonFiniteError(f"{where} returned a non-finite reward")
+        if np.issubdtype(cols[OBS].dtype, np.floating) and not (
+            np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
+        ):
+            raise NonFiniteError(f"{where} returned a non-finite observation")
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.
@@ -222,6 +234,7 @@ class WorkerSet:
 
             self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
+            self._wait_until_up(self.remote_workers)
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}
         self._kept: dict[str, Any] = {}
@@ -328,8 +341,18 @@ class WorkerSet:
                 self.remote_workers[i] = self._make_remote(i + 1)
                 replaced.append(i + 1)
         if replaced:
-            self.sync_weights([self.remote_workers[i - 1] for i in replaced])
+            new = [self.remote_workers[i - 1] for i in replaced]
+            self._wait_until_up(new)
+            self.sync_weights(new)
         return replaced
+
+    @staticmethod
+    def _wait_until_up(actors: list[Any]) -> None:
+        """Block until ``actors`` are constructed (env and policy built), so a request
+        timeout (``sample_timeout_s``) measures sampling, not a worker's start."""
+        import ray
+
+        ray.get([actor.ping.remote() for actor in actors])
 
     def revive_kept(self) -> dict[str, list[int]]:
         """What plans kept and can revive itself (:class:`~flowrl.replay.ReplayShards`)

@@ -48,7 +48,7 @@ def test_list():
         (["train", "ppo", "--num-workers", "two"], "invalid int value: 'two'"),
         (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),
-        (["train", "ppo", "--env", "CartPole-v1", "--resume", "/no/such/run"], "no checkpoint"),
+        (["train", "ppo", "--resume", "/no/such/run"], "run directory not found"),
         (["train", "missing.py:plan"], "plan file not found"),
         (["train"], "the following arguments are required: algo"),
         (["evaluate", "/no/such/checkpoint"], "checkpoint not found"),
@@ -57,6 +57,21 @@ def test_list():
         (["train", "sac", "--env", "CartPole-v1"], "set discrete=true"),
         (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),
         (["train", "dqn", "--env", "Pendulum-v1"], "needs a Discrete action space"),
+        # the inputs issue 17 found silently accepted or answered with a traceback
+        (["train", "ppo", "--set", "model_hiddens=[64,"], "expects a list such as [64, 64]"),
+        (["train", "dqn", "--set", "model_hiddens=[]"], "model_hiddens needs at least 1"),
+        (["train", "ppo", "--stop-time", "-5"], "--stop-time must be a number of seconds > 0"),
+        (["train", "ppo", "--stop-iters", "0"], "--stop-iters must be >= 1"),
+        (["train", "ppo", "--stop-reward", "nan"], "--stop-reward must be a finite number"),
+        (["train", "ppo", "--set", "gamma=NaN"], "gamma must be a finite number"),
+        (["train", "ppo", "--set", "lr=Infinity"], "lr must be a finite number"),
+        (["train", "ppo", "--seed", "99999999999"], "seed must be <= 2147483647"),
+        (["train", "ppo", "--set", "device=cuda", "--num-workers", "0"], "sees no CUDA GPU"),
+        (["train", "ppo", "--env", "LunarLander-v3"], "needs a package that is not installed"),
+        (["train", "ppo", "--num-workers", "0", "--address", "127.0.0.1:1"], "runs in-process"),
+        (["train", "ppo", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
+        (["train", "ppo", "--output", "/proc/version"], "is a file, not a directory"),
+        (["train", "ppo", "--output", "/proc/flowrl-run"], "cannot write to output directory"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message):
@@ -117,7 +132,8 @@ def test_evaluate_a_run_dir(run_dir):
 def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):
     """Evaluation runs in the process: an Ape-X checkpoint's replay actors and rollout
     workers are not started (Ray, pointed at an address where nothing listens, would fail)."""
-    from flowrl.algorithm import META_FILE, Algorithm
+    from flowrl.algorithm import Algorithm
+    from flowrl.checkpoints import META_FILE
 
     with Algorithm("dqn", env="CartPole-v1", num_workers=0) as algo:
         ckpt = algo.save(tmp_path / "apex")

@@ -23,6 +23,7 @@ from flowrl.context import (
     STEPS_SAMPLED,
     STEPS_TRAINED,
     TIME_TOTAL_S,
+    WORKER_RESTARTS,
     PlanContext,
 )
 from flowrl.iter import LocalIterator, Operator
@@ -114,6 +115,7 @@ class CollectMetrics(Operator):
             "episode_return_max": max(returns, default=math.nan),
             EPISODE_LEN_MEAN: _mean([float(n) for _, n in self._episodes]),
             ENV_STEPS_PER_S: rate,
+            WORKER_RESTARTS: counters[WORKER_RESTARTS],
         }
         learner = self.context.info.get(LEARNER_INFO, {})
         result.update({f"learner/{k}": v for k, v in learner.items()})

@@ -86,6 +86,7 @@ def ParallelRollouts(
         workers.remote_workers,
         name="ParallelRollouts(raw)",
         before_requests=SendDeferredWeights(workers),
+        request_timeout_s=workers.config.sample_timeout_s,
     )
     if mode == "raw":
         return shards
@@ -130,7 +131,10 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
         return local.for_each(ComputeGradients(workers.local_worker))
     grads = (
         ParallelIterator.from_actors(
-            workers.remote_workers, name="rollouts", before_requests=SendDeferredWeights(workers)
+            workers.remote_workers,
+            name="rollouts",
+            before_requests=SendDeferredWeights(workers),
+            request_timeout_s=workers.config.sample_timeout_s,
         )
         .for_each(ComputeGradients())
         .gather_async()

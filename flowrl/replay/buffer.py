@@ -43,6 +43,12 @@ class UniformSampler:
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         raise TypeError("uniform replay has no priorities; use a PrioritizedSampler")
 
+    def get_state(self) -> dict:
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        pass
+
 
 class PrioritizedSampler:
     """Proportional prioritized sampling over sum/min segment trees.
@@ -120,6 +126,22 @@ class PrioritizedSampler:
         priorities = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self._set(np.asarray(indices), priorities)
+
+    def get_state(self) -> dict:
+        """Priorities (the trees), the largest so far and the annealing progress."""
+        return {
+            "sum": self._sum.nodes,
+            "min": None if self._min is None else self._min.nodes,
+            "max_priority": self.max_priority,
+            "rows_sampled": self.rows_sampled,
+        }
+
+    def set_state(self, state: dict) -> None:
+        self._sum.nodes = np.array(state["sum"], dtype=np.float64)
+        if self._min is not None and state["min"] is not None:
+            self._min.nodes = np.array(state["min"], dtype=np.float64)
+        self.max_priority = state["max_priority"]
+        self.rows_sampled = state["rows_sampled"]
 
 
 class ReplayBuffer:
@@ -201,7 +223,7 @@ class ReplayBuffer:
             "columns": {k: v[: self._size] for k, v in self._columns.items()},
             "next": self._next,
             "num_added": self.num_added,
-            "sampler": self.sampler,
+            "sampler": self.sampler.get_state(),
             "rng": self.rng.bit_generator.state,
         }
 
@@ -214,5 +236,5 @@ class ReplayBuffer:
             self._columns[k] = np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype)
             self._columns[k][:size] = v
         self._size, self._next, self.num_added = size, state["next"], state["num_added"]
-        self.sampler = state["sampler"]
+        self.sampler.set_state(state["sampler"])
         self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,315 @@
+"""The fault suite: what a careless user or a bad day does to a run, and what survives it.
+
+Run directories, torn logs, damaged and half-written checkpoints, checkpoints that would
+run code, NaN from the env or the loss, hung and killed workers past the old budget of 3,
+a dead cluster address and a removed Ray node. The longer trials (SIGKILL of the driver
+at random moments, a worker killed every 3 iterations until PPO solves CartPole) are
+``benchmarks/faults.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import fault_envs
+import numpy as np
+import pytest
+import torch
+
+from flowrl import Algorithm, checkpoints
+from flowrl.checkpoints import META_FILE, STATE_FILE, CheckpointError
+from flowrl.config import ConfigError
+from flowrl.policy import NonFiniteError
+from flowrl.runner import FailureBudget, StopCriteria, run
+
+QUICK = {"num_workers": 0, "num_envs_per_worker": 2, "train_batch_size": 128}
+
+
+def iterations(run_dir: Path) -> list[int]:
+    lines = (run_dir / "result.jsonl").read_text().splitlines()
+    return [json.loads(line)["iteration"] for line in lines]
+
+
+@pytest.fixture
+def ppo_run(tmp_path):
+    """A 3-iteration PPO run with checkpoints at 1, 2 and 3."""
+    run_dir = tmp_path / "run"
+    with Algorithm("ppo", env="CartPole-v1", **QUICK) as algo:
+        run(algo, stop=StopCriteria(iters=3), output_dir=run_dir, checkpoint_every=1)
+    return run_dir
+
+
+# -- run directories -------------------------------------------------------------------------
+def test_a_new_run_refuses_a_used_directory(ppo_run):
+    algo = Algorithm("dqn", env="CartPole-v1", num_workers=0)
+    with algo, pytest.raises(ConfigError, match="is not empty: continue that run with --resume"):
+        run(algo, stop=StopCriteria(iters=1), output_dir=ppo_run)
+    assert iterations(ppo_run) == [1, 2, 3], "the PPO run's files are untouched"
+
+
+def test_resume_cuts_the_logs_back_to_the_checkpoint_and_drops_a_torn_line(ppo_run):
+    shutil.rmtree(ppo_run / "checkpoints" / "checkpoint_000003")  # rows 3 outlived it
+    with open(ppo_run / "result.jsonl", "a") as f:
+        f.write('{"iteration": 4, "env_steps_sa')  # a kill in the middle of a write
+    with Algorithm.from_checkpoint(ppo_run) as algo:
+        assert algo.iteration == 2
+        run(algo, stop=StopCriteria(iters=4), output_dir=ppo_run)
+    assert iterations(ppo_run) == [1, 2, 3, 4]
+    csv_rows = (ppo_run / "progress.csv").read_text().splitlines()[1:]
+    assert [int(row.split(",")[0]) for row in csv_rows] == [1, 2, 3, 4]
+
+
+def test_progress_csv_widens_when_a_column_appears(tmp_path):
+    """Columns that appear later (a learner's stats once learning starts) are kept."""
+    import csv
+
+    from flowrl.logger import RunLogger
+
+    log = RunLogger(tmp_path / "run")
+    log.log({"iteration": 1, "env_steps_sampled": 10})
+    log.log({"iteration": 2, "env_steps_sampled": 20, "learner/loss": 0.5})
+    log.close()
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["iteration"], r["learner/loss"]) for r in rows] == [("1", ""), ("2", "0.5")]
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+def test_damaged_checkpoints_are_skipped_with_the_reason(ppo_run):
+    ckpts = ppo_run / "checkpoints"
+    (ckpts / "checkpoint_000003" / STATE_FILE).write_bytes(b"")  # 0 bytes
+    (ckpts / "checkpoint_000002" / META_FILE).unlink()  # a kill between the two writes
+    ckpt = checkpoints.latest(ppo_run)
+    assert ckpt.path.name == "checkpoint_000001" and len(ckpt.skipped) == 2
+    assert "damaged checkpoint" in ckpt.skipped[0] and "no checkpoint.json" in ckpt.skipped[1]
+    state = ckpts / "checkpoint_000001" / STATE_FILE
+    state.write_bytes(state.read_bytes()[:1000])  # truncated: none loads now
+    with pytest.raises(CheckpointError, match=r"no checkpoint of .* loads"):
+        checkpoints.latest(ppo_run)
+
+
+def test_a_killed_checkpoint_write_leaves_the_old_checkpoint_whole(ppo_run, monkeypatch):
+    with Algorithm.from_checkpoint(ppo_run) as algo:
+
+        def killed(*args, **kwargs):
+            raise KeyboardInterrupt  # as if the process died inside torch.save
+
+        monkeypatch.setattr(torch, "save", killed)
+        with pytest.raises(KeyboardInterrupt):
+            algo.save(ppo_run / "checkpoints" / "checkpoint_000003")
+    ckpt = checkpoints.latest(ppo_run)
+    assert ckpt.path.name == "checkpoint_000003" and not ckpt.skipped
+    assert ckpt.meta["iteration"] == 3
+
+
+def test_checkpoints_load_without_unpickling_code(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this ran",))
+
+    path = tmp_path / "evil"
+    path.mkdir()
+    torch.save({"policy": Payload()}, path / STATE_FILE)
+    (path / META_FILE).write_text(json.dumps({"algo": "ppo", "config": {}}))
+    with pytest.raises(CheckpointError, match=r"damaged checkpoint .*Weights only load failed"):
+        checkpoints.load(path)
+
+
+def test_a_checkpoint_of_another_model_size_is_a_clear_error(ppo_run):
+    with pytest.raises(CheckpointError, match="does not fit this config"):
+        Algorithm.from_checkpoint(ppo_run, model_hiddens=[32])
+
+
+def test_checkpoint_round_trip_keeps_the_prioritized_replay_buffer(tmp_path):
+    config = {"num_workers": 0, "prioritized_replay": True, "store_buffer_in_checkpoints": True}
+    with Algorithm("dqn", env="CartPole-v1", **config) as algo:
+        algo.train()
+        buffer = algo.plan.context.checkpointables["replay_buffer"]
+        path = algo.save(tmp_path / "ckpt")
+    with Algorithm.from_checkpoint(path) as restored:
+        restored.train()  # the plan registers its buffer on the first pull
+        again = restored.plan.context.checkpointables["replay_buffer"]
+    assert again.num_added >= buffer.num_added and len(again) >= len(buffer)
+    assert again.sampler.max_priority >= buffer.sampler.max_priority > 1.0
+
+
+# -- non-finite numbers ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [("fault_envs:NanReward-v0", "non-finite reward"), ("fault_envs:NanObservation-v0", "obs")],
+)
+def test_a_nan_from_the_env_stops_the_run_and_keeps_the_good_checkpoint(env, message, tmp_path):
+    with Algorithm("ppo", env=env, **QUICK) as algo:
+        with pytest.raises(NonFiniteError, match=message):
+            run(algo, stop=StopCriteria(iters=5), output_dir=tmp_path / "run")
+        assert algo.iteration == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped_by"] == "error" and "NonFiniteError" in summary["error"]
+    assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
+
+
+def test_a_nan_loss_is_caught_before_the_step_and_never_saved(tmp_path, monkeypatch):
+    with Algorithm("ppo", env="CartPole-v1", **QUICK) as algo:
+        algo.train()
+        good = algo.save(tmp_path / "good")
+        policy = algo.workers.local_worker.policy
+        before = {k: v.copy() for k, v in policy.get_weights().items()}
+        loss = policy.loss
+        monkeypatch.setattr(policy, "loss", lambda b: (loss(b)[0] * math.nan, {}))
+        with pytest.raises(NonFiniteError, match="the loss is nan on a finite batch"):
+            algo.train()
+        after = policy.get_weights()
+        assert all(np.array_equal(before[k], after[k]) for k in before), "no step was applied"
+        with torch.no_grad():
+            next(policy.model.parameters())[0, 0] = math.nan
+        with pytest.raises(NonFiniteError, match=r"weight model\..* is non-finite"):
+            algo.save(tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    assert checkpoints.load(good).meta["iteration"] == 1
+
+
+def test_nan_config_values_are_rejected():
+    with pytest.raises(ConfigError, match="gamma must be a finite number"):
+        Algorithm("ppo", env="CartPole-v1", num_workers=0, gamma=math.nan)
+
+
+# -- workers that die or hang ---------------------------------------------------------------
+def test_the_failure_budget_is_a_rate():
+    budget = FailureBudget(burst=3, iterations_per_failure=2)
+    for _ in range(20):  # a failure every 3 iterations, for as long as the run lasts
+        assert budget.spend()
+        for _ in range(3):
+            budget.earn()
+    broken = FailureBudget(burst=3, iterations_per_failure=2)
+    assert [broken.spend() for _ in range(4)] == [True, True, True, False]
+
+
+def test_workers_killed_past_the_old_budget_of_three(ray_session):
+    config = {**QUICK, "num_workers": 2, "num_envs_per_worker": 2}
+    with Algorithm("ppo", env="CartPole-v1", **config) as algo:
+        algo.train()
+        for _ in range(5):
+            ray_session.kill(algo.workers.remote_workers[0])
+            summary = run(algo, stop=StopCriteria(iters=algo.iteration + 2))
+        assert summary["stopped_by"] == "iterations"
+        assert algo.last_result["num_worker_restarts"] == 5
+
+
+def test_a_hung_worker_is_restarted_and_the_run_goes_on(ray_session):
+    fault_envs.HANG_MARKER.unlink(missing_ok=True)
+    config = {**QUICK, "num_workers": 2, "sample_timeout_s": 10.0}
+    start = time.monotonic()
+    with Algorithm("ppo", env="fault_envs:HangOnce-v0", **config) as algo:
+        summary = run(algo, stop=StopCriteria(iters=3))
+        assert summary["stopped_by"] == "iterations"
+        assert algo.last_result["num_worker_restarts"] == 1
+    assert time.monotonic() - start < 120
+    fault_envs.HANG_MARKER.unlink(missing_ok=True)
+
+
+NODE_REMOVAL = """
+import ray
+from ray.cluster_utils import Cluster
+from flowrl import Algorithm
+from flowrl.runner import StopCriteria, run
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]
+ray.init(address=cluster.address, logging_level="ERROR")
+config = dict(num_workers=2, num_envs_per_worker=2, train_batch_size=128)
+with Algorithm("ppo", env="CartPole-v1", **config) as algo:
+    algo.train()
+    actor = algo.workers.remote_workers[0]
+    where = ray.get(actor.__ray_call__.remote(lambda w: ray.get_runtime_context().get_node_id()))
+    cluster.remove_node(next(n for n in nodes if n.node_id == where))
+    summary = run(algo, stop=StopCriteria(iters=algo.iteration + 3))
+    print("RESULT", summary["stopped_by"], algo.last_result["num_worker_restarts"])
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def test_a_removed_node_does_not_end_the_run():
+    """Three Ray nodes on this machine (a separate Ray from the suite's); one is removed
+    mid-run, and the run goes on with its workers restarted on the nodes left."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(NODE_REMOVAL)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stopped_by, restarts = proc.stdout.split("RESULT ")[1].split()
+    assert stopped_by == "iterations" and int(restarts) >= 1, proc.stdout
+
+
+# -- clean exits -----------------------------------------------------------------------------
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+@pytest.mark.parametrize("moment", ["while Ray starts", "twice while training"])
+def test_ctrl_c_exits_without_a_traceback_and_leaves_no_ray_behind(moment, tmp_path):
+    import signal
+
+    flowrl = str(Path(sys.executable).parent / "flowrl")
+    args = [flowrl, "train", "ppo", "--num-workers", "1", "--no-progress"]
+    proc = subprocess.Popen(
+        [*args, "--output", str(tmp_path / "run"), "--stop-timesteps", "100000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if moment == "while Ray starts" and _descendants(proc.pid):
+                break  # Ray's first processes exist: it is starting
+            if (tmp_path / "run" / "result.jsonl").exists():
+                break
+            time.sleep(0.01)
+        ray_processes = _descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        if moment == "twice while training":
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr
+    time.sleep(3)
+    assert not _alive(ray_processes), "Ray processes of the run outlived it"
