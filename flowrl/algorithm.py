@@ -28,7 +28,7 @@ from flowrl import checkpoints
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
 from flowrl.context import ITERATION
-from flowrl.envs import check_env_id
+from flowrl.envs import check_env_id, make_vector_env
 from flowrl.iter import LocalIterator, NotReady
 from flowrl.policy import Policy
 from flowrl.runner import run
@@ -103,11 +103,12 @@ def ensure_ray(address: str | None, num_cpus: float) -> None:
     default the ``RAY_ADDRESS`` environment variable's, as ``ray.init`` reads it)."""
     import ray
 
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:  # even with Ray up in this process: an address that is wrong says so
+        check_reachable(address)
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        check_reachable(address)
         ray.init(address=address, logging_level="ERROR")
     else:
         cpus = max(os.cpu_count() or 1, int(num_cpus + 0.999))
@@ -175,6 +176,7 @@ class Algorithm:
                 "(num_workers=0): set num_workers > 0 or drop the address"
             )
         if self.config.uses_ray:
+            make_vector_env(self.config.env, num_envs=1, seed=0).close()  # fails before Ray starts
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)

@@ -183,8 +183,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except Exception as e:
-        print(f"flowrl: error: {describe_error(e)}", file=sys.stderr)
-        print(f"flowrl: traceback in {output / 'error.txt'}; checkpoints kept", file=sys.stderr)
+        where = output / "error.txt"
+        print(f"flowrl: error: {describe_error(e)}; traceback in {where}", file=sys.stderr)
         return 1
     finally:
         algo.stop()

@@ -66,6 +66,23 @@ def test_resume_cuts_the_logs_back_to_the_checkpoint_and_drops_a_torn_line(ppo_r
     assert [int(row.split(",")[0]) for row in csv_rows] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "dqn"], "holds a ppo run, not dqn"),
+        (["train", "ppo", "--env", "Acrobot-v1"], "trains on CartPole-v1, not Acrobot-v1"),
+        (["train", "ppo", "--output", "elsewhere"], "drop --output elsewhere"),
+        (["train", "ppo", "--set", "model_hiddens=[32]"], "does not fit this config"),
+    ],
+)
+def test_resume_refuses_another_algo_env_output_or_model(args, message, ppo_run, capsys):
+    from flowrl.cli import main
+
+    assert main([*args, "--resume", str(ppo_run), "--num-workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
 def test_progress_csv_widens_when_a_column_appears(tmp_path):
     """Columns that appear later (a learner's stats once learning starts) are kept."""
     import csv
@@ -153,6 +170,16 @@ def test_a_nan_from_the_env_stops_the_run_and_keeps_the_good_checkpoint(env, mes
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped_by"] == "error" and "NonFiniteError" in summary["error"]
     assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
+
+
+def test_a_nan_from_the_env_is_exit_1_and_one_line_from_the_command(tmp_path, capsys):
+    from flowrl.cli import main
+
+    args = ["--env", "fault_envs:NanReward-v0", "--num-workers", "0", "--no-progress"]
+    assert main(["train", "ppo", *args, "--output", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NonFiniteError" in err[0] and "non-finite reward" in err[0]
+    assert "error.txt" in err[0]
 
 
 def test_a_nan_loss_is_caught_before_the_step_and_never_saved(tmp_path, monkeypatch):
@@ -248,6 +275,74 @@ def test_a_removed_node_does_not_end_the_run():
     assert proc.returncode == 0, proc.stderr[-3000:]
     stopped_by, restarts = proc.stdout.split("RESULT ")[1].split()
     assert stopped_by == "iterations" and int(restarts) >= 1, proc.stdout
+
+
+# -- bad input ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "ppo", "--set", "model_hiddens=[64,"], "expects a list such as [64, 64]"),
+        (["train", "dqn", "--set", "model_hiddens=[]"], "model_hiddens needs at least 1"),
+        (["train", "ppo", "--stop-time", "-5"], "--stop-time must be a number of seconds > 0"),
+        (["train", "ppo", "--stop-iters", "0"], "--stop-iters must be >= 1"),
+        (["train", "ppo", "--stop-reward", "nan"], "--stop-reward must be a finite number"),
+        (["train", "ppo", "--set", "gamma=NaN"], "gamma must be a finite number"),
+        (["train", "ppo", "--set", "lr=Infinity"], "lr must be a finite number"),
+        (["train", "ppo", "--seed", "99999999999"], "seed must be <= 2147483647"),
+        (["train", "ppo", "--set", "device=cuda", "--num-workers", "0"], "sees no CUDA GPU"),
+        (["train", "ppo", "--env", "LunarLander-v3"], "needs a package that is not installed"),
+        (["train", "ppo", "--num-workers", "0", "--address", "127.0.0.1:1"], "runs in-process"),
+        (["train", "ppo", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
+        (["train", "ppo", "--output", "/proc/version"], "is a file, not a directory"),
+        (["train", "ppo", "--output", "/proc/flowrl-run"], "cannot write to output directory"),
+    ],
+)
+def test_what_was_silently_accepted_or_a_traceback_is_one_line(args, message, capsys):
+    """The inputs this issue found accepted or answered with a traceback (in-process:
+    tests/test_cli.py runs the older cases through the installed script)."""
+    from flowrl.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_an_unreachable_ray_address_from_the_environment_fails_fast(monkeypatch, capsys):
+    from flowrl.cli import main
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    start = time.monotonic()
+    assert main(["train", "ppo", "--num-workers", "1"]) == 2
+    assert "cannot reach a Ray cluster at 127.0.0.1:1" in capsys.readouterr().err
+    assert time.monotonic() - start < 30
+
+
+def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
+    from flowrl.cli import main
+
+    plan = tmp_path / "bad_plan.py"
+    plan.write_text(
+        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
+        "def plan(workers, config):\n"
+        "    return None\n"
+    )
+    assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 2
+    assert "plan returned NoneType, not a LocalIterator" in capsys.readouterr().err
+
+
+def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
+    from flowrl.cli import main
+
+    plan = tmp_path / "raising_plan.py"
+    plan.write_text(
+        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
+        "def plan(workers, config):\n"
+        "    raise ValueError('my plan is broken')\n"
+    )
+    assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ValueError: my plan is broken" in err[0]
+    assert f"raised at {plan}:3" in err[0]
 
 
 # -- clean exits -----------------------------------------------------------------------------
