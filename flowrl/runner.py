@@ -162,7 +162,7 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
 
     while True:
         try:
-            result = algo.train()
+            result = _train_watched(algo)
         except ray.exceptions.RayActorError as e:
             if not budget.spend():
                 raise RuntimeError(
@@ -176,6 +176,24 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
             continue
         budget.earn()
         return result
+
+
+def _train_watched(algo: Trainable) -> dict[str, Any]:
+    """``algo.train()``, with a warning when it has not returned after the config's
+    ``sample_timeout_s``: remote workers that hang are restarted, but an env that hangs in
+    this process (``num_workers=0``) cannot be, so at least the run says so."""
+    limit = algo.config.sample_timeout_s
+    timer = threading.Timer(
+        limit,
+        logger.warning,
+        args=("no result for %.0f s: an env step or the plan may hang in this process", limit),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        return algo.train()
+    finally:
+        timer.cancel()
 
 
 def describe_error(error: BaseException) -> str:

@@ -241,6 +241,18 @@ def test_a_hung_worker_is_restarted_and_the_run_goes_on(ray_session):
     fault_envs.HANG_MARKER.unlink(missing_ok=True)
 
 
+def test_a_train_call_that_hangs_in_the_process_is_reported(caplog):
+    from types import SimpleNamespace
+
+    from flowrl.runner import _train_with_recovery
+
+    slow = SimpleNamespace(
+        config=SimpleNamespace(sample_timeout_s=0.2), train=lambda: time.sleep(0.6) or {}
+    )
+    assert _train_with_recovery(slow, FailureBudget()) == {}
+    assert "no result for 0 s: an env step or the plan may hang" in caplog.text
+
+
 NODE_REMOVAL = """
 import ray
 from ray.cluster_utils import Cluster
