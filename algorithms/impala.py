@@ -60,7 +60,9 @@ class IMPALAConfig(ActorCriticConfig):
 
     rollout_fragment_length: int = 50
     lr: float = 2e-3
-    grad_clip: float = 40.0
+    # 40 let the policy collapse (entropy to 0, return 9.4) on 3 of 4 seeds run to 600k
+    # env steps with two passes; 10 kept all of them learning
+    grad_clip: float = 10.0
     gae_lambda: float = 1.0  # V-trace's lambda (c_t = lambda min(c-bar, rho_t))
     entropy_coeff: float = 0.01
     min_time_s_per_iteration: float = 1.0
