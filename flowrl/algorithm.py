@@ -272,9 +272,9 @@ class Algorithm:
             self.plan.context.set_state(plan)
             torch.set_rng_state(state["torch_rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            reason = checkpoints.error_reason(e)
             raise CheckpointError(
-                f"checkpoint {checkpoint.path} does not fit this config ({reason[:200]})"
+                f"checkpoint {checkpoint.path} does not fit this config ({reason})"
             ) from None
         self.workers.sync_weights()
 

@@ -81,6 +81,13 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def error_reason(error: BaseException) -> str:
+    """An error's message cut to its first sentence (torch's run on for lines), or its
+    type when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0].split(". ")[0][:200] if text else type(error).__name__
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
@@ -133,8 +140,7 @@ def load(path: str | os.PathLike[str]) -> Checkpoint:
     try:
         state = torch.load(path / STATE_FILE, weights_only=True, map_location="cpu")
     except Exception as e:  # torch reports damage as several exception types
-        text = str(e).strip()
-        reason = text.splitlines()[0].split(". ")[0] if text else type(e).__name__
+        reason = error_reason(e)
         raise CheckpointError(f"damaged checkpoint {path}: {STATE_FILE}: {reason}") from None
     return Checkpoint(path, meta, _decode(state))
 

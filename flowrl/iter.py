@@ -527,15 +527,14 @@ class ParallelIterator(Generic[T]):
         if not self.request_timeout_s:
             return ray.wait(refs, num_returns=num_returns, timeout=timeout)
         while True:
-            deadline = min(sent for _, sent in pending.values()) + self.request_timeout_s
-            left = max(0.0, deadline - time.monotonic())
-            wait_s = min(timeout if timeout is not None else math.inf, left)
-            wait_s = None if math.isinf(wait_s) else wait_s
+            oldest = min(sent for _, sent in pending.values())
+            left = max(0.0, oldest + self.request_timeout_s - time.monotonic())
+            if timeout is not None and timeout <= left:  # the caller's limit comes first
+                return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+            wait_s = None if math.isinf(left) else left  # every late actor already killed
             ready, rest = ray.wait(refs, num_returns=num_returns, timeout=wait_s)
-            if len(ready) >= num_returns or (timeout is not None and wait_s == timeout):
+            if len(ready) >= num_returns:
                 return ready, rest
-            if wait_s is None:
-                continue
             now = time.monotonic()
             for ref in rest:
                 actor, sent = pending[ref]

@@ -249,10 +249,9 @@ class Policy:
 
     def _non_finite_source(self, loss: torch.Tensor, batch: dict[str, torch.Tensor] | None) -> str:
         name = f"{type(self).__name__} (update {self.num_updates})"
-        try:
-            self.check_finite_weights()
-        except NonFiniteError as e:
-            return f"{name}: {str(e).split(': ', 1)[1]} before the update"
+        weight = self._non_finite_weight()
+        if weight is not None:
+            return f"{name}: weight {weight} is non-finite before the update"
         bad = [
             k
             for k, v in (batch or {}).items()
@@ -271,13 +270,18 @@ class Policy:
         """Raise :class:`NonFiniteError` when a weight of any of the policy's networks is
         NaN or infinite (checkpoints call it, so a bad update never overwrites good
         weights on disk)."""
+        weight = self._non_finite_weight()
+        if weight is not None:
+            raise NonFiniteError(f"{type(self).__name__}: weight {weight} is non-finite")
+
+    def _non_finite_weight(self) -> str | None:
+        """The name of the first NaN or infinite weight of the policy's networks, if any."""
         for attr, module in vars(self).items():
             if isinstance(module, nn.Module):
                 for pname, p in module.named_parameters():
                     if not bool(torch.isfinite(p).all()):
-                        raise NonFiniteError(
-                            f"{type(self).__name__}: weight {attr}.{pname} is non-finite"
-                        )
+                        return f"{attr}.{pname}"
+        return None
 
     def learn_on_batch(
         self, batch: SampleBatch, *, num_sgd_iter: int = 1, minibatch_size: int = 0

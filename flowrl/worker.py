@@ -131,13 +131,16 @@ class RolloutWorker(ParallelIteratorWorker):
     def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
         """NaN or infinite observations or rewards from the env stop the run here, where
         their source is known (one vectorised check per fragment, not per step)."""
-        where = f"env {self.config.env} (worker {self.worker_index})"
+        what = None
         if not np.isfinite(cols[REWARDS]).all():
-            raise NonFiniteError(f"{where} returned a non-finite reward")
-        if np.issubdtype(cols[OBS].dtype, np.floating) and not (
+            what = "reward"
+        elif np.issubdtype(cols[OBS].dtype, np.floating) and not (
             np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
         ):
-            raise NonFiniteError(f"{where} returned a non-finite observation")
+            what = "observation"
+        if what is not None:
+            where = f"env {self.config.env} (worker {self.worker_index})"
+            raise NonFiniteError(f"{where} returned a non-finite {what}")
 
     def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.

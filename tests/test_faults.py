@@ -329,15 +329,20 @@ def test_an_unreachable_ray_address_from_the_environment_fails_fast(monkeypatch,
     assert time.monotonic() - start < 30
 
 
+def _plan_file(tmp_path: Path, body: str) -> Path:
+    """A user plan file running with PPO's classes whose plan function is ``body``."""
+    plan = tmp_path / "user_plan.py"
+    plan.write_text(
+        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
+        f"def plan(workers, config):\n    {body}\n"
+    )
+    return plan
+
+
 def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
     from flowrl.cli import main
 
-    plan = tmp_path / "bad_plan.py"
-    plan.write_text(
-        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
-        "def plan(workers, config):\n"
-        "    return None\n"
-    )
+    plan = _plan_file(tmp_path, "return None")
     assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 2
     assert "plan returned NoneType, not a LocalIterator" in capsys.readouterr().err
 
@@ -345,12 +350,7 @@ def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
 def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
     from flowrl.cli import main
 
-    plan = tmp_path / "raising_plan.py"
-    plan.write_text(
-        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
-        "def plan(workers, config):\n"
-        "    raise ValueError('my plan is broken')\n"
-    )
+    plan = _plan_file(tmp_path, "raise ValueError('my plan is broken')")
     assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ValueError: my plan is broken" in err[0]
