@@ -11,6 +11,7 @@ Example:
 from flowrl.algorithm import Algorithm, get_algorithm, list_algorithms
 from flowrl.config import Config, ConfigError, param
 from flowrl.context import PlanContext
+from flowrl.envs import register_env
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.policy import Policy
 from flowrl.sample_batch import SampleBatch
@@ -36,4 +37,5 @@ __all__ = [
     "get_algorithm",
     "list_algorithms",
     "param",
+    "register_env",
 ]

@@ -28,7 +28,8 @@ from flowrl import checkpoints
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
 from flowrl.context import ITERATION
-from flowrl.envs import check_env_id, make_vector_env
+from flowrl.envs import check_env_id, env_name, make_vector_env
+from flowrl.evaluation import Evaluation, episode_stats
 from flowrl.iter import LocalIterator, NotReady
 from flowrl.policy import Policy
 from flowrl.runner import run
@@ -139,6 +140,12 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 
 def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
+    """The config of ``spec`` from a Config or a mapping, with ``overrides`` applied; an env
+    given as a class or function becomes its name (see :func:`flowrl.envs.env_name`)."""
+    if isinstance(config, Mapping) and "env" in config:
+        config = {**config, "env": env_name(config["env"])}
+    if "env" in overrides:
+        overrides["env"] = env_name(overrides["env"])
     if isinstance(config, Config):
         return config.replace(**overrides) if overrides else config
     return spec.config_cls.from_dict({**(config or {}), **overrides})
@@ -176,12 +183,20 @@ class Algorithm:
                 "(num_workers=0): set num_workers > 0 or drop the address"
             )
         if self.config.uses_ray:
-            make_vector_env(self.config.env, num_envs=1, seed=0).close()  # fails before Ray starts
+            # a bad env or space fails here, before Ray starts
+            make_vector_env(
+                self.config.env, num_envs=1, seed=0, env_config=self.config.env_config
+            ).close()
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
+        self.evaluation = Evaluation(
+            self.workers,
+            interval=self.config.evaluation_interval,
+            episodes=self.config.evaluation_episodes,
+        )
         self.last_result: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -199,6 +214,7 @@ class Algorithm:
             except StopIteration:
                 raise RuntimeError(f"the execution plan {self.plan} ended") from None
             if result is not NotReady:
+                result.update(self.evaluation.step(self.iteration))
                 self.last_result = result
                 return result
 
@@ -234,16 +250,20 @@ class Algorithm:
         return run(self, **kwargs)
 
     # -- checkpoints ---------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(
+        self, path: str | os.PathLike[str], *, policy_state: dict[str, Any] | None = None
+    ) -> Path:
         """Write a checkpoint directory (weights, optimiser, counters, config, and what the
         plan registered, such as a replay buffer) atomically; returns it. Non-finite
-        weights raise :class:`NonFiniteError` instead of being saved."""
+        weights raise :class:`NonFiniteError` instead of being saved. ``policy_state``
+        (from ``policy.get_state()``) is saved instead of the current one: the weights an
+        evaluation scored, say."""
         policy = self.workers.local_worker.policy
         with self.workers.local_worker.lock:  # not halfway through a learner thread's update
             policy.check_finite_weights()
             plan = self.plan.context.get_state()
             state = {
-                "policy": policy.get_state(),
+                "policy": policy_state or policy.get_state(),
                 "plan": plan["plan_state"],
                 "torch_rng": torch.get_rng_state(),
             }
@@ -313,20 +333,13 @@ class Algorithm:
         """Mean return and length over ``episodes`` fresh episodes of the current policy."""
         if episodes < 1:
             raise ConfigError(f"episodes must be >= 1, got {episodes}")
-        results = self.workers.local_worker.evaluate(episodes, explore=explore)
-        returns = [r for r, _ in results]
-        return {
-            "episodes": len(results),
-            "episode_return_mean": sum(returns) / len(returns),
-            "episode_return_min": min(returns),
-            "episode_return_max": max(returns),
-            "episode_len_mean": sum(n for _, n in results) / len(results),
-        }
+        return episode_stats(self.workers.local_worker.evaluate(episodes, explore=explore))
 
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
         itself stays up for the next algorithm)."""
         self.plan.close()
+        self.evaluation.stop()
         self.workers.stop()
 
     def __enter__(self) -> Algorithm:

@@ -52,6 +52,10 @@ class Checkpoint:
     skipped: list[str] = field(default_factory=list)
 
 
+#: A run's checkpoint of its best evaluation, beside the ``checkpoint_NNNNNN`` ones.
+BEST = "best"
+
+
 def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
     """Where a run keeps the checkpoint of ``iteration``."""
     return Path(run_dir) / "checkpoints" / f"checkpoint_{iteration:06d}"

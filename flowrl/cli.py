@@ -37,7 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
     train.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
-    train.add_argument("--env", help="gymnasium env id (default: the config's, CartPole-v1)")
+    train.add_argument(
+        "--env",
+        help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
+        "(default: the config's, CartPole-v1)",
+    )
     train.add_argument("--num-workers", type=int, help="remote rollout workers; 0: no Ray")
     train.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
     train.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
@@ -129,7 +133,7 @@ def _stop_criteria(args: argparse.Namespace) -> Any:
 def _default_output(algo: str, env: str) -> Path:
     name = Path(algo.split(":")[0]).stem if ":" in algo else algo
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{name}_{env.replace('/', '-')}_{stamp}"
+    return Path("runs") / f"{name}_{env.replace('/', '-').replace(':', '-')}_{stamp}"
 
 
 def _warn_skipped(ckpt: Any) -> None:
@@ -236,6 +240,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowrl`` console script."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if os.getcwd() not in sys.path:  # --env mymodule:MyEnv, as python -m would import it
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:

@@ -48,6 +48,8 @@ def param(
     """Declare a config field with its doc and allowed range (``min_len``: the fewest
     items a list field takes)."""
     meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
+    if isinstance(default, dict):  # each config gets its own copy
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -99,6 +101,8 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _coerce(name, value, inner)
+    if tp is dict or origin is dict:
+        return _to_dict(name, value)
     if origin is tuple:
         if isinstance(value, str):
             value = _split_list(name, value)
@@ -112,6 +116,16 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
     if out is _INVALID:
         raise ConfigError(f"{name} expects {_type_name(tp)}, got {value!r}")
     return out
+
+
+def _to_dict(name: str, value: Any) -> dict[str, Any]:
+    """A mapping with string keys, or its JSON text (``'{"size": 8}'``)."""
+    if isinstance(value, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f'{name} expects a mapping such as {{"size": 8}}, got {value!r}')
+    return dict(value)
 
 
 def _split_list(name: str, text: str) -> list[str]:
@@ -145,6 +159,10 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
             raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}, got {v!r}")
 
 
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
 @dataclasses.dataclass
 class Config:
     """Settings every algorithm shares. Subclasses add their own fields with
@@ -167,7 +185,11 @@ class Config:
     algo_name: ClassVar[str] = "custom"
     default_stop_timesteps: ClassVar[int] = 1_000_000
 
-    env: str = param("CartPole-v1", "gymnasium env id (ALE/... ids for Atari)")
+    env: str = param(
+        "CartPole-v1", "gymnasium id (ALE/... for Atari), module:ClassOrFactory or registered name"
+    )
+    # param gives each config its own copy of a dict default
+    env_config: dict[str, Any] = param({}, "keyword arguments for the env's creator")  # noqa: RUF009
     num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
     num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
     rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
@@ -183,6 +205,10 @@ class Config:
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    evaluation_interval: int = param(
+        0, "iterations between greedy evaluations (own worker with Ray); 0: none", ge=0
+    )
+    evaluation_episodes: int = param(10, "episodes per evaluation", ge=1)
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
@@ -239,7 +265,7 @@ class Config:
     @classmethod
     def docs(cls) -> list[tuple[str, Any, str]]:
         """``(name, default, doc)`` for every field."""
-        return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+        return [(f.name, _default(f), f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
 
     @classmethod
     def doc(cls, name: str) -> str:

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import signal
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowrl.checkpoints import checkpoint_dir
+from flowrl.checkpoints import BEST, checkpoint_dir
 from flowrl.config import Config
 from flowrl.context import (
     ENV_STEPS_PER_S,
@@ -35,6 +36,7 @@ from flowrl.context import (
     WORKER_RESTARTS,
 )
 from flowrl.envs import reward_threshold
+from flowrl.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.logger import RunLogger
 from flowrl.policy import NonFiniteError
 from flowrl.spec import AlgorithmSpec
@@ -58,17 +60,22 @@ class Trainable(Protocol):
 
     def rebuild_after_failure(self) -> list[str]: ...
 
-    def save(self, path: Path) -> Path: ...
+    evaluation: Evaluation
+
+    def save(self, path: Path, *, policy_state: dict[str, Any] | None = None) -> Path: ...
 
 
 @dataclass
 class StopCriteria:
-    """Stop when any criterion is met: mean return, env steps, seconds, iterations."""
+    """Stop when any criterion is met: mean return, env steps, seconds, iterations.
+    ``reward`` judges the training return, or with ``on_evaluation`` the evaluation
+    return (:mod:`flowrl.evaluation`), which :func:`run` picks when the config evaluates."""
 
     reward: float | None = None
     timesteps: int | None = None
     time_s: float | None = None
     iters: int | None = None
+    on_evaluation: bool = False
 
     @classmethod
     def default_for(cls, algo: Trainable) -> StopCriteria:
@@ -83,7 +90,7 @@ class StopCriteria:
 
     def reason(self, result: dict[str, Any]) -> str | None:
         """The name of the first criterion ``result`` meets, or None."""
-        ret = result.get(EPISODE_RETURN_MEAN, math.nan)
+        ret = result.get(EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN, math.nan)
         if self.reward is not None and math.isfinite(ret) and ret >= self.reward:
             return "reward"
         if self.timesteps is not None and result[STEPS_SAMPLED] >= self.timesteps:
@@ -237,8 +244,12 @@ def run(
     checkpoint). Ctrl-C stops cleanly and an error re-raises, but both still write the
     final checkpoint (unless the weights went non-finite: the last good one stays) and
     the summary. Dead workers are replaced within ``failure_budget``. Returns the summary.
+
+    A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
+    evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
     """
     stop = StopCriteria.default_for(algo) if stop is None or stop.is_empty() else stop
+    stop = dataclasses.replace(stop, on_evaluation=algo.config.evaluation_interval > 0)
     budget = failure_budget or FailureBudget()
     log = None
     if output_dir is not None:
@@ -250,6 +261,7 @@ def run(
         log.write_json("config.json", meta)
     bar = _progress_bar(stop, progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
+    best_eval, last_eval = -math.inf, None
     last_checkpoint: Path | None = None
     error: Exception | None = None
     try:
@@ -261,8 +273,16 @@ def run(
                 log.log(result)
                 if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
                     last_checkpoint = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+                if result.get(EVAL_RETURN_MEAN, -math.inf) > best_eval:
+                    best_eval = result[EVAL_RETURN_MEAN]
+                    scored = algo.evaluation.scored_state
+                    algo.save(output_dir / "checkpoints" / BEST, policy_state=scored)
             bar.update(result[STEPS_SAMPLED] - bar.n)
-            bar.set_postfix(ret=f"{ret:.1f}", steps_s=f"{result[ENV_STEPS_PER_S]:.0f}")
+            postfix = {"ret": f"{ret:.1f}", "steps_s": f"{result[ENV_STEPS_PER_S]:.0f}"}
+            last_eval = result.get(EVAL_RETURN_MEAN, last_eval)
+            if last_eval is not None:
+                postfix["eval"] = f"{last_eval:.1f}"
+            bar.set_postfix(postfix)
             stopped_by = stop.reason(result)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
@@ -271,14 +291,14 @@ def run(
     finally:
         bar.close()
     with sigint_ignored():
-        return _finish(algo, log, result, best, stopped_by, error, last_checkpoint)
+        return _finish(algo, log, result, (best, best_eval), stopped_by, error, last_checkpoint)
 
 
 def _finish(
     algo: Trainable,
     log: RunLogger | None,
     result: dict[str, Any] | None,
-    best: float,
+    best: tuple[float, float],
     stopped_by: str,
     error: Exception | None,
     last_checkpoint: Path | None,
@@ -291,9 +311,11 @@ def _finish(
         STEPS_SAMPLED: result[STEPS_SAMPLED] if result else 0,
         TIME_TOTAL_S: result[TIME_TOTAL_S] if result else 0.0,
         EPISODE_RETURN_MEAN: result[EPISODE_RETURN_MEAN] if result else math.nan,
-        "best_episode_return_mean": best if math.isfinite(best) else math.nan,
+        "best_episode_return_mean": best[0] if math.isfinite(best[0]) else math.nan,
         "stopped_by": stopped_by,
     }
+    if math.isfinite(best[1]):
+        summary["best_" + EVAL_RETURN_MEAN.replace("/", "_")] = best[1]
     if error is not None:
         summary["error"] = describe_error(error)
         if log is not None:

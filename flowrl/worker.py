@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from flowrl.config import Config
-from flowrl.envs import make_vector_env
+from flowrl.envs import EnvCreator, make_vector_env, register_env, registered_creator
 from flowrl.iter import ParallelIteratorWorker
 from flowrl.policy import NonFiniteError, Policy, Weights
 from flowrl.sample_batch import (
@@ -55,8 +55,11 @@ class RolloutWorker(ParallelIteratorWorker):
         config: Config,
         worker_index: int = 0,
         device: str = "cpu",
+        env_creator: EnvCreator | None = None,
     ) -> None:
         super().__init__(self._fragments)
+        if env_creator is not None:  # the driver's register_env, in this process too
+            register_env(config.env, env_creator)
         if worker_index > 0:
             torch.set_num_threads(1)
         self.config = config
@@ -66,7 +69,11 @@ class RolloutWorker(ParallelIteratorWorker):
         # a remote worker's env threads stay within the CPUs Ray reserved for it
         threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
         self.env = make_vector_env(
-            config.env, num_envs=config.num_envs_per_worker, seed=seed, num_threads=threads
+            config.env,
+            num_envs=config.num_envs_per_worker,
+            seed=seed,
+            num_threads=threads,
+            env_config=config.env_config,
         )
         self.policy = policy_cls(
             self.env.single_observation_space,
@@ -185,7 +192,9 @@ class RolloutWorker(ParallelIteratorWorker):
     def evaluate(self, episodes: int, *, explore: bool = False, seed: int = 12345) -> list[Episode]:
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``)."""
         n = min(episodes, self.config.num_envs_per_worker)
-        env = make_vector_env(self.config.env, num_envs=n, seed=seed)
+        env = make_vector_env(
+            self.config.env, num_envs=n, seed=seed, env_config=self.config.env_config
+        )
         quota = np.array([len(range(i, episodes, n)) for i in range(n)])
         obs, _ = env.reset(seed=seed)
         ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -205,6 +214,11 @@ class RolloutWorker(ParallelIteratorWorker):
             needs_reset = terminated | truncated
         env.close()
         return results
+
+    def evaluate_with(self, weights: Weights, episodes: int) -> list[Episode]:
+        """:meth:`evaluate` with ``weights`` (an evaluation worker's one call)."""
+        self.set_weights(weights)
+        return self.evaluate(episodes)
 
     def ping(self) -> int:
         return self.worker_index
@@ -257,10 +271,22 @@ class WorkerSet:
             self._kept[name] = make()
         return self._kept[name]
 
-    def _make_remote(self, index: int) -> Any:
-        return self._remote_cls.remote(
-            policy_cls=self.policy_cls, config=self.config, worker_index=index
+    def _make_remote(self, index: int, **options: Any) -> Any:
+        cls = self._remote_cls.options(**options) if options else self._remote_cls
+        return cls.remote(
+            policy_cls=self.policy_cls,
+            config=self.config,
+            worker_index=index,
+            env_creator=registered_creator(self.config.env),
         )
+
+    def make_evaluation_worker(self) -> Any:
+        """A remote worker for evaluation episodes only (index ``num_workers + 1``), up.
+        It works in short bursts, so it reserves no CPU: Ray places it even when the
+        rollout workers hold every CPU."""
+        actor = self._make_remote(self.config.num_workers + 1, num_cpus=0)
+        self._wait_until_up([actor])
+        return actor
 
     def sync_weights(self, actors: list[Any] | None = None, *, weights_ref: Any = None) -> None:
         """Put the local weights in the object store once (or use ``weights_ref``, weights

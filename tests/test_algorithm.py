@@ -161,7 +161,7 @@ def test_ppo_trains_on_continuous_actions():
 
 
 def test_unsupported_spaces_are_rejected_clearly():
-    with pytest.raises(ConfigError, match="unsupported observation space Tuple"):
+    with pytest.raises(ConfigError, match="Blackjack-v1 has observation space Tuple"):
         Algorithm("ppo", env="Blackjack-v1", num_workers=0)
 
 

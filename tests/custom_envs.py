@@ -1,0 +1,55 @@
+"""A user's own envs, for the custom-env tests: a class, a factory and spaces flowrl's
+policies do not take. Importable as ``custom_envs`` in the driver and in Ray workers (the
+tests directory is on their path), so ``custom_envs:Corridor`` names an env anywhere.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    """Walk right (action 1) from cell 0 to cell ``length - 1``: reward -0.1 a step, +1 at
+    the goal; episodes end at the goal or after ``4 * length`` steps."""
+
+    def __init__(self, length: int = 5) -> None:
+        self.length = length
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.pos / (self.length - 1)], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.steps = 0, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.pos = max(0, min(self.length - 1, self.pos + (1 if action == 1 else -1)))
+        self.steps += 1
+        at_goal = self.pos == self.length - 1
+        reward = 1.0 if at_goal else -0.1
+        return self._obs(), reward, at_goal, self.steps >= 4 * self.length, {}
+
+
+def make_corridor(length: int = 5) -> gym.Env:
+    """A factory, as users write them: a Corridor in a gymnasium wrapper."""
+    return gym.wrappers.RecordEpisodeStatistics(Corridor(length))
+
+
+class DictObservation(Corridor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({"pos": gym.spaces.Discrete(5)})
+
+
+class MultiDiscreteActions(Corridor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.MultiDiscrete([2, 2])
+
+
+def not_an_env() -> str:
+    return "a string"

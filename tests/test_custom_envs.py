@@ -1,0 +1,152 @@
+"""A user's own envs: ``module:ClassOrFactory`` ids, register_env, env_config and env
+classes given to Algorithm, in-process and on Ray workers; spaces flowrl cannot take are
+refused before any worker starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from flowrl import Algorithm, ConfigError, register_env
+from flowrl.envs import make_vector_env
+
+FLOWRL = str(Path(sys.executable).parent / "flowrl")
+TESTS = Path(__file__).parent
+
+
+def episode_lengths(algo: Algorithm) -> list[int]:
+    return [length for _, length in algo.workers.collect_metrics()[0]]
+
+
+@pytest.mark.parametrize("env", ["custom_envs:Corridor", "custom_envs:make_corridor"])
+def test_a_class_or_factory_named_by_module_makes_vector_envs_with_env_config(env):
+    vec = make_vector_env(env, num_envs=3, seed=0, env_config={"length": 3})
+    obs, _ = vec.reset(seed=0)
+    assert obs.shape == (3, 1) and vec.num_envs == 3
+    for _ in range(2):  # two steps right reach the goal of a 3-cell corridor
+        obs, rewards, terminated, _, _ = vec.step(np.ones(3, dtype=np.int64))
+    assert terminated.all() and (rewards == 1.0).all()
+    vec.close()
+
+
+def test_env_config_goes_to_gymnasium_ids_too():
+    vec = make_vector_env("CartPole-v1", num_envs=2, seed=0, env_config={"max_episode_steps": 5})
+    vec.reset(seed=0)
+    truncated = [vec.step(np.zeros(2, dtype=np.int64))[3] for _ in range(5)]
+    assert truncated[-1].all()
+
+
+def test_an_env_class_given_to_algorithm_trains_in_process_and_is_named_for_checkpoints():
+    from custom_envs import Corridor
+
+    algo = Algorithm("ppo", env=Corridor, env_config={"length": 4}, num_workers=0)
+    assert algo.config.env == "custom_envs:Corridor"
+    assert algo.train()["env_steps_sampled"] > 0
+    assert max(episode_lengths(algo) or [16]) <= 16  # 4 * length: env_config arrived
+    algo.stop()
+
+
+def test_register_env_with_a_closure_trains_on_ray_workers(ray_session, tmp_path):
+    marker = tmp_path / "made"  # written by the workers' creator: they used it, not the id
+
+    def creator(length: int = 5) -> gym.Env:
+        from custom_envs import Corridor
+
+        marker.touch()
+        return Corridor(length)
+
+    register_env("my-corridor", creator)
+    algo = Algorithm(
+        "ppo", env="my-corridor", env_config={"length": 3}, num_workers=2, train_batch_size=512
+    )
+    result = algo.train()
+    assert result["env_steps_sampled"] >= 512 and marker.exists()
+    assert result["episode_len_mean"] <= 12  # 4 * length 3
+    algo.stop()
+
+
+def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
+    class Local(gym.Env):  # defined here, importable from nowhere: pickled by value
+        observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.zeros(2, np.float32), float(action), False, self.t >= 7, {}
+
+    algo = Algorithm("a3c", env=Local, num_workers=1)
+    assert algo.config.env == "Local"
+    result = algo.train()
+    assert result["env_steps_sampled"] > 0 and result["episode_len_mean"] == 7
+    algo.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ("custom_envs:DictObservation", "observation space Dict"),
+        ("custom_envs:MultiDiscreteActions", "action space MultiDiscrete"),
+        ("custom_envs:not_an_env", "not a gymnasium.Env"),
+        ("custom_envs:NoSuchEnv", "unknown env"),
+        ("no_such_module:Env", "cannot import no_such_module"),
+        ("MyEnv-v0", "flowrl.register_env"),
+    ],
+)
+def test_envs_flowrl_cannot_use_are_refused_with_one_line(env, message):
+    with pytest.raises(ConfigError, match=message):
+        Algorithm("ppo", env=env, num_workers=0)
+
+
+def test_env_config_the_creator_does_not_take_is_refused():
+    with pytest.raises(ConfigError, match="does not take env_config"):
+        Algorithm("ppo", env="custom_envs:Corridor", env_config={"size": 3}, num_workers=0)
+    with pytest.raises(ConfigError, match="env_config expects a mapping"):
+        Algorithm("ppo", env_config="[1, 2]", num_workers=0)
+
+
+def test_the_cli_trains_and_evaluates_a_module_from_the_current_directory(tmp_path):
+    """As a user does: their env in ./user_corridor.py, 2 Ray workers, then evaluate."""
+    shutil.copy(TESTS / "custom_envs.py", tmp_path / "user_corridor.py")
+    out = tmp_path / "run"
+    args = ["--env", "user_corridor:Corridor", "--num-workers", "2", "--stop-iters", "2"]
+    args += ["--set", 'env_config={"length": 4}', "--no-progress", "--output", str(out)]
+    train = subprocess.run(
+        [FLOWRL, "train", "ppo", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert train.returncode == 0, train.stderr
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert saved["env"] == "user_corridor:Corridor" and saved["env_config"] == {"length": 4}
+    evaluate = subprocess.run(
+        [FLOWRL, "evaluate", str(out), "--episodes", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert evaluate.returncode == 0, evaluate.stderr
+    assert "user_corridor:Corridor" in evaluate.stdout
+
+
+def test_the_cli_refuses_an_unsupported_space_with_exit_2_and_one_line(tmp_path):
+    shutil.copy(TESTS / "custom_envs.py", tmp_path / "user_envs.py")
+    proc = subprocess.run(
+        [FLOWRL, "train", "ppo", "--env", "user_envs:DictObservation", "--num-workers", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "observation space Dict" in proc.stderr
