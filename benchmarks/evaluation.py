@@ -24,7 +24,8 @@ def main() -> None:
 
     from flowrl import Algorithm
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    # three algorithms' workers (only one trains at a time): enough logical CPUs for all
+    ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR")
     contenders = {"none": 0, "every 5": 5, "every 1": 1}
     algos = {
         name: Algorithm("ppo", env="CartPole-v1", num_workers=2, evaluation_interval=interval)
