@@ -31,7 +31,7 @@ from flowrl.context import ITERATION
 from flowrl.envs import check_env_id, env_name, make_vector_env
 from flowrl.evaluation import Evaluation, episode_stats
 from flowrl.iter import LocalIterator, NotReady
-from flowrl.policy import Policy
+from flowrl.policy import Policy, Weights
 from flowrl.runner import run
 from flowrl.spec import AlgorithmSpec, Plan
 from flowrl.worker import WorkerSet
@@ -250,20 +250,20 @@ class Algorithm:
         return run(self, **kwargs)
 
     # -- checkpoints ---------------------------------------------------------------------
-    def save(
-        self, path: str | os.PathLike[str], *, policy_state: dict[str, Any] | None = None
-    ) -> Path:
+    def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
         """Write a checkpoint directory (weights, optimiser, counters, config, and what the
         plan registered, such as a replay buffer) atomically; returns it. Non-finite
-        weights raise :class:`NonFiniteError` instead of being saved. ``policy_state``
-        (from ``policy.get_state()``) is saved instead of the current one: the weights an
-        evaluation scored, say."""
+        weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
+        ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
         policy = self.workers.local_worker.policy
         with self.workers.local_worker.lock:  # not halfway through a learner thread's update
             policy.check_finite_weights()
             plan = self.plan.context.get_state()
+            policy_state = policy.get_state()
+            if weights is not None:
+                policy_state["weights"] = weights
             state = {
-                "policy": policy_state or policy.get_state(),
+                "policy": policy_state,
                 "plan": plan["plan_state"],
                 "torch_rng": torch.get_rng_state(),
             }

@@ -17,10 +17,10 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
+from flowrl.policy import Weights
 from flowrl.worker import Episode, WorkerSet
 
 logger = logging.getLogger(__name__)
@@ -43,14 +43,14 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
 
 class Evaluation:
     """Starts an evaluation every ``interval`` iterations (one at a time) and hands back
-    its results; keeps the policy state it scored, for a best checkpoint."""
+    its results; keeps the weights it scored, for a best checkpoint."""
 
     def __init__(self, workers: WorkerSet, *, interval: int, episodes: int) -> None:
         self.workers, self.interval, self.episodes = workers, interval, episodes
         self._actor: Any = None
-        self._pending: tuple[Any, int, dict[str, Any]] | None = None  # (ref, iteration, state)
-        #: The policy state the last finished evaluation scored.
-        self.scored_state: dict[str, Any] | None = None
+        self._pending: tuple[Any, int, Weights] | None = None  # (ref, iteration, weights)
+        #: The weights the last finished evaluation scored.
+        self.scored_weights: Weights | None = None
 
     def step(self, iteration: int) -> dict[str, Any]:
         """``evaluation/...`` results that finished since the last call (empty if none);
@@ -64,26 +64,22 @@ class Evaluation:
                 out = self._collect()
         return out
 
-    def _policy_state(self) -> dict[str, Any]:
-        local = self.workers.local_worker
-        with local.lock:  # whole learner-thread updates only; a copy, not live tensors
-            return copy.deepcopy(local.policy.get_state())
-
     def _start(self, iteration: int) -> None:
-        state = self._policy_state()
+        local = self.workers.local_worker
+        with local.lock:  # whole learner-thread updates only (get_weights copies)
+            weights = local.get_weights()
         if not self.workers.remote_workers:
-            episodes = self.workers.local_worker.evaluate(self.episodes)
-            self._pending = (episodes, iteration, state)
+            self._pending = (local.evaluate(self.episodes), iteration, weights)
             return
         if self._actor is None:
             self._actor = self.workers.make_evaluation_worker()
-        ref = self._actor.evaluate_with.remote(state["weights"], self.episodes)
-        self._pending = (ref, iteration, state)
+        ref = self._actor.evaluate_with.remote(weights, self.episodes)
+        self._pending = (ref, iteration, weights)
 
     def _collect(self) -> dict[str, Any]:
         if self._pending is None:
             return {}
-        handle, iteration, state = self._pending
+        handle, iteration, weights = self._pending
         if self.workers.remote_workers:
             import ray
 
@@ -96,7 +92,7 @@ class Evaluation:
                 self._actor, self._pending = None, None
                 self._start(iteration)
                 return {}
-        self._pending, self.scored_state = None, state
+        self._pending, self.scored_weights = None, weights
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
         return {**stats, PREFIX + "iteration": iteration}
 

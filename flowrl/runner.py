@@ -38,7 +38,7 @@ from flowrl.context import (
 from flowrl.envs import reward_threshold
 from flowrl.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.logger import RunLogger
-from flowrl.policy import NonFiniteError
+from flowrl.policy import NonFiniteError, Weights
 from flowrl.spec import AlgorithmSpec
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class Trainable(Protocol):
     spec: AlgorithmSpec
     config: Config
     plan: Any
+    evaluation: Evaluation
     last_result: dict[str, Any] | None
 
     @property
@@ -60,9 +61,7 @@ class Trainable(Protocol):
 
     def rebuild_after_failure(self) -> list[str]: ...
 
-    evaluation: Evaluation
-
-    def save(self, path: Path, *, policy_state: dict[str, Any] | None = None) -> Path: ...
+    def save(self, path: Path, *, weights: Weights | None = None) -> Path: ...
 
 
 @dataclass
@@ -275,8 +274,8 @@ def run(
                     last_checkpoint = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
                 if result.get(EVAL_RETURN_MEAN, -math.inf) > best_eval:
                     best_eval = result[EVAL_RETURN_MEAN]
-                    scored = algo.evaluation.scored_state
-                    algo.save(output_dir / "checkpoints" / BEST, policy_state=scored)
+                    scored = algo.evaluation.scored_weights
+                    algo.save(output_dir / "checkpoints" / BEST, weights=scored)
             bar.update(result[STEPS_SAMPLED] - bar.n)
             postfix = {"ret": f"{ret:.1f}", "steps_s": f"{result[ENV_STEPS_PER_S]:.0f}"}
             last_eval = result.get(EVAL_RETURN_MEAN, last_eval)
@@ -315,7 +314,7 @@ def _finish(
         "stopped_by": stopped_by,
     }
     if math.isfinite(best[1]):
-        summary["best_" + EVAL_RETURN_MEAN.replace("/", "_")] = best[1]
+        summary["best_evaluation_episode_return_mean"] = best[1]
     if error is not None:
         summary["error"] = describe_error(error)
         if log is not None:
