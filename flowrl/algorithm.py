@@ -196,6 +196,7 @@ class Algorithm:
             self.workers,
             interval=self.config.evaluation_interval,
             episodes=self.config.evaluation_episodes,
+            video_dir=self.config.evaluation_video_dir,
         )
         self.last_result: dict[str, Any] | None = None
 
@@ -329,11 +330,15 @@ class Algorithm:
         return algo
 
     # -- evaluation and shutdown ---------------------------------------------------------
-    def evaluate(self, episodes: int = 10, *, explore: bool = False) -> dict[str, Any]:
-        """Mean return and length over ``episodes`` fresh episodes of the current policy."""
+    def evaluate(
+        self, episodes: int = 10, *, explore: bool = False, video_dir: str | None = None
+    ) -> dict[str, Any]:
+        """Mean return and length over ``episodes`` fresh episodes of the current policy;
+        with ``video_dir``, each episode is also written there as an MP4."""
         if episodes < 1:
             raise ConfigError(f"episodes must be >= 1, got {episodes}")
-        return episode_stats(self.workers.local_worker.evaluate(episodes, explore=explore))
+        local = self.workers.local_worker
+        return episode_stats(local.evaluate(episodes, explore=explore, video_dir=video_dir))
 
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray

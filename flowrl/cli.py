@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--address", help="address of a running Ray cluster to join")
+    train.add_argument(
+        "--video",
+        action="store_true",
+        help="record the evaluation episodes as MP4s in OUTPUT/videos (needs evaluation_interval)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
     evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
     evaluate.set_defaults(func=cmd_evaluate)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
@@ -97,7 +103,8 @@ def read_config_file(path: str) -> dict[str, Any]:
     return data
 
 
-def _config_values(args: argparse.Namespace) -> dict[str, Any]:
+def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict[str, Any]:
+    """The config values of the command line; ``output`` is where ``--video`` records."""
     values = read_config_file(args.config) if args.config else {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -107,6 +114,8 @@ def _config_values(args: argparse.Namespace) -> dict[str, Any]:
     flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
     flags["num_envs_per_worker"] = args.num_envs_per_worker
     values.update({k: v for k, v in flags.items() if v is not None})
+    if output is not None and args.video:
+        values["evaluation_video_dir"] = str(output / "videos")
     return values
 
 
@@ -157,13 +166,14 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     if args.env and args.env != saved_env:
         raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
     _warn_skipped(ckpt)
-    algo = Algorithm.from_checkpoint(ckpt, address=args.address, **_config_values(args))
+    values = _config_values(args, output)
+    algo = Algorithm.from_checkpoint(ckpt, address=args.address, **values)
     print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
     return algo, output
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from flowrl.algorithm import Algorithm
+    from flowrl.algorithm import Algorithm, get_algorithm
     from flowrl.logger import check_new_run_dir
     from flowrl.runner import describe_error, run
 
@@ -171,10 +181,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         algo, output = _resume(args)
     else:
-        if args.output:  # before Ray starts
-            check_new_run_dir(Path(args.output))
-        algo = Algorithm(args.algo, _config_values(args), address=args.address)
-        output = Path(args.output) if args.output else _default_output(args.algo, algo.config.env)
+        if args.output:
+            output = Path(args.output)
+            check_new_run_dir(output)  # before Ray starts
+        else:
+            env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
+            output = _default_output(args.algo, env)
+        algo = Algorithm(args.algo, _config_values(args, output), address=args.address)
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
     try:
         summary = run(
@@ -211,7 +224,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _warn_skipped(ckpt)
     algo = Algorithm.from_checkpoint(ckpt, in_process=True)
     try:
-        res = algo.evaluate(args.episodes, explore=args.explore)
+        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video)
     finally:
         algo.stop()
     print(
@@ -220,6 +233,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         f"(min {res['episode_return_min']:.1f}, max {res['episode_return_max']:.1f}, "
         f"mean length {res['episode_len_mean']:.1f})"
     )
+    if args.video:
+        print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
     return 0
 
 

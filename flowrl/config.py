@@ -209,6 +209,9 @@ class Config:
         0, "iterations between greedy evaluations (own worker with Ray); 0: none", ge=0
     )
     evaluation_episodes: int = param(10, "episodes per evaluation", ge=1)
+    evaluation_video_dir: str = param(
+        "", "write each evaluation's episodes as MP4s under DIR/iteration_N; '': none"
+    )
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
@@ -241,6 +244,10 @@ class Config:
             value = _coerce(f.name, getattr(self, f.name), hints[f.name])
             _check_range(f.name, value, f.metadata)
             object.__setattr__(self, f.name, value)
+        if self.evaluation_video_dir and not self.evaluation_interval:
+            raise ConfigError(
+                "evaluation_video_dir records the evaluation episodes: set evaluation_interval too"
+            )
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -155,6 +156,69 @@ def make_vector_env(
         raise
     vec.action_space.seed(seed)
     return vec
+
+
+def make_recording_env(
+    env: str,
+    *,
+    video_dir: str,
+    seed: int,
+    env_config: Mapping[str, Any] | None = None,
+    name_prefix: str = "eval",
+) -> gym.vector.VectorEnv:
+    """One env, as a vector env of one, that writes each of its episodes to ``video_dir``
+    as ``{name_prefix}-episode-{i}.mp4`` (gymnasium's ``RecordVideo``, so the ``video``
+    extra: moviepy, and pygame for the classic-control envs).
+
+    The env renders ``rgb_array`` frames: a creator gets ``render_mode="rgb_array"`` when
+    it takes it, and must render so otherwise. Atari ids get the preprocessing of
+    :func:`make_vector_env` from gymnasium's wrappers, which see the full-colour screen.
+    """
+    # pygame (classic-control rendering) opens a display and the sound card on init; a
+    # recording needs neither
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    target, kwargs = resolve_env(env), dict(env_config or {})
+    fps = None
+    if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
+        one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
+        one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
+        one = gym.wrappers.FrameStackObservation(one, stack_size=4)
+        fps = one.metadata.get("render_fps", 60) // 4  # one frame per agent step
+    elif isinstance(target, gym.envs.registration.EnvSpec):
+        one = gym.make(target.id, render_mode="rgb_array", **kwargs)
+    else:
+        _check_signature(env, target, kwargs)
+        with contextlib.suppress(TypeError, ValueError):
+            inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
+            kwargs["render_mode"] = "rgb_array"
+        one = target(**kwargs)
+    if one.render_mode != "rgb_array":
+        one.close()
+        raise ConfigError(
+            f"env {env} cannot be recorded: it renders no rgb_array frames (render_mode "
+            f"{one.render_mode!r}; let its creator take render_mode='rgb_array')"
+        )
+    try:
+        one.reset(seed=seed)
+        one.render()  # a renderer's missing package (pygame) fails here, not mid-episode
+        one = gym.wrappers.RecordVideo(
+            one, video_dir, episode_trigger=lambda _: True, name_prefix=name_prefix, fps=fps
+        )
+    except gym.error.DependencyNotInstalled as e:
+        one.close()
+        raise ConfigError(
+            f"recording {env} needs a package that is not installed ({e}); "
+            'pip install "flowrl[video]"'
+        ) from None
+    check_spaces(env, one.observation_space, one.action_space)
+    vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    vec.action_space.seed(seed)
+    return vec
+
+
+# ale-py's vector env defaults, for the single Atari env a recording uses.
+_ATARI_SINGLE = {"repeat_action_probability": 0.0, "max_num_frames_per_episode": 108_000}
 
 
 def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> None:

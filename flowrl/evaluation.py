@@ -5,7 +5,9 @@ With Ray, the episodes run on an evaluation worker of their own (a remote
 on meanwhile; an evaluation's results join the first training result after they arrive,
 with ``evaluation/iteration`` naming the iteration whose weights they scored. Without Ray
 the local worker runs them in place, between two iterations. A dead evaluation worker is
-replaced and its evaluation started again; training never waits for it.
+replaced and its evaluation started again; training never waits for it. With
+``evaluation_video_dir``, each evaluation's episodes are written as MP4s under
+``DIR/iteration_N`` (on the evaluation worker's node).
 
 Example:
     >>> from flowrl import Algorithm
@@ -45,8 +47,11 @@ class Evaluation:
     """Starts an evaluation every ``interval`` iterations (one at a time) and hands back
     its results; keeps the weights it scored, for a best checkpoint."""
 
-    def __init__(self, workers: WorkerSet, *, interval: int, episodes: int) -> None:
+    def __init__(
+        self, workers: WorkerSet, *, interval: int, episodes: int, video_dir: str = ""
+    ) -> None:
         self.workers, self.interval, self.episodes = workers, interval, episodes
+        self.video_dir = video_dir
         self._actor: Any = None
         self._pending: tuple[Any, int, Weights] | None = None  # (ref, iteration, weights)
         #: The weights the last finished evaluation scored.
@@ -68,12 +73,14 @@ class Evaluation:
         local = self.workers.local_worker
         with local.lock:  # whole learner-thread updates only (get_weights copies)
             weights = local.get_weights()
+        video_dir = f"{self.video_dir}/iteration_{iteration:06d}" if self.video_dir else None
         if not self.workers.remote_workers:
-            self._pending = (local.evaluate(self.episodes), iteration, weights)
+            episodes = local.evaluate(self.episodes, video_dir=video_dir)
+            self._pending = (episodes, iteration, weights)
             return
         if self._actor is None:
             self._actor = self.workers.make_evaluation_worker()
-        ref = self._actor.evaluate_with.remote(weights, self.episodes)
+        ref = self._actor.evaluate_with.remote(weights, self.episodes, video_dir)
         self._pending = (ref, iteration, weights)
 
     def _collect(self) -> dict[str, Any]:

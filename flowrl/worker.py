@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from flowrl.config import Config
-from flowrl.envs import EnvCreator, make_vector_env, register_env, registered_creator
+from flowrl.envs import (
+    EnvCreator,
+    make_recording_env,
+    make_vector_env,
+    register_env,
+    registered_creator,
+)
 from flowrl.iter import ParallelIteratorWorker
 from flowrl.policy import NonFiniteError, Policy, Weights
 from flowrl.sample_batch import (
@@ -189,12 +195,25 @@ class RolloutWorker(ParallelIteratorWorker):
         self.policy.set_weights(weights)
 
     # -- evaluation ----------------------------------------------------------------------
-    def evaluate(self, episodes: int, *, explore: bool = False, seed: int = 12345) -> list[Episode]:
-        """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``)."""
-        n = min(episodes, self.config.num_envs_per_worker)
-        env = make_vector_env(
-            self.config.env, num_envs=n, seed=seed, env_config=self.config.env_config
-        )
+    def evaluate(
+        self,
+        episodes: int,
+        *,
+        explore: bool = False,
+        seed: int = 12345,
+        video_dir: str | None = None,
+    ) -> list[Episode]:
+        """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
+        with ``video_dir``, one at a time, each written there as an MP4."""
+        cfg = self.config
+        if video_dir:
+            n = 1
+            env = make_recording_env(
+                cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
+            )
+        else:
+            n = min(episodes, cfg.num_envs_per_worker)
+            env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
         quota = np.array([len(range(i, episodes, n)) for i in range(n)])
         obs, _ = env.reset(seed=seed)
         ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -215,10 +234,12 @@ class RolloutWorker(ParallelIteratorWorker):
         env.close()
         return results
 
-    def evaluate_with(self, weights: Weights, episodes: int) -> list[Episode]:
+    def evaluate_with(
+        self, weights: Weights, episodes: int, video_dir: str | None = None
+    ) -> list[Episode]:
         """:meth:`evaluate` with ``weights`` (an evaluation worker's one call)."""
         self.set_weights(weights)
-        return self.evaluate(episodes)
+        return self.evaluate(episodes, video_dir=video_dir)
 
     def ping(self) -> int:
         return self.worker_index

@@ -11,10 +11,13 @@ import numpy as np
 
 class Corridor(gym.Env):
     """Walk right (action 1) from cell 0 to cell ``length - 1``: reward -0.1 a step, +1 at
-    the goal; episodes end at the goal or after ``4 * length`` steps."""
+    the goal; episodes end at the goal or after ``4 * length`` steps. Renders the corridor
+    as a grey strip with the walker's cell white."""
 
-    def __init__(self, length: int = 5) -> None:
-        self.length = length
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, length: int = 5, render_mode: str | None = None) -> None:
+        self.length, self.render_mode = length, render_mode
         self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
 
@@ -32,6 +35,11 @@ class Corridor(gym.Env):
         at_goal = self.pos == self.length - 1
         reward = 1.0 if at_goal else -0.1
         return self._obs(), reward, at_goal, self.steps >= 4 * self.length, {}
+
+    def render(self) -> np.ndarray:
+        frame = np.full((16, 16 * self.length, 3), 64, dtype=np.uint8)
+        frame[:, 16 * self.pos : 16 * (self.pos + 1)] = 255
+        return frame
 
 
 def make_corridor(length: int = 5) -> gym.Env:

@@ -9,6 +9,8 @@ import pytest
 
 from flowrl import Algorithm
 from flowrl.checkpoints import BEST, load
+from flowrl.cli import main
+from flowrl.config import ConfigError
 from flowrl.evaluation import EVAL_RETURN_MEAN, episode_stats
 from flowrl.runner import StopCriteria, run
 
@@ -80,3 +82,65 @@ def test_remote_evaluation_runs_on_its_own_worker_and_survives_its_death(ray_ses
             break
     assert len(evaluated) == 3 and evaluated == sorted(evaluated)
     algo.stop()
+
+
+# -- videos ----------------------------------------------------------------------------------
+def read_frames(path):
+    import imageio.v2 as imageio
+
+    with imageio.get_reader(path) as reader:
+        return [frame for frame in reader]  # list() asks its length: inf
+
+
+def test_evaluate_video_writes_an_mp4_per_episode_whose_frames_show_it(tmp_path, capsys):
+    algo = Algorithm("ppo", num_workers=0, train_batch_size=256)
+    algo.train()
+    algo.save(tmp_path / "ckpt")
+    algo.stop()
+    code = main(
+        ["evaluate", str(tmp_path / "ckpt"), "--episodes", "2", "--video", str(tmp_path / "v")]
+    )
+    assert code == 0
+    assert "videos of the 2 episodes in" in capsys.readouterr().out
+    videos = sorted((tmp_path / "v").glob("*.mp4"))
+    assert [v.name for v in videos] == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
+    frames = read_frames(videos[0])
+    assert frames[0].shape == (400, 600, 3)  # CartPole's screen
+    assert len(frames) > 8 and not (frames[0] == frames[-1]).all()  # the pole moves
+
+
+def test_evaluation_while_training_records_each_evaluation_of_a_custom_env(tmp_path):
+    algo = Algorithm(
+        "ppo",
+        env="custom_envs:Corridor",
+        env_config={"length": 4},
+        num_workers=0,
+        train_batch_size=128,
+        evaluation_interval=2,
+        evaluation_episodes=2,
+        evaluation_video_dir=str(tmp_path / "videos"),
+    )
+    results = [algo.train() for _ in range(2)]
+    algo.stop()
+    videos = sorted((tmp_path / "videos" / "iteration_000002").glob("*.mp4"))
+    assert len(videos) == 2
+    frames = read_frames(videos[0])
+    # the creator got render_mode="rgb_array": a 16 x 64 strip, a frame per step (and reset)
+    assert frames[0].shape[:2] == (16, 64)
+    length = results[1]["evaluation/episode_len_mean"]  # both alike: greedy, deterministic
+    assert len(frames) in (length, length + 1)
+    walker = [int(frame[8].mean(axis=1).argmax()) // 16 for frame in frames]
+    assert walker[0] == 0  # the walker starts at cell 0, and moves
+    assert len(set(walker)) > 1
+
+
+def test_an_env_that_renders_no_frames_cannot_be_recorded(tmp_path):
+    algo = Algorithm("ppo", env="custom_envs:make_corridor", num_workers=0)
+    with pytest.raises(ConfigError, match="cannot be recorded: it renders no rgb_array frames"):
+        algo.evaluate(1, video_dir=str(tmp_path))
+    algo.stop()
+
+
+def test_a_video_dir_without_evaluation_is_a_config_error():
+    with pytest.raises(ConfigError, match="set evaluation_interval too"):
+        Algorithm("ppo", num_workers=0, evaluation_video_dir="videos")
