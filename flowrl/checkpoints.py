@@ -65,7 +65,8 @@ def _encode(value: Any) -> Any:
     """Plain containers, numbers, strings and tensors only: arrays become tagged tensors,
     numpy scalars Python numbers."""
     if isinstance(value, np.ndarray):
-        return {_ARRAY: torch.from_numpy(np.ascontiguousarray(value))}
+        # ascontiguousarray makes 0-d arrays 1-d: keep the shape
+        return {_ARRAY: torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))}
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):

@@ -205,6 +205,13 @@ class Config:
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    normalize_observations: bool = param(
+        False, "feed the policy observations scaled by their running mean and std"
+    )
+    normalize_rewards: bool = param(
+        False, "divide rewards by the running std of the discounted return"
+    )
+    normalize_clip: float = param(10.0, "clip normalised observations and rewards to +-this", gt=0)
     evaluation_interval: int = param(
         0, "iterations between greedy evaluations (own worker with Ray); 0: none", ge=0
     )

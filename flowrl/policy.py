@@ -32,6 +32,7 @@ from torch import nn
 from flowrl.config import Config, ConfigError
 from flowrl.distributions import Distribution, distribution_for
 from flowrl.models import ActorCritic
+from flowrl.normalization import Normalizer, split_state
 from flowrl.postprocessing import add_advantages
 from flowrl.sample_batch import (
     ACTION_DIST_INPUTS,
@@ -133,6 +134,8 @@ class Policy:
         self.device = resolve_device(device)
         self.dist_cls, _ = distribution_for(action_space)
         self.model = self.make_model().to(self.device)
+        #: observation and reward statistics, which travel with the weights
+        self.normalizer = Normalizer(observation_space, config)
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
 
@@ -326,10 +329,13 @@ class Policy:
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:
-        return module_weights(self.model)
+        """The model's weights and the normalisation statistics (``normalizer/...``)."""
+        return {**module_weights(self.model), **self.normalizer.get_state()}
 
     def set_weights(self, weights: Weights) -> None:
-        load_module_weights(self.model, weights)
+        model, normalizer = split_state(weights)
+        load_module_weights(self.model, model)
+        self.normalizer.set_state(normalizer)
 
     def get_state(self) -> dict[str, Any]:
         """Everything a restore needs: weights, optimiser, shuffling RNG, update count."""

@@ -111,9 +111,16 @@ class RolloutWorker(ParallelIteratorWorker):
         """``rollout_fragment_length`` raw steps of every env, time-major."""
         steps = self.config.rollout_fragment_length
         policy, env, obs, pool = self.policy, self.env, self.obs, self._pool
+        norm = policy.normalizer
+        raw_obs = None
+        if norm.obs is not None:  # normalised for the policy; the raw ones update the stats
+            raw_obs = pool.empty("raw_obs", (steps, *np.shape(obs)), obs.dtype)
         cols: dict[str, np.ndarray] = {}
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
+                if raw_obs is not None:
+                    raw_obs[t] = obs
+                    obs = norm.observations(obs)
                 actions, extras = policy.compute_actions(obs)
                 next_obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
                 row = (
@@ -137,9 +144,13 @@ class RolloutWorker(ParallelIteratorWorker):
         done = cols[TERMINATEDS] | cols[TRUNCATEDS]
         valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
         self._needs_reset = done[-1]
-        self._track_episodes(cols[REWARDS], done, valid)
+        self._track_episodes(cols[REWARDS], done, valid)  # the env's own rewards
+        last_obs = norm.observations(obs)  # before the statistics change
+        if raw_obs is not None:
+            norm.observe_fragment(raw_obs)
+        cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
-        return Fragment(cols, valid, last_obs=np.array(obs), pool=pool)
+        return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool)
 
     def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
         """NaN or infinite observations or rewards from the env stop the run here, where
@@ -172,11 +183,14 @@ class RolloutWorker(ParallelIteratorWorker):
         self._ep_return += returns[-1] - start_return
         self._ep_len += lengths[-1] - start_len
 
-    def get_metrics(self) -> tuple[list[Episode], dict[str, float]]:
-        """Episodes completed since the last call, as ``(return, length)``, and what the
-        policy reports about its acting (:meth:`Policy.metrics`)."""
+    def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
+        """Episodes completed since the last call, as ``(return, length)``, what the
+        policy reports about its acting (:meth:`Policy.metrics`), and the normalisation
+        statistics added since the last call (for the learner to merge)."""
         episodes, self._episodes = self._episodes, []
-        return episodes, self.policy.metrics()
+        with self.lock:
+            unsent = self.policy.normalizer.take_unsent()
+        return episodes, self.policy.metrics(), unsent
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
@@ -220,7 +234,8 @@ class RolloutWorker(ParallelIteratorWorker):
         needs_reset = np.zeros(n, dtype=bool)
         results: list[Episode] = []
         while (quota > 0).any():
-            actions, _ = self.policy.compute_actions(obs, explore=explore)
+            policy_obs = self.policy.normalizer.observations(obs)
+            actions, _ = self.policy.compute_actions(policy_obs, explore=explore)
             obs, rewards, terminated, truncated, _ = env.step(self.policy.env_actions(actions))
             counting = ~needs_reset & (quota > 0)
             ret += rewards * counting
@@ -353,7 +368,7 @@ class WorkerSet:
         A remote worker that is busy past ``timeout_s`` keeps its request pending and
         reports on a later call, so nothing is lost and nobody waits for a long sample.
         """
-        episodes, local_metrics = self.local_worker.get_metrics()
+        episodes, local_metrics, _ = self.local_worker.get_metrics()  # its own statistics
         if not self.remote_workers:  # the local worker samples
             return episodes, {0: local_metrics} if local_metrics else {}
         import ray
@@ -368,7 +383,10 @@ class WorkerSet:
         for index, actor in enumerate(self.remote_workers, start=1):
             ref = self._pending_metrics.get(actor)
             if ref in ready_set:
-                new, metrics = ray.get(ref)
+                new, metrics, unsent = ray.get(ref)
+                if unsent:
+                    with self.local_worker.lock:
+                        self.local_worker.policy.normalizer.merge(unsent)
                 episodes.extend(new)
                 if metrics:
                     by_worker[index] = metrics
