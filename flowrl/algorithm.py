@@ -32,6 +32,7 @@ from flowrl.envs import check_env_id, env_name, make_vector_env
 from flowrl.evaluation import Evaluation, episode_stats
 from flowrl.iter import LocalIterator, NotReady
 from flowrl.policy import Policy, Weights
+from flowrl.presets import preset_for
 from flowrl.runner import run
 from flowrl.spec import AlgorithmSpec, Plan
 from flowrl.worker import WorkerSet
@@ -141,14 +142,30 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
     """The config of ``spec`` from a Config or a mapping, with ``overrides`` applied; an env
-    given as a class or function becomes its name (see :func:`flowrl.envs.env_name`)."""
+    given as a class or function becomes its name (see :func:`flowrl.envs.env_name`). A
+    mapping's values go over the algorithm's preset for the env (:mod:`flowrl.presets`)
+    unless they say ``preset=False``; a Config is taken as it is."""
     if isinstance(config, Mapping) and "env" in config:
         config = {**config, "env": env_name(config["env"])}
     if "env" in overrides:
         overrides["env"] = env_name(overrides["env"])
     if isinstance(config, Config):
         return config.replace(**overrides) if overrides else config
-    return spec.config_cls.from_dict({**(config or {}), **overrides})
+    values = {**(config or {}), **overrides}
+    return spec.config_cls.from_dict({**preset_values(spec, values), **values})
+
+
+def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset's values that ``spec``'s config has, for the env ``values`` name (or
+    the config's default env); none when ``values`` turn presets off."""
+    if not values.get("preset", True):
+        return {}
+    env = values.get("env", spec.config_cls.__dataclass_fields__["env"].default)
+    preset = preset_for(spec.name, env) if isinstance(env, str) else None
+    if preset is None:
+        return {}
+    fields = spec.config_cls.__dataclass_fields__
+    return {k: v for k, v in preset.values.items() if k in fields}
 
 
 class Algorithm:

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
+    list_.add_argument("--env", help="show the values a run on this env would use (presets)")
     list_.set_defaults(func=cmd_list)
     return parser
 
@@ -175,6 +176,7 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
 def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.algorithm import Algorithm, get_algorithm
     from flowrl.logger import check_new_run_dir
+    from flowrl.presets import preset_for
     from flowrl.runner import describe_error, run
 
     stop = _stop_criteria(args)
@@ -189,6 +191,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             output = _default_output(args.algo, env)
         algo = Algorithm(args.algo, _config_values(args, output), address=args.address)
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
+    preset = preset_for(algo.spec.name, algo.config.env) if algo.config.preset else None
+    if preset is not None and not args.resume:
+        print(
+            f"flowrl: with the {preset.family} preset for {algo.spec.name} (flowrl list "
+            f"{algo.spec.name} --env {algo.config.env} shows it; --set preset=false drops it)"
+        )
     try:
         summary = run(
             algo,
@@ -239,13 +247,31 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from flowrl.algorithm import get_algorithm, list_algorithms
+    from flowrl.algorithm import build_config, get_algorithm, list_algorithms, preset_values
+    from flowrl.envs import check_env_id
+    from flowrl.presets import preset_for
 
+    if args.env and not args.algo:
+        raise ConfigError("--env shows one algorithm's settings: flowrl list ALGO --env ID")
     if args.algo:
         spec = get_algorithm(args.algo)
+        if args.env:
+            check_env_id(args.env)
         print(f"{spec.name}: {spec.summary}\n")
+        preset_keys: set[str] = set()
+        values = {}
+        if args.env:
+            preset_keys = set(preset_values(spec, {"env": args.env}))
+            values = build_config(spec, {"env": args.env}).to_dict()
+            preset = preset_for(spec.name, args.env)
+            if preset is None:
+                print(f"{args.env}: no preset for {spec.name}; the defaults below apply\n")
+            else:
+                print(f"{args.env}: the {preset.family} preset (* below): {preset.source}\n")
         for name, default, doc in spec.config_cls.docs():
-            print(f"  {name:<28} {default!s:<14} {doc}")
+            value = values.get(name, default)
+            mark = "*" if name in preset_keys else " "
+            print(f" {mark}{name:<28} {value!s:<14} {doc}")
         return 0
     for spec in list_algorithms():
         print(f"{spec.name:<8} {spec.summary}")

@@ -205,6 +205,9 @@ class Config:
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    preset: bool = param(
+        True, "use the algorithm's settings for Atari or MuJoCo envs under your own values"
+    )
     normalize_observations: bool = param(
         False, "feed the policy observations scaled by their running mean and std"
     )

@@ -1,0 +1,74 @@
+"""Presets: an algorithm's settings for Atari or MuJoCo envs, under the user's own values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from flowrl.algorithm import build_config, get_algorithm
+from flowrl.cli import main
+from flowrl.presets import ATARI, MUJOCO, env_family, preset_for, presets
+
+
+@pytest.mark.parametrize(
+    ("env", "family"),
+    [
+        ("ALE/Pong-v5", ATARI),
+        ("Hopper-v5", MUJOCO),
+        ("HalfCheetah-v5", MUJOCO),
+        ("CartPole-v1", None),
+    ],
+)
+def test_env_families(env, family):
+    assert env_family(env) == family
+
+
+@pytest.mark.parametrize("preset", presets(), ids=lambda p: f"{p.algo}-{p.family}")
+def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(preset):
+    env = "ALE/Pong-v5" if preset.family == ATARI else "Hopper-v5"
+    spec = get_algorithm(preset.algo)
+    fields = spec.config_cls.__dataclass_fields__
+    assert set(preset.values) <= set(fields), set(preset.values) - set(fields)
+    config = build_config(spec, {"env": env})
+    for key, value in preset.values.items():
+        expected = list(value) if isinstance(value, tuple) else value
+        assert config.to_dict()[key] == expected
+    assert preset.source
+
+
+def test_your_own_values_win_and_preset_false_drops_the_preset():
+    spec = get_algorithm("ppo")
+    mine = build_config(spec, {"env": "Hopper-v5", "lr": 1e-3})
+    assert mine.lr == 1e-3 and mine.num_sgd_iter == 10  # the rest of the preset stays
+    plain = build_config(spec, {"env": "Hopper-v5", "preset": False})
+    assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
+    assert not plain.normalize_observations
+    assert preset_for("ppo", "CartPole-v1") is None
+    assert build_config(spec, {}) == spec.config_cls()
+
+
+def test_list_with_an_env_shows_the_preset_and_marks_its_values(capsys):
+    assert main(["list", "ppo", "--env", "ALE/Pong-v5"]) == 0
+    out = capsys.readouterr().out
+    assert "the atari preset" in out and "Schulman et al. 2017" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(" ")}
+    assert lines["*clip_param"].split()[1] == "0.1"
+    assert "seed" in lines  # not the preset's: unmarked
+
+
+def test_list_with_an_env_but_no_algorithm_is_one_line(capsys):
+    assert main(["list", "--env", "Hopper-v5"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_train_says_which_preset_it_uses(tmp_path):
+    args = ["train", "ppo", "--env", "Hopper-v5", "--stop-iters", "1", "--no-progress"]
+    args += ["--output", str(tmp_path / "run")]
+    out = subprocess.run(
+        [sys.executable, "-m", "flowrl.cli", *args], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "with the mujoco preset for ppo" in out.stdout
