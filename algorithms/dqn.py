@@ -103,6 +103,9 @@ class DQNPolicy(Policy):
         self.timesteps += n
         return actions.numpy(), {}
 
+    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model(obs).argmax(-1)
+
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
 

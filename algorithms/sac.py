@@ -34,7 +34,14 @@ from flowrl.iter import LocalIterator
 from flowrl.models import TwinQ, mlp, vector_obs_size
 from flowrl.ops import UpdateTargets
 from flowrl.plans import replay_plan
-from flowrl.policy import Policy, adam, inference, load_module_weights, module_weights
+from flowrl.policy import (
+    Policy,
+    adam,
+    bounds,
+    inference,
+    load_module_weights,
+    module_weights,
+)
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
@@ -163,6 +170,13 @@ class SACPolicy(Policy):
         if self.config.discrete:
             return actions
         low, high = self.action_space.low, self.action_space.high
+        return low + (actions + 1.0) * 0.5 * (high - low)
+
+    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        actions = self.action_distribution(obs).mode()
+        if self.config.discrete:
+            return actions
+        low, high = bounds(self.action_space, actions)
         return low + (actions + 1.0) * 0.5 * (high - low)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:

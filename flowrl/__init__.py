@@ -12,6 +12,7 @@ from flowrl.algorithm import Algorithm, get_algorithm, list_algorithms
 from flowrl.config import Config, ConfigError, param
 from flowrl.context import PlanContext
 from flowrl.envs import register_env
+from flowrl.inference import export_policy, load_policy
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.policy import Policy
 from flowrl.sample_batch import SampleBatch
@@ -34,8 +35,10 @@ __all__ = [
     "RolloutWorker",
     "SampleBatch",
     "WorkerSet",
+    "export_policy",
     "get_algorithm",
     "list_algorithms",
+    "load_policy",
     "param",
     "register_env",
 ]

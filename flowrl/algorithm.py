@@ -338,7 +338,9 @@ class Algorithm:
         meta = ckpt.meta
         if in_process:
             overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
-        algo = cls(meta["algo"], {**meta["config"], **overrides}, address=address)
+        # a checkpoint states its whole config: no preset fills a field it predates
+        config = {"preset": False, **meta["config"], **overrides}
+        algo = cls(meta["algo"], config, address=address)
         try:
             algo.restore(ckpt)
         except BaseException:

@@ -1,4 +1,4 @@
-"""The ``flowrl`` command: train, evaluate, list.
+"""The ``flowrl`` command: train, evaluate, export, list.
 
 Exit codes: 0 done (a Ctrl-C stop included), 2 bad usage or config (one line, no
 traceback), 1 failure during training.
@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
     evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
     evaluate.set_defaults(func=cmd_evaluate)
+
+    export = sub.add_parser(
+        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
+    )
+    export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--out", required=True, help="the model file to write")
+    export.set_defaults(func=cmd_export)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
@@ -243,6 +251,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     if args.video:
         print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from flowrl import checkpoints
+    from flowrl.inference import export_policy
+
+    ckpt = checkpoints.resolve(args.checkpoint)
+    _warn_skipped(ckpt)
+    out = export_policy(ckpt, args.out, format=args.format)
+    print(f"flowrl: wrote the greedy policy of {ckpt.path} to {out} ({args.format})")
     return 0
 
 

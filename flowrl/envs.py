@@ -178,6 +178,8 @@ def make_recording_env(
     # recording needs neither
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if not os.environ.get("DISPLAY"):  # MuJoCo renders off-screen through EGL, not a window
+        os.environ.setdefault("MUJOCO_GL", "egl")
     target, kwargs = resolve_env(env), dict(env_config or {})
     fps = None
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
@@ -211,6 +213,10 @@ def make_recording_env(
             f"recording {env} needs a package that is not installed ({e}); "
             'pip install "flowrl[video]"'
         ) from None
+    except Exception as e:  # no OpenGL for MuJoCo, say
+        one.close()
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"env {env} cannot render frames here: {reason}") from None
     check_spaces(env, one.observation_space, one.action_space)
     vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     vec.action_space.seed(seed)

@@ -193,6 +193,16 @@ class Policy:
             return np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
 
+    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
+        which an exported model (:mod:`flowrl.inference`) traces; ``obs`` already
+        normalised."""
+        actions = self.dist_cls(self.model(obs)[0]).mode()
+        if isinstance(self.action_space, gym.spaces.Box):
+            low, high = bounds(self.action_space, actions)
+            actions = torch.minimum(torch.maximum(actions, low), high)
+        return actions
+
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         """Turn a sampled fragment into training rows (returns, advantages, ...)."""
         return self.add_action_logp(fragment).to_batch()
@@ -351,6 +361,12 @@ class Policy:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
         self.num_updates = state["num_updates"]
+
+
+def bounds(space: gym.spaces.Box, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Box's low and high as tensors of ``like``'s dtype and device."""
+    low = torch.as_tensor(space.low, dtype=like.dtype, device=like.device)
+    return low, torch.as_tensor(space.high, dtype=like.dtype, device=like.device)
 
 
 def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:

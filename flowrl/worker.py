@@ -188,9 +188,7 @@ class RolloutWorker(ParallelIteratorWorker):
         policy reports about its acting (:meth:`Policy.metrics`), and the normalisation
         statistics added since the last call (for the learner to merge)."""
         episodes, self._episodes = self._episodes, []
-        with self.lock:
-            unsent = self.policy.normalizer.take_unsent()
-        return episodes, self.policy.metrics(), unsent
+        return episodes, self.policy.metrics(), self.policy.normalizer.take_unsent()
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:

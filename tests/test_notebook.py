@@ -1,4 +1,4 @@
-"""The quickstart notebook runs top to bottom."""
+"""The notebooks run top to bottom."""
 
 from __future__ import annotations
 
@@ -6,18 +6,24 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "quickstart.ipynb"
+NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
+
+
+def execute(name: str, tmp_path: Path):
+    """The notebook ``name``, run in a kernel whose working directory is ``tmp_path``."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    ).execute()
+    return nb
 
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
-    ).execute()
+    nb = execute("quickstart.ipynb", tmp_path)
     outputs = "".join(
         o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
     )
@@ -25,3 +31,22 @@ def test_quickstart_notebook_executes(tmp_path):
     assert any(
         "image/png" in o.get("data", {}) for cell in nb.cells for o in cell.get("outputs", [])
     ), "the learning curve is plotted"
+
+
+@pytest.mark.slow
+def test_custom_env_notebook_trains_on_ray_workers_and_shows_its_video(tmp_path):
+    nb = execute("custom_env.ipynb", tmp_path)
+    outputs = "".join(
+        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+    )
+    returns = [float(line.split()[-1]) for line in outputs.splitlines() if "iteration" in line]
+    assert len(returns) == 6 and returns[-1] > 0.5, returns  # the goal is reached, quickly
+    assert "greedy: return 0.70 over 5 episodes, mean length 7" in outputs  # straight there
+    html = [
+        o["data"].get("text/html", "")
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if "data" in o
+    ]
+    assert any("<video" in h and "base64" in h for h in html), "the video is shown inline"
+    assert (tmp_path / "videos" / "eval-episode-4.mp4").stat().st_size > 0

@@ -1,0 +1,81 @@
+"""A trained policy outside training: load_policy, and ONNX / TorchScript exports that act
+as the policy does (normalisation, uint8 frames and action bounds included)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flowrl import Algorithm, load_policy
+from flowrl.checkpoints import CheckpointError
+from flowrl.cli import main
+from flowrl.inference import export_policy
+
+CASES = {
+    "ppo-discrete": ("ppo", {"env": "CartPole-v1", "train_batch_size": 256}),
+    "ppo-box-normalised": (
+        "ppo",
+        {"env": "Pendulum-v1", "normalize_observations": True, "train_batch_size": 256},
+    ),
+    "ppo-atari-frames": ("ppo", {"env": "ALE/Pong-v5", "num_envs_per_worker": 1}),
+    "dqn": ("dqn", {"env": "CartPole-v1"}),
+    "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
+}
+
+
+def checkpoint(tmp_path, algo, config, train=True):
+    """A checkpoint as a run writes it: ``tmp_path/checkpoints/checkpoint_000001``."""
+    algorithm = Algorithm(algo, num_workers=0, **config)
+    if train:  # weights and statistics that are not their initial values
+        algorithm.train()
+    path = algorithm.save(tmp_path / "checkpoints" / "checkpoint_000001")
+    algorithm.stop()
+    return path
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
+    import onnxruntime
+
+    algo, config = CASES[case]
+    path = checkpoint(tmp_path, algo, config, train="atari" not in case)
+    policy = load_policy(path)
+    space = policy.policy.observation_space
+    space.seed(0)
+    obs = np.stack([space.sample() for _ in range(100)])
+    expected = policy.compute_actions(obs)
+
+    onnx_file = export_policy(path, tmp_path / "policy.onnx")
+    session = onnxruntime.InferenceSession(str(onnx_file))
+    from_onnx = session.run(None, {"obs": obs})[0]
+    script_file = export_policy(path, tmp_path / "policy.pt", format="torchscript")
+    from_script = torch.jit.load(str(script_file))(torch.as_tensor(obs)).numpy()
+
+    for got in (from_onnx, from_script):
+        assert got.shape == expected.shape
+        assert np.abs(got.astype(np.float64) - expected).max() < 1e-5
+
+
+def test_load_policy_from_a_run_directory_acts_on_one_observation(tmp_path):
+    path = checkpoint(tmp_path, "ppo", {"env": "CartPole-v1", "train_batch_size": 256})
+    policy = load_policy(path.parent.parent)  # the run directory
+    action = policy.compute_action(np.zeros(4, dtype=np.float32))
+    assert isinstance(action, int) and action in (0, 1)
+    assert repr(policy) == "LoadedPolicy(ppo on CartPole-v1)"
+    box = load_policy(checkpoint(tmp_path / "b", "sac", CASES["sac"][1], train=False))
+    action = box.compute_action(np.zeros(3, dtype=np.float32), explore=True)
+    assert action.shape == (1,) and -2.0 <= action[0] <= 2.0  # Pendulum's bounds
+
+
+def test_export_command_writes_the_model(tmp_path, capsys):
+    path = checkpoint(tmp_path, "dqn", CASES["dqn"][1], train=False)
+    out = tmp_path / "models" / "dqn.onnx"
+    assert main(["export", str(path), "--out", str(out)]) == 0
+    assert out.stat().st_size > 0 and "wrote the greedy policy" in capsys.readouterr().out
+
+
+def test_a_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_policy(tmp_path / "nothing")
+    assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.onnx")]) == 2
