@@ -62,7 +62,9 @@ def ppo(seeds: list[int], budget: int) -> list[dict]:
     rows = []
     for seed in seeds:
         normalised = train("ppo", seed, budget, None)
-        plain = train("ppo", seed, budget, None, normalize_observations=False, normalize_rewards=False)
+        plain = train(
+            "ppo", seed, budget, None, normalize_observations=False, normalize_rewards=False
+        )
         rows.append({"algo": "ppo (preset, normalised)", **normalised})
         rows.append(
             {

@@ -67,6 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="record the evaluation episodes as MP4s in OUTPUT/videos (needs evaluation_interval)",
     )
+    train.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        choices=("mlflow", "wandb"),
+        help="also send the run to MLflow or wandb (repeatable; the tracking extra)",
+    )
+    train.add_argument(
+        "--mlflow-uri", help="MLflow tracking URI (default: ./mlruns, a local store)"
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
@@ -186,8 +196,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.logger import check_new_run_dir
     from flowrl.presets import preset_for
     from flowrl.runner import describe_error, run
+    from flowrl.tracking import make_trackers
 
     stop = _stop_criteria(args)
+    if args.mlflow_uri and "mlflow" not in args.logger:
+        raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
     if args.resume:
         algo, output = _resume(args)
     else:
@@ -206,12 +219,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{algo.spec.name} --env {algo.config.env} shows it; --set preset=false drops it)"
         )
     try:
+        trackers = make_trackers(args.logger, run_dir=output, mlflow_uri=args.mlflow_uri)
         summary = run(
             algo,
             stop=stop,
             output_dir=output,
             checkpoint_every=args.checkpoint_every,
             progress=not args.no_progress,
+            trackers=trackers,
         )
     except ConfigError:
         raise

@@ -20,7 +20,7 @@ import math
 import signal
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ from flowrl.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.logger import RunLogger
 from flowrl.policy import NonFiniteError, Weights
 from flowrl.spec import AlgorithmSpec
+from flowrl.tracking import Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +235,7 @@ def run(
     checkpoint_every: int = 0,
     progress: bool = False,
     failure_budget: FailureBudget | None = None,
+    trackers: Sequence[Tracker] = (),
 ) -> dict[str, Any]:
     """Train until a stop criterion holds (default: :meth:`StopCriteria.default_for`).
 
@@ -246,18 +248,12 @@ def run(
 
     A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
+    ``trackers`` (:mod:`flowrl.tracking`) get the config, every result and the summary.
     """
     stop = StopCriteria.default_for(algo) if stop is None or stop.is_empty() else stop
     stop = dataclasses.replace(stop, on_evaluation=algo.config.evaluation_interval > 0)
     budget = failure_budget or FailureBudget()
-    log = None
-    if output_dir is not None:
-        counters = algo.plan.context.counters
-        log = RunLogger(
-            output_dir, resume_iteration=algo.iteration, resume_env_steps=counters[STEPS_SAMPLED]
-        )
-        meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
-        log.write_json("config.json", meta)
+    log = _start_logs(algo, output_dir, trackers)
     bar = _progress_bar(stop, progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
     best_eval, last_eval = -math.inf, None
@@ -268,6 +264,8 @@ def run(
             result = _train_with_recovery(algo, budget)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
+            for tracker in trackers:
+                tracker.log(result)
             if log is not None:
                 log.log(result)
                 if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
@@ -290,7 +288,33 @@ def run(
     finally:
         bar.close()
     with sigint_ignored():
-        return _finish(algo, log, result, (best, best_eval), stopped_by, error, last_checkpoint)
+        summary, error = _finish(
+            algo, log, result, (best, best_eval), stopped_by, error, last_checkpoint
+        )
+        for tracker in trackers:
+            tracker.finish(summary)
+    if error is not None:
+        raise error
+    return summary
+
+
+def _start_logs(
+    algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker]
+) -> RunLogger | None:
+    """The run's files (a fresh directory, or its logs cut back to the checkpoint) and
+    config.json; the trackers' start."""
+    meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+    log = None
+    if output_dir is not None:
+        steps = algo.plan.context.counters[STEPS_SAMPLED]
+        log = RunLogger(output_dir, resume_iteration=algo.iteration, resume_env_steps=steps)
+        log.write_json("config.json", meta)
+    name = (
+        Path(output_dir).name if output_dir is not None else f"{algo.spec.name}_{algo.config.env}"
+    )
+    for tracker in trackers:
+        tracker.start(name, meta)
+    return log
 
 
 def _finish(
@@ -301,8 +325,9 @@ def _finish(
     stopped_by: str,
     error: Exception | None,
     last_checkpoint: Path | None,
-) -> dict[str, Any]:
-    """The summary, the final checkpoint and summary.json; re-raises ``error``."""
+) -> tuple[dict[str, Any], Exception | None]:
+    """The summary, the final checkpoint and summary.json; returns the summary and the
+    error to raise (``error``, or a final checkpoint that could not be written)."""
     summary = {
         "algo": algo.spec.name,
         "env": algo.config.env,
@@ -329,6 +354,4 @@ def _finish(
         summary["checkpoint"] = str(last_checkpoint) if last_checkpoint else None
         log.write_json("summary.json", summary)
         log.close()
-    if error is not None:
-        raise error
-    return summary
+    return summary, error

@@ -1,0 +1,75 @@
+"""Experiment tracking with the real libraries: MLflow's local store, wandb offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flowrl import Algorithm
+from flowrl.cli import main
+from flowrl.runner import StopCriteria, run
+from flowrl.tracking import MLflowTracker, WandbTracker, local_store, make_trackers
+
+
+def short_run(tmp_path, trackers, iters=3):
+    algo = Algorithm("ppo", num_workers=0, train_batch_size=256)
+    try:
+        run(algo, stop=StopCriteria(iters=iters), output_dir=tmp_path / "run", trackers=trackers)
+    finally:
+        algo.stop()
+    return [json.loads(line) for line in (tmp_path / "run" / "result.jsonl").open()]
+
+
+def test_mlflow_holds_every_iteration_the_config_and_the_summary(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = local_store(tmp_path / "mlruns")
+    tracker = MLflowTracker(uri)
+    rows = short_run(tmp_path, [tracker])
+    client = MlflowClient(uri)
+    history = client.get_metric_history(tracker.run_id, "episode_return_mean")
+    assert [(m.step, m.value) for m in history] == [
+        (r["env_steps_sampled"], r["episode_return_mean"]) for r in rows
+    ]
+    entropy = client.get_metric_history(tracker.run_id, "learner/entropy")
+    assert len(entropy) == 3  # nested result keys keep their slash
+    saved = client.get_run(tracker.run_id)
+    assert saved.info.status == "FINISHED" and saved.info.run_name == "run"
+    assert saved.data.params["algo"] == "ppo" and saved.data.params["train_batch_size"] == "256"
+    assert saved.data.tags["summary.stopped_by"] == "iterations"
+
+
+def test_wandb_offline_holds_every_iteration_and_the_summary(tmp_path, monkeypatch):
+    from wandb_records import history_and_summary
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    rows = short_run(tmp_path, [WandbTracker(directory=tmp_path / "run")])
+    logged, summary = history_and_summary(tmp_path / "run")
+    assert [(r["_step"], r["episode_return_mean"]) for r in logged] == [
+        (r["env_steps_sampled"], r["episode_return_mean"]) for r in rows
+    ]
+    assert summary["stopped_by"] == "iterations" and summary["iterations"] == 3
+
+
+def test_several_trackers_at_once_and_unknown_ones_refused(tmp_path, monkeypatch):
+    from flowrl.config import ConfigError
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    trackers = make_trackers(
+        ["mlflow", "wandb", "mlflow"], run_dir=tmp_path, mlflow_uri=local_store(tmp_path)
+    )
+    assert [type(t).__name__ for t in trackers] == ["MLflowTracker", "WandbTracker"]
+    with pytest.raises(ConfigError, match="unknown logger 'neptune'"):
+        make_trackers(["neptune"], run_dir=None)
+
+
+def test_bad_tracking_flags_are_one_line(capsys):
+    assert main(["train", "ppo", "--num-workers", "0", "--mlflow-uri", "sqlite:///x.db"]) == 2
+    err = capsys.readouterr().err
+    assert "add --logger mlflow" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "ppo", "--logger", "neptune"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "invalid choice: 'neptune'" in err and err.count("\n") == 1
