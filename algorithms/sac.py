@@ -40,6 +40,7 @@ from flowrl.policy import (
     bounds,
     inference,
     load_module_weights,
+    load_optimizer_state,
     module_weights,
 )
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
@@ -281,8 +282,9 @@ class SACPolicy(Policy):
         load_module_weights(self.q_target, state["q_target"])
         with torch.no_grad():
             self.log_alpha.fill_(state["log_alpha"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        cfg = self.config
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"], cfg.critic_lr)
+        load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"], cfg.alpha_lr)
 
 
 def execution_plan(workers: WorkerSet, config: SACConfig) -> LocalIterator[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The ``flowrl`` command: train, evaluate, export, list.
+"""The ``flowrl`` command: train, tune, evaluate, export, plot, list.
 
 Exit codes: 0 done (a Ctrl-C stop included), 2 bad usage or config (one line, no
 traceback), 1 failure during training.
@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -31,26 +32,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
-    train.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
-    train.add_argument(
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``train`` and ``tune`` share: the algorithm, env, config and stop flags."""
+    parser.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
+    parser.add_argument(
         "--env",
         help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
         "(default: the config's, CartPole-v1)",
     )
-    train.add_argument("--num-workers", type=int, help="remote rollout workers; 0: no Ray")
-    train.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
-    train.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
-    train.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
-    train.add_argument("--stop-time", type=float, help="stop after this many seconds")
-    train.add_argument("--stop-iters", type=int, help="stop after this many iterations")
-    train.add_argument("--seed", type=int, help="random seed")
-    train.add_argument("--config", help="JSON or TOML file of config values")
-    train.add_argument(
+    parser.add_argument("--num-workers", type=int, help="remote rollout workers; 0: no Ray")
+    parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
+    parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
+    parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument("--config", help="JSON or TOML file of config values")
+    parser.add_argument(
         "--set",
         action="extend",
         nargs="+",
@@ -58,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="config values (repeatable)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
+    _add_run_arguments(train)
     train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
@@ -80,6 +86,26 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
+    tune = sub.add_parser(
+        "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
+    )
+    _add_run_arguments(tune)
+    tune.add_argument(
+        "--grid",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=[V1,V2]",
+        help="values to try for a config key, as a JSON list (repeatable: every combination)",
+    )
+    tune.add_argument("--num-samples", type=int, default=1, help="trials per grid point")
+    tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
+    tune.add_argument(
+        "--perturbation-interval", type=int, default=2, help="PBT: iterations between exploits"
+    )
+    tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
+    tune.set_defaults(func=cmd_tune, video=False, checkpoint_every=0)
+
     evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
     evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
@@ -94,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
     export.add_argument("--out", required=True, help="the model file to write")
     export.set_defaults(func=cmd_export)
+
+    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    plot.add_argument("--out", required=True, help="the PNG to write")
+    plot.set_defaults(func=cmd_plot)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
@@ -245,6 +276,70 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from flowrl.algorithm import get_algorithm
+    from flowrl.envs import check_env_id, reward_threshold
+    from flowrl.sweeps import METRIC, parse_grid, sweep, trial_rows
+
+    stop = _stop_criteria(args)
+    grid = parse_grid(args.grid)
+    if not grid:
+        raise ConfigError("flowrl tune needs at least one --grid KEY=[V1,V2,...]")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
+    if args.perturbation_interval < 1:
+        raise ConfigError(f"--perturbation-interval must be >= 1, got {args.perturbation_interval}")
+    spec = get_algorithm(args.algo)
+    fixed = _config_values(args)
+    config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
+    check_env_id(config.env)
+    if stop.is_empty():
+        stop = dataclasses.replace(
+            stop, reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps
+        )
+    tune_stop = {
+        key: value
+        for key, value in (
+            (METRIC, stop.reward),
+            ("env_steps_sampled", stop.timesteps),
+            ("time_total_s", stop.time_s),
+            ("training_iteration", stop.iters),
+        )
+        if value is not None
+    }
+    output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
+    print(
+        f"flowrl: sweeping {spec.name} on {config.env} over {', '.join(grid)}; writing to {output}"
+    )
+    results = sweep(
+        args.algo,
+        grid,
+        fixed=fixed,
+        stop=tune_stop,
+        storage=output,
+        num_samples=args.num_samples,
+        scheduler=args.scheduler,
+        perturbation_interval=args.perturbation_interval,
+    )
+    rows = trial_rows(results, list(grid))
+    _print_table(rows)
+    failed = sum(1 for row in rows if row["error"])
+    print(f"flowrl: {len(rows)} trials, {failed} failed; Tune's results in {output / 'tune'}")
+    return 1 if failed else 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    def cell(value: Any) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    keys = list(rows[0]) if rows else []
+    cells = [[cell(row[k]) for k in keys] for row in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flowrl import checkpoints
     from flowrl.algorithm import Algorithm
@@ -277,6 +372,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     _warn_skipped(ckpt)
     out = export_policy(ckpt, args.out, format=args.format)
     print(f"flowrl: wrote the greedy policy of {ckpt.path} to {out} ({args.format})")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from flowrl.plotting import plot_runs
+
+    out = plot_runs(args.runs, args.out)
+    print(f"flowrl: wrote the curves of {len(args.runs)} runs to {out}")
     return 0
 
 

@@ -73,6 +73,14 @@ def load_module_weights(module: nn.Module, weights: Weights) -> None:
     module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: float) -> None:
+    """Load a saved optimiser state but keep the config's learning rate: a run resumed
+    (or a Tune trial restored) with another ``lr`` trains with it, not the saved one."""
+    optimizer.load_state_dict(state)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def adam(params: Any, lr: float, *, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel (one call per step for all parameters: several times
     faster than the per-tensor loop for small models)."""
@@ -358,7 +366,7 @@ class Policy:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"], self.config.lr)
         self.rng.bit_generator.state = state["rng"]
         self.num_updates = state["num_updates"]
 

@@ -50,3 +50,15 @@ def test_custom_env_notebook_trains_on_ray_workers_and_shows_its_video(tmp_path)
     ]
     assert any("<video" in h and "base64" in h for h in html), "the video is shown inline"
     assert (tmp_path / "videos" / "eval-episode-4.mp4").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_sweep_notebook_runs_two_tune_trials_and_plots_them(tmp_path):
+    nb = execute("sweep.ipynb", tmp_path)
+    outputs = "".join(
+        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+    )
+    assert "lr=0.001: 8 iterations" in outputs and "lr=0.0003: 8 iterations" in outputs
+    assert any(
+        "image/png" in o.get("data", {}) for cell in nb.cells for o in cell.get("outputs", [])
+    ), "the trials' curves are shown"

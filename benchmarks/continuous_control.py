@@ -7,8 +7,8 @@ the last episodes the run finished (10 for SAC, 100 for PPO) and of 10 greedy ep
 the end.
 
 Example:
-    $ python benchmarks/mujoco.py --part sac --seeds 0
-    $ python benchmarks/mujoco.py --part ppo --seeds 0 1 --ppo-steps 300000
+    $ python benchmarks/continuous_control.py --part sac --seeds 0
+    $ python benchmarks/continuous_control.py --part ppo --seeds 0 1 --ppo-steps 300000
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main() -> None:
     if args.part in ("ppo", "both"):
         rows += ppo(args.seeds, args.ppo_steps)
     print_table(rows)
-    name = "mujoco" if args.part == "both" else f"mujoco_{args.part}"
+    name = "continuous_control" if args.part == "both" else f"continuous_control_{args.part}"
     write_results(name, {"env": ENV, "rows": rows, "seeds": args.seeds})
 
 

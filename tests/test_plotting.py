@@ -1,0 +1,74 @@
+"""Learning curves: grouping runs by config, the mean and its band, the PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowrl.cli import main
+from flowrl.logger import RunLogger
+from flowrl.plotting import group_by_config, mean_and_band
+
+
+def fake_run(path, seed, lr=0.001, slope=1.0):
+    """A run directory as flowrl train writes it, with a made-up learning curve."""
+    log = RunLogger(path)
+    log.write_json(
+        "config.json", {"algo": "ppo", "config": {"env": "CartPole-v1", "seed": seed, "lr": lr}}
+    )
+    for i in range(1, 11):
+        ret = slope * i * 10 + seed
+        log.log(
+            {
+                "iteration": i,
+                "env_steps_sampled": 1000 * i,
+                "time_total_s": 2.0 * i,
+                "episode_return_mean": ret,
+            }
+        )
+    log.close()
+    return path
+
+
+def test_runs_that_differ_only_in_seed_form_one_group_named_by_what_differs():
+    runs = {
+        "a": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.1}},
+        "b": {"algo": "ppo", "config": {"env": "E", "seed": 1, "lr": 0.1}},
+        "c": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}},
+    }
+    assert group_by_config(runs) == {"ppo E lr=0.1": ["a", "b"], "ppo E lr=0.2": ["c"]}
+
+
+def test_mean_and_band_on_a_shared_grid():
+    x = np.array([0.0, 10.0])
+    grid, mean, band = mean_and_band([(x, np.array([0.0, 10.0])), (x, np.array([2.0, 12.0]))], 3)
+    np.testing.assert_allclose(grid, [0, 5, 10])
+    np.testing.assert_allclose(mean, [1, 6, 11])
+    np.testing.assert_allclose(band, 1.96 * np.sqrt(2) / np.sqrt(2))  # std of {a, a+2}: sqrt 2
+    _, _, alone = mean_and_band([(x, x)], 3)
+    assert not alone.any()
+
+
+def test_plot_of_three_seeds_and_another_config_writes_a_png(tmp_path, capsys):
+    import matplotlib.image
+
+    runs = [str(fake_run(tmp_path / f"s{seed}", seed)) for seed in range(3)]
+    runs.append(str(fake_run(tmp_path / "other", 0, lr=0.01, slope=0.5)))
+    out = tmp_path / "plots" / "curves.png"
+    assert main(["plot", *runs, "--out", str(out)]) == 0
+    assert "wrote the curves of 4 runs" in capsys.readouterr().out
+    image = matplotlib.image.imread(out)
+    assert image.shape[0] > 300 and image.shape[1] > 800  # two panels side by side
+
+
+def test_plot_of_something_that_is_no_run_is_one_line(tmp_path, capsys):
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a run directory" in err and err.count("\n") == 1
+
+
+def test_a_run_without_results_yet_is_one_line(tmp_path, capsys):
+    log = RunLogger(tmp_path / "empty")
+    log.write_json("config.json", {"algo": "ppo", "config": {}})
+    log.close()
+    assert main(["plot", str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")]) == 2
+    assert "has no result with episode_return_mean yet" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""Sweeps on real Ray Tune: grids, PBT exploiting a trial's checkpoint, the tune command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from flowrl.cli import main
+from flowrl.config import ConfigError
+from flowrl.sweeps import RESTORES, parse_grid, sweep
+
+FAST = {"num_workers": 0, "train_batch_size": 256, "sgd_minibatch_size": 64, "num_sgd_iter": 2}
+
+
+def test_parse_grid_reads_json_lists_and_names_a_bad_item():
+    assert parse_grid(["lr=[0.001, 0.0003]", "model_hiddens=[[32],[64,64]]"]) == {
+        "lr": [0.001, 0.0003],
+        "model_hiddens": [[32], [64, 64]],
+    }
+    for bad in ("lr=0.001", "lr=[]", "=[1]", "lr=[1,"):
+        with pytest.raises(ConfigError, match="--grid expects KEY="):
+            parse_grid([bad])
+
+
+@pytest.mark.slow
+def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, tmp_path):
+    results = sweep(
+        "ppo", {"lr": [1e-3, 3e-4]}, fixed=FAST, stop={"training_iteration": 2}, storage=tmp_path
+    )
+    assert sorted(r.config["lr"] for r in results) == [3e-4, 1e-3]
+    for result in results:
+        assert result.error is None and result.metrics["training_iteration"] == 2
+        run_dir = tmp_path / "tune" / result.path.rsplit("/", 1)[-1] / "flowrl"
+        rows = [json.loads(line) for line in (run_dir / "result.jsonl").open()]
+        assert [r["iteration"] for r in rows] == [1, 2]
+        assert (run_dir / "progress.csv").exists() and list(run_dir.glob("events.out.tfevents.*"))
+        assert (
+            json.loads((run_dir / "config.json").read_text())["config"]["lr"] == result.config["lr"]
+        )
+
+
+@pytest.mark.slow
+def test_pbt_restores_one_trials_checkpoint_into_the_other(ray_session, tmp_path):
+    results = sweep(
+        "ppo",
+        {"lr": [1e-3, 1e-5]},  # the second learns nothing: PBT replaces it by the first
+        fixed=FAST,
+        stop={"training_iteration": 6},
+        storage=tmp_path,
+        scheduler="pbt",
+        perturbation_interval=2,
+    )
+    assert all(r.error is None for r in results)
+    assert max(r.metrics[RESTORES] for r in results) >= 1
+    exploits = (tmp_path / "tune" / "pbt_global.txt").read_text().splitlines()
+    assert exploits, "PBT logs each exploit"
+
+
+def test_tune_command_refuses_bad_input_in_one_line(capsys):
+    for args, message in (
+        (["tune", "ppo"], "needs at least one --grid"),
+        (["tune", "ppo", "--grid", "lr=0.1"], "--grid expects KEY="),
+        (["tune", "ppo", "--grid", "lrr=[0.1]"], "unknown config key 'lrr'"),
+        (["tune", "ppo", "--grid", "lr=[0.1]", "--num-samples", "0"], "--num-samples"),
+    ):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_tune_command_prints_a_table_of_its_trials(tmp_path):
+    args = ["tune", "ppo", "--env", "CartPole-v1", "--grid", "lr=[0.001,0.0003]"]
+    args += ["--stop-iters", "2", "--num-workers", "0", "--output", str(tmp_path)]
+    args += ["--set", "train_batch_size=256"]
+    out = subprocess.run(
+        [sys.executable, "-m", "flowrl.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:3]  # the header, then a row each
+    assert sorted(row.split()[1] for row in table) == ["0.0003", "0.001"]
+    assert "2 trials, 0 failed" in out.stdout
