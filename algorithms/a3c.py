@@ -23,6 +23,7 @@ from flowrl.config import ActorCriticConfig
 from flowrl.iter import LocalIterator
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
 from flowrl.policy import ActorCriticPolicy
+from flowrl.presets import ATARI, Preset
 from flowrl.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
@@ -41,6 +42,23 @@ class A3CConfig(ActorCriticConfig):
     entropy_coeff: float = 0.01
     grad_clip: float = 40.0
     min_time_s_per_iteration: float = 0.5
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "RLlib's tuned pong-a3c example (after Mnih et al. 2016): 20-step fragments, "
+        "lr 1e-4, entropy 0.01, grad clip 40",
+        {
+            "rollout_fragment_length": 20,
+            "num_envs_per_worker": 1,
+            "lr": 1e-4,
+            "entropy_coeff": 0.01,
+            "grad_clip": 40.0,
+        },
+    ),
+)
 
 
 class A3CPolicy(ActorCriticPolicy):
@@ -72,4 +90,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=A3CConfig,
     policy_cls=A3CPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -40,6 +40,7 @@ from flowrl.ops import (
     UpdateTargets,
 )
 from flowrl.policy import inference
+from flowrl.presets import ATARI, Preset
 from flowrl.replay import PRIORITIES, make_replay
 from flowrl.sample_batch import Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
@@ -72,6 +73,28 @@ class ApexConfig(DQNConfig):
     max_weight_sync_delay: int = param(400, "a worker's env steps between weight pushes", ge=0)
     replay_requests_in_flight: int = param(2, "sample requests per replay shard", ge=1)
     learner_queue_size: int = param(4, "replayed batches waiting for the learner", ge=1)
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "the Ape-X paper's Atari settings (Horgan et al. 2018): 3-step returns, batch 512, "
+        "lr 6.25e-5 (0.00025 / 4), target copy every 2500 updates, grad clip 40; "
+        "buffer 200k here (the paper's 2M frames need ~55 GB stored this way)",
+        {
+            "n_step": 3,
+            "train_batch_size": 512,
+            "lr": 6.25e-5,
+            "grad_clip": 40.0,
+            "target_network_update_freq": 2_500 * 512,
+            "buffer_size": 200_000,
+            "learning_starts": 50_000,
+            "rollout_fragment_length": 50,
+            "num_envs_per_worker": 4,
+        },
+    ),
+)
 
 
 class ApexPolicy(DQNPolicy):
@@ -143,4 +166,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=ApexConfig,
     policy_cls=ApexPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -27,6 +27,7 @@ import torch
 from flowrl.algorithms.impala import IMPALAConfig, IMPALAPolicy, execution_plan, masked_mean
 from flowrl.config import ClippedSurrogateConfig, param
 from flowrl.policy import ClippedSurrogate, load_module_weights, module_weights
+from flowrl.presets import ATARI, Preset
 from flowrl.sample_batch import ACTIONS, OBS, SampleBatch
 from flowrl.spec import AlgorithmSpec
 
@@ -43,6 +44,23 @@ class APPOConfig(IMPALAConfig, ClippedSurrogateConfig):
     grad_clip: float = 40.0  # what its figures were measured with (IMPALA's is 10)
     clip_param: float = 0.3  # around the target policy
     target_update_frequency: int = param(2, "trained batches between target copies", ge=1)
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "RLlib's tuned pong-appo example: V-trace, no KL term, 50-step fragments, "
+        "4000-row batches, lr 6e-4, 8 envs per worker",
+        {
+            "rollout_fragment_length": 50,
+            "train_batch_size": 4000,
+            "num_envs_per_worker": 8,
+            "lr": 6e-4,
+            "kl_coeff": 0.0,
+        },
+    ),
+)
 
 
 class APPOPolicy(ClippedSurrogate, IMPALAPolicy):
@@ -94,4 +112,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=APPOConfig,
     policy_cls=APPOPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -32,6 +32,7 @@ from flowrl.ops import UpdateTargets
 from flowrl.plans import replay_plan
 from flowrl.policy import Policy, inference, load_module_weights, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
+from flowrl.presets import ATARI, Preset
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
@@ -61,6 +62,31 @@ class DQNConfig(ReplayConfig):
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
     min_env_steps_per_iteration: int = 1_000
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "RL Baselines3 Zoo's dqn.yml for Atari (the Nature DQN's schedule at 1/10 of its "
+        "buffer): 100k buffer, lr 1e-4, batch 32 every 4 env steps, target copy every 1000 "
+        "env steps, epsilon 1 -> 0.01 over 1M steps, learning from 100k",
+        {
+            "buffer_size": 100_000,
+            "lr": 1e-4,
+            "train_batch_size": 32,
+            "rollout_fragment_length": 4,
+            "num_envs_per_worker": 1,
+            "training_intensity": 8.0,  # 32 rows trained per 4 sampled
+            "target_network_update_freq": 8_000,  # rows trained in 1000 env steps
+            "learning_starts": 100_000,
+            "exploration_timesteps": 1_000_000,
+            "exploration_final_eps": 0.01,
+            "n_step": 1,
+            "min_env_steps_per_iteration": 10_000,
+        },
+    ),
+)
 
 
 class DQNPolicy(Policy):
@@ -176,4 +202,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=DQNConfig,
     policy_cls=DQNPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -37,6 +37,7 @@ from flowrl.ops import (
 )
 from flowrl.policy import Policy
 from flowrl.postprocessing import VALID, to_sequences, vtrace
+from flowrl.presets import ATARI, Preset
 from flowrl.sample_batch import (
     ACTIONS,
     LOGP,
@@ -77,6 +78,26 @@ class IMPALAConfig(ActorCriticConfig):
     broadcast_interval: int = param(1, "a worker's fragments between weight pushes to it", ge=1)
     replay_proportion: float = param(0.0, "replayed batches mixed in per new batch", ge=0)
     replay_buffer_num_slots: int = param(100, "batches kept for replay", ge=1)
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "RLlib's tuned pong-impala example (after the IMPALA paper): 50-step fragments, "
+        "500-row batches, lr 5e-4 (decayed there), entropy 0.01, grad clip 40, one pass",
+        {
+            "rollout_fragment_length": 50,
+            "train_batch_size": 500,
+            "num_envs_per_worker": 5,
+            "lr": 5e-4,
+            "entropy_coeff": 0.01,
+            "vf_loss_coeff": 0.5,
+            "grad_clip": 40.0,
+            "num_sgd_iter": 1,
+        },
+    ),
+)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -168,4 +189,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=IMPALAConfig,
     policy_cls=IMPALAPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -29,6 +29,7 @@ from flowrl.ops import (
     TrainOneStep,
 )
 from flowrl.policy import ActorCriticPolicy, ClippedSurrogate, explained_variance
+from flowrl.presets import ATARI, MUJOCO, Preset
 from flowrl.sample_batch import (
     ACTIONS,
     ADVANTAGES,
@@ -56,6 +57,51 @@ class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
     train_batch_size: int = param(2048, "env steps per SGD phase", ge=1)
     sgd_minibatch_size: int = param(256, "rows per SGD minibatch", ge=1)
     num_sgd_iter: int = param(6, "epochs over each train batch", ge=1)
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        ATARI,
+        "the PPO paper's Atari settings (Schulman et al. 2017, Table 5) as RL Baselines3 "
+        "Zoo's ppo.yml has them: 8 envs x 128 steps, 4 epochs of 256-row minibatches, "
+        "lr 2.5e-4 and clip 0.1 (both decayed linearly there), entropy 0.01",
+        {
+            "num_envs_per_worker": 8,
+            "rollout_fragment_length": 128,
+            "train_batch_size": 2048,  # 2 workers x 8 envs x 128 steps
+            "sgd_minibatch_size": 256,
+            "num_sgd_iter": 4,
+            "lr": 2.5e-4,
+            "clip_param": 0.1,
+            "entropy_coeff": 0.01,
+            "vf_loss_coeff": 0.5,
+            "gae_lambda": 0.95,
+            "grad_clip": 0.5,
+        },
+    ),
+    Preset(
+        MUJOCO,
+        "the PPO paper's MuJoCo settings (Schulman et al. 2017, Table 3): 2048 steps per "
+        "update, 10 epochs of 64-row minibatches, lr 3e-4, lambda 0.95, clip 0.2, with "
+        "observations and rewards normalised as OpenAI Baselines' VecNormalize does",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 4,
+            "rollout_fragment_length": 512,
+            "train_batch_size": 2048,
+            "sgd_minibatch_size": 64,
+            "num_sgd_iter": 10,
+            "lr": 3e-4,
+            "gae_lambda": 0.95,
+            "clip_param": 0.2,
+            "entropy_coeff": 0.0,
+            "grad_clip": 0.5,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
+    ),
+)
 
 
 class PPOPolicy(ClippedSurrogate, ActorCriticPolicy):
@@ -105,4 +151,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=PPOConfig,
     policy_cls=PPOPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -44,6 +44,7 @@ from flowrl.policy import (
     module_weights,
 )
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
+from flowrl.presets import MUJOCO, Preset
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
@@ -78,6 +79,28 @@ class SACConfig(ReplayConfig):
     training_intensity: float = 256.0
     metrics_smoothing_episodes: int = 10
     min_env_steps_per_iteration: int = 1_000
+
+
+# Settings known to learn these env families, under the user's own values (flowrl.presets)
+PRESETS = (
+    Preset(
+        MUJOCO,
+        "the SAC paper's settings (Haarnoja et al. 2018) as RL Baselines3 Zoo's sac.yml "
+        "has them for Hopper and HalfCheetah: 256x256 networks, 1M buffer, batch 256, one "
+        "update per env step, lr 3e-4, tau 0.005, learning from 10k steps",
+        {
+            "model_hiddens": (256, 256),
+            "buffer_size": 1_000_000,
+            "train_batch_size": 256,
+            "training_intensity": 256.0,
+            "lr": 3e-4,
+            "critic_lr": 3e-4,
+            "alpha_lr": 3e-4,
+            "tau": 5e-3,
+            "learning_starts": 10_000,
+        },
+    ),
+)
 
 
 def soft_q_target(
@@ -300,4 +323,5 @@ ALGORITHM = AlgorithmSpec(
     config_cls=SACConfig,
     policy_cls=SACPolicy,
     execution_plan=execution_plan,
+    presets=PRESETS,
 )

@@ -161,7 +161,7 @@ def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, A
     if not values.get("preset", True):
         return {}
     env = values.get("env", spec.config_cls.__dataclass_fields__["env"].default)
-    preset = preset_for(spec.name, env) if isinstance(env, str) else None
+    preset = preset_for(spec, env) if isinstance(env, str) else None
     if preset is None:
         return {}
     fields = spec.config_cls.__dataclass_fields__

@@ -243,7 +243,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             output = _default_output(args.algo, env)
         algo = Algorithm(args.algo, _config_values(args, output), address=args.address)
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
-    preset = preset_for(algo.spec.name, algo.config.env) if algo.config.preset else None
+    preset = preset_for(algo.spec, algo.config.env) if algo.config.preset else None
     if preset is not None and not args.resume:
         print(
             f"flowrl: with the {preset.family} preset for {algo.spec.name} (flowrl list "
@@ -400,7 +400,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.env:
             preset_keys = set(preset_values(spec, {"env": args.env}))
             values = build_config(spec, {"env": args.env}).to_dict()
-            preset = preset_for(spec.name, args.env)
+            preset = preset_for(spec, args.env)
             if preset is None:
                 print(f"{args.env}: no preset for {spec.name}; the defaults below apply\n")
             else:

@@ -15,6 +15,7 @@ from typing import Any
 from flowrl.config import Config
 from flowrl.iter import LocalIterator
 from flowrl.policy import Policy
+from flowrl.presets import Preset
 
 Plan = Callable[[Any, Any], LocalIterator[dict[str, Any]]]
 
@@ -28,3 +29,5 @@ class AlgorithmSpec:
     config_cls: type[Config]
     policy_cls: type[Policy]
     execution_plan: Plan
+    #: settings for env families (Atari, MuJoCo) a run starts from (:mod:`flowrl.presets`)
+    presets: tuple[Preset, ...] = ()

@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
-from flowrl.algorithm import build_config, get_algorithm
+from flowrl.algorithm import build_config, get_algorithm, list_algorithms
 from flowrl.cli import main
-from flowrl.presets import ATARI, MUJOCO, env_family, preset_for, presets
+from flowrl.presets import ATARI, MUJOCO, env_family, preset_for
+
+PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.presets]
 
 
 @pytest.mark.parametrize(
@@ -25,10 +27,10 @@ def test_env_families(env, family):
     assert env_family(env) == family
 
 
-@pytest.mark.parametrize("preset", presets(), ids=lambda p: f"{p.algo}-{p.family}")
-def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(preset):
+@pytest.mark.parametrize(("algo", "preset"), PRESETS, ids=[f"{a}-{p.family}" for a, p in PRESETS])
+def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(algo, preset):
     env = "ALE/Pong-v5" if preset.family == ATARI else "Hopper-v5"
-    spec = get_algorithm(preset.algo)
+    spec = get_algorithm(algo)
     fields = spec.config_cls.__dataclass_fields__
     assert set(preset.values) <= set(fields), set(preset.values) - set(fields)
     config = build_config(spec, {"env": env})
@@ -45,7 +47,8 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     plain = build_config(spec, {"env": "Hopper-v5", "preset": False})
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
-    assert preset_for("ppo", "CartPole-v1") is None
+    assert preset_for(spec, "CartPole-v1") is None
+    assert len(PRESETS) == 8
     assert build_config(spec, {}) == spec.config_cls()
 
 
