@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flowrl.cli import print_table  # noqa: F401  (the scripts print their tables with it)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -73,24 +75,6 @@ def ratio_spread(per_round: list[dict[str, float]], name: str, baseline: str) ->
     far one run's ratio can be trusted on a noisy machine (``"0.61-0.70"``)."""
     lo, hi = np.percentile([r[name] / r[baseline] for r in per_round], [10, 90])
     return f"{lo:.2f}-{hi:.2f}"
-
-
-def print_table(rows: Sequence[dict[str, Any]]) -> None:
-    """Rows of equal keys as an aligned text table."""
-    if not rows:
-        return
-    keys = list(rows[0])
-    cells = [[_fmt(r.get(k)) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:

@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -278,8 +277,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from flowrl.algorithm import get_algorithm
-    from flowrl.envs import check_env_id, reward_threshold
-    from flowrl.sweeps import METRIC, parse_grid, sweep, trial_rows
+    from flowrl.envs import check_env_id
+    from flowrl.sweeps import parse_grid, sweep, trial_rows
 
     stop = _stop_criteria(args)
     grid = parse_grid(args.grid)
@@ -293,20 +292,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     fixed = _config_values(args)
     config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
     check_env_id(config.env)
-    if stop.is_empty():
-        stop = dataclasses.replace(
-            stop, reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps
-        )
-    tune_stop = {
-        key: value
-        for key, value in (
-            (METRIC, stop.reward),
-            ("env_steps_sampled", stop.timesteps),
-            ("time_total_s", stop.time_s),
-            ("training_iteration", stop.iters),
-        )
-        if value is not None
-    }
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
     print(
         f"flowrl: sweeping {spec.name} on {config.env} over {', '.join(grid)}; writing to {output}"
@@ -315,29 +300,36 @@ def cmd_tune(args: argparse.Namespace) -> int:
         args.algo,
         grid,
         fixed=fixed,
-        stop=tune_stop,
+        stop=stop.for_config(config).thresholds(),
         storage=output,
         num_samples=args.num_samples,
         scheduler=args.scheduler,
         perturbation_interval=args.perturbation_interval,
     )
     rows = trial_rows(results, list(grid))
-    _print_table(rows)
+    print_table(rows)
     failed = sum(1 for row in rows if row["error"])
     print(f"flowrl: {len(rows)} trials, {failed} failed; Tune's results in {output / 'tune'}")
     return 1 if failed else 0
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
-    def cell(value: Any) -> str:
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    keys = list(rows[0]) if rows else []
-    cells = [[cell(row[k]) for k in keys] for row in rows]
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """Rows of the same keys as an aligned text table (``flowrl tune``'s trials; the
+    benchmarks print theirs with it too)."""
+    if not rows:
+        return
+    keys = list(rows[0])
+    cells = [[_cell(row.get(k)) for k in keys] for row in rows]
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
     print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
     for c in cells:
         print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -34,7 +34,6 @@ from flowrl import checkpoints
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import ConfigError
 from flowrl.envs import make_vector_env
-from flowrl.normalization import EPSILON
 from flowrl.policy import Policy
 
 FORMATS = ("onnx", "torchscript")
@@ -100,8 +99,8 @@ class GreedyPolicy(nn.Module):
         self.normalize = stats is not None
         if stats is not None:
             self.register_buffer("obs_mean", torch.as_tensor(stats.mean, dtype=torch.float32))
-            inv_std = 1.0 / np.sqrt(stats.var + EPSILON)
-            self.register_buffer("obs_inv_std", torch.as_tensor(inv_std, dtype=torch.float32))
+            inv_std = torch.as_tensor(1.0 / stats.std(), dtype=torch.float32)
+            self.register_buffer("obs_inv_std", inv_std)
             self.clip = float(policy.normalizer.clip)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

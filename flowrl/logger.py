@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flowrl.config import ConfigError
+from flowrl.tracking import metrics, step_of
 
 
 def _jsonable(value: Any) -> Any:
@@ -133,10 +134,9 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.output_dir), purge_step=self._purge_step)
-        step = int(result.get("env_steps_sampled", result.get("iteration", 0)))
-        for key, value in result.items():
-            if isinstance(value, int | float) and math.isfinite(value):
-                self._tb.add_scalar(key, value, global_step=step)
+        step = step_of(result)
+        for key, value in metrics(result).items():
+            self._tb.add_scalar(key, value, global_step=step)
         self._tb.flush()
 
     def close(self) -> None:

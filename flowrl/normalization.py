@@ -35,6 +35,13 @@ PREFIX = "normalizer/"
 EPSILON = 1e-8
 
 
+def moments(rows: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Count, mean and variance of ``rows`` along the first axis (no rows: count 0)."""
+    if not len(rows):
+        return 0, np.zeros(rows.shape[1:]), np.ones(rows.shape[1:])
+    return len(rows), rows.mean(axis=0), rows.var(axis=0)
+
+
 class RunningMeanStd:
     """Count, mean and (population) variance of everything added, in float64; two of them
     merge exactly (Chan et al.'s parallel update)."""
@@ -46,8 +53,7 @@ class RunningMeanStd:
 
     def update(self, rows: np.ndarray) -> None:
         """Add ``rows`` (a batch along the first axis)."""
-        if len(rows):
-            self.add_moments(len(rows), rows.mean(axis=0), rows.var(axis=0))
+        self.add_moments(*moments(rows))
 
     def add_moments(self, count: float, mean: np.ndarray, var: np.ndarray) -> None:
         """Add ``count`` samples with this mean and variance."""
@@ -127,16 +133,18 @@ class Normalizer:
         return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32, copy=False)
 
     # -- learning the statistics ------------------------------------------------------
-    def observe_fragment(self, raw_obs: np.ndarray, valid: np.ndarray | None = None) -> None:
-        """Add a fragment's raw ``[T, N, ...]`` observations (the ``valid`` rows)."""
+    def observe_fragment(self, raw_obs: np.ndarray) -> None:
+        """Add a fragment's raw ``[T, N, ...]`` observations."""
         if self.obs is None:
             return
-        rows = raw_obs.reshape(-1, *self.obs.mean.shape)
-        if valid is not None:
-            rows = rows[valid.reshape(-1)]
-        self.obs.update(rows)
-        self._unsent["obs"].update(rows)
+        self._add("obs", raw_obs.reshape(-1, *self.obs.mean.shape))
         self._obs_scale = None
+
+    def _add(self, name: str, rows: np.ndarray) -> None:
+        """``rows`` into the statistics and into what is unsent, summarised once."""
+        summary = moments(rows)
+        getattr(self, name).add_moments(*summary)
+        self._unsent[name].add_moments(*summary)
 
     def scale_rewards(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """A fragment's ``[T, N]`` rewards divided by the running std of the discounted
@@ -150,8 +158,7 @@ class Normalizer:
             self._returns = self._returns * self.gamma + rewards[t]
             returns[t] = self._returns
             self._returns[done[t]] = 0.0
-        self.ret.update(returns[valid])
-        self._unsent["ret"].update(returns[valid])
+        self._add("ret", returns[valid])
         scaled = rewards / self.ret.std()
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
 

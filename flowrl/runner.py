@@ -78,15 +78,30 @@ class StopCriteria:
     on_evaluation: bool = False
 
     @classmethod
-    def default_for(cls, algo: Trainable) -> StopCriteria:
+    def default_for(cls, config: Config) -> StopCriteria:
         """The env's registered reward threshold and the algorithm's default step budget."""
-        return cls(
-            reward=reward_threshold(algo.config.env),
-            timesteps=algo.config.default_stop_timesteps,
-        )
+        return cls(reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps)
+
+    def for_config(self, config: Config) -> StopCriteria:
+        """These criteria for a run of ``config``: :meth:`default_for` it when empty, judged
+        on the evaluation return when it evaluates."""
+        stop = StopCriteria.default_for(config) if self.is_empty() else self
+        return dataclasses.replace(stop, on_evaluation=config.evaluation_interval > 0)
 
     def is_empty(self) -> bool:
         return all(v is None for v in (self.reward, self.timesteps, self.time_s, self.iters))
+
+    def thresholds(self) -> dict[str, float]:
+        """The criteria as result keys and the values that stop a run (Ray Tune's ``stop``
+        takes this form); the evaluation return replaces the training return when
+        ``on_evaluation``."""
+        criteria = {
+            EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN: self.reward,
+            STEPS_SAMPLED: self.timesteps,
+            TIME_TOTAL_S: self.time_s,
+            ITERATION: self.iters,
+        }
+        return {key: value for key, value in criteria.items() if value is not None}
 
     def reason(self, result: dict[str, Any]) -> str | None:
         """The name of the first criterion ``result`` meets, or None."""
@@ -250,8 +265,7 @@ def run(
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
     ``trackers`` (:mod:`flowrl.tracking`) get the config, every result and the summary.
     """
-    stop = StopCriteria.default_for(algo) if stop is None or stop.is_empty() else stop
-    stop = dataclasses.replace(stop, on_evaluation=algo.config.evaluation_interval > 0)
+    stop = (stop or StopCriteria()).for_config(algo.config)
     budget = failure_budget or FailureBudget()
     log = _start_logs(algo, output_dir, trackers)
     bar = _progress_bar(stop, progress)
@@ -298,12 +312,17 @@ def run(
     return summary
 
 
+def run_meta(algo: Trainable) -> dict[str, Any]:
+    """What a run's config.json holds: the algorithm, its whole config, the plan as text."""
+    return {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+
+
 def _start_logs(
     algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker]
 ) -> RunLogger | None:
     """The run's files (a fresh directory, or its logs cut back to the checkpoint) and
     config.json; the trackers' start."""
-    meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+    meta = run_meta(algo)
     log = None
     if output_dir is not None:
         steps = algo.plan.context.counters[STEPS_SAMPLED]

@@ -26,10 +26,12 @@ from ray import tune
 from flowrl.algorithm import Algorithm, get_algorithm
 from flowrl.config import ConfigError
 from flowrl.logger import RunLogger
+from flowrl.runner import run_meta
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
 METRIC = "episode_return_mean"
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
+SCHEDULERS = ("fifo", "asha", "pbt")
 
 
 class FlowrlTrainable(tune.Trainable):
@@ -66,9 +68,7 @@ class FlowrlTrainable(tune.Trainable):
             shutil.rmtree(directory)  # a trial started again from scratch
         steps = self.algo.plan.context.counters.get("env_steps_sampled", 0)
         log = RunLogger(directory, resume_iteration=iteration, resume_env_steps=steps)
-        algo = self.algo
-        meta = {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
-        log.write_json("config.json", meta)
+        log.write_json("config.json", run_meta(self.algo))
         return log
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -128,10 +128,9 @@ def sweep(
             raise ConfigError(f"unknown config key '{key}' for {spec.name}")
     space = {**(fixed or {}), ALGO_KEY: algo}
     space.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
-    schedulers = {"fifo": None, "asha": None, "pbt": None}
-    if scheduler not in schedulers:
-        raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(schedulers)}")
-    chosen = None
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
+    chosen = None  # fifo: Tune's default
     if scheduler == "asha":
         chosen = tune.schedulers.ASHAScheduler(time_attr="training_iteration")
     elif scheduler == "pbt":

@@ -49,6 +49,11 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def step_of(result: dict[str, Any]) -> int:
+    """A result's x axis: env steps sampled (the iteration when a plan reports none)."""
+    return int(result.get("env_steps_sampled", result.get("iteration", 0)))
+
+
 def params(meta: dict[str, Any]) -> dict[str, Any]:
     """The algorithm, env and every config value, flat (``config.lr`` -> ``lr``)."""
     config = meta.get("config", {})
@@ -87,8 +92,7 @@ class MLflowTracker:
         mlflow.log_params(params(meta))
 
     def log(self, result: dict[str, Any]) -> None:
-        step = int(result.get("env_steps_sampled", result.get("iteration", 0)))
-        self._mlflow.log_metrics(metrics(result), step=step)
+        self._mlflow.log_metrics(metrics(result), step=step_of(result))
 
     def finish(self, summary: dict[str, Any]) -> None:
         mlflow = self._mlflow
@@ -123,8 +127,7 @@ class WandbTracker:
         )
 
     def log(self, result: dict[str, Any]) -> None:
-        step = int(result.get("env_steps_sampled", result.get("iteration", 0)))
-        self.run.log(metrics(result), step=step)
+        self.run.log(metrics(result), step=step_of(result))
 
     def finish(self, summary: dict[str, Any]) -> None:
         for key, value in summary.items():

@@ -21,33 +21,36 @@ def execute(name: str, tmp_path: Path):
     return nb
 
 
+def printed(nb) -> str:
+    """Everything the notebook's code cells printed."""
+    return "".join(
+        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+    )
+
+
+def rich_outputs(nb, mime: str) -> list[str]:
+    """The notebook's displayed outputs of type ``mime`` (``image/png``, ``text/html``)."""
+    return [
+        o["data"][mime] for c in nb.cells for o in c.get("outputs", []) if mime in o.get("data", {})
+    ]
+
+
 @pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path):
     nb = execute("quickstart.ipynb", tmp_path)
-    outputs = "".join(
-        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
-    )
+    outputs = printed(nb)
     assert "ParallelRollouts" in outputs and "episode_return_mean" in outputs
-    assert any(
-        "image/png" in o.get("data", {}) for cell in nb.cells for o in cell.get("outputs", [])
-    ), "the learning curve is plotted"
+    assert rich_outputs(nb, "image/png"), "the learning curve is plotted"
 
 
 @pytest.mark.slow
 def test_custom_env_notebook_trains_on_ray_workers_and_shows_its_video(tmp_path):
     nb = execute("custom_env.ipynb", tmp_path)
-    outputs = "".join(
-        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
-    )
+    outputs = printed(nb)
     returns = [float(line.split()[-1]) for line in outputs.splitlines() if "iteration" in line]
     assert len(returns) == 6 and returns[-1] > 0.5, returns  # the goal is reached, quickly
     assert "greedy: return 0.70 over 5 episodes, mean length 7" in outputs  # straight there
-    html = [
-        o["data"].get("text/html", "")
-        for c in nb.cells
-        for o in c.get("outputs", [])
-        if "data" in o
-    ]
+    html = rich_outputs(nb, "text/html")
     assert any("<video" in h and "base64" in h for h in html), "the video is shown inline"
     assert (tmp_path / "videos" / "eval-episode-4.mp4").stat().st_size > 0
 
@@ -55,10 +58,6 @@ def test_custom_env_notebook_trains_on_ray_workers_and_shows_its_video(tmp_path)
 @pytest.mark.slow
 def test_sweep_notebook_runs_two_tune_trials_and_plots_them(tmp_path):
     nb = execute("sweep.ipynb", tmp_path)
-    outputs = "".join(
-        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
-    )
+    outputs = printed(nb)
     assert "lr=0.001: 8 iterations" in outputs and "lr=0.0003: 8 iterations" in outputs
-    assert any(
-        "image/png" in o.get("data", {}) for cell in nb.cells for o in cell.get("outputs", [])
-    ), "the trials' curves are shown"
+    assert rich_outputs(nb, "image/png"), "the trials' curves are shown"
