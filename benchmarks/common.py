@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.cli import print_table  # noqa: F401  (the scripts print their tables with it)
+from flowrl.tables import print_table  # noqa: F401  (the scripts print their tables with it)
 
 RESULTS = Path(__file__).parent / "results"
 

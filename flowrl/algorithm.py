@@ -25,14 +25,17 @@ from typing import Any
 import torch
 
 from flowrl import checkpoints
+from flowrl.autotune import Layout, choose_layout, is_auto
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
 from flowrl.context import ITERATION
 from flowrl.envs import check_env_id, env_name, make_vector_env
 from flowrl.evaluation import Evaluation, episode_stats
+from flowrl.graph import PlanGraph, plan_graph
 from flowrl.iter import LocalIterator, NotReady
 from flowrl.policy import Policy, Weights
 from flowrl.presets import preset_for
+from flowrl.profile import Profile, Profiler
 from flowrl.runner import run
 from flowrl.spec import AlgorithmSpec, Plan
 from flowrl.worker import WorkerSet
@@ -192,6 +195,14 @@ class Algorithm:
         **overrides: Any,
     ) -> None:
         self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
+        self.layout: Layout | None = None  # what num_workers="auto" chose, and why
+        if is_auto(overrides) or (isinstance(config, Mapping) and is_auto(config)):
+            run = self._auto_layout(config, overrides, plan)
+            if isinstance(run, Algorithm):  # the in-process run that measured it goes on
+                layout, self.__dict__ = self.layout, run.__dict__
+                self.layout = layout
+                return
+            config, overrides = run, {}
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
         if address and not self.config.uses_ray:
@@ -209,6 +220,8 @@ class Algorithm:
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
+        if self.config.profile:  # before the first pull builds the plan
+            self.plan.context.profiler = Profiler()
         self.evaluation = Evaluation(
             self.workers,
             interval=self.config.evaluation_interval,
@@ -216,6 +229,22 @@ class Algorithm:
             video_dir=self.config.evaluation_video_dir,
         )
         self.last_result: dict[str, Any] | None = None
+
+    def _auto_layout(self, config: Any, overrides: dict[str, Any], plan: Plan | None) -> Any:
+        """``num_workers="auto"``: :func:`choose_layout` measures the plan and keeps the
+        layout in :attr:`layout`. Returns its in-process run when the layout is that
+        run's, else the config values with the layout."""
+        values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
+        values.update(overrides)
+        del values["num_workers"]
+        self.layout, run = choose_layout(
+            self.spec,
+            build_config(self.spec, values),
+            algorithm_cls=type(self),
+            plan=plan,
+            envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
+        )
+        return run if run is not None else {**values, **self.layout.overrides()}
 
     def __repr__(self) -> str:
         return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
@@ -235,6 +264,38 @@ class Algorithm:
                 result.update(self.evaluation.step(self.iteration))
                 self.last_result = result
                 return result
+
+    def profile(self, *, since_start: bool = True) -> Profile:
+        """Where the plan's time went since it started (or in the last iteration): each
+        operator's share of wall-clock, items/s and NotReady count, queue depths and the
+        bottleneck (``print(algo.profile())``). Needs ``profile=True``.
+
+        Example:
+            >>> algo = Algorithm("ppo", num_workers=0, profile=True)
+            >>> _ = algo.train()
+            >>> algo.profile().bottleneck().split(":")[0] in (
+            ...     "sampling-bound", "learner-bound", "weight-sync-bound")
+            True
+            >>> algo.stop()
+        """
+        profiler = self.plan.context.profiler
+        if profiler is None:
+            raise ConfigError("this run is not profiled: create it with profile=True")
+        if since_start or profiler.last_window is None:
+            return profiler.profile()
+        return profiler.last_window
+
+    def graph(self) -> PlanGraph:
+        """The plan's operator graph (``print(algo.graph())``; ``to_mermaid()``,
+        ``to_dot()``, ``to_png()``; notebooks draw it).
+
+        Example:
+            >>> algo = Algorithm("ppo", num_workers=0)
+            >>> "TrainOneStep" in algo.graph().to_text()
+            True
+            >>> algo.stop()
+        """
+        return plan_graph(self.plan, title=f"{self.spec.name} on {self.config.env}")
 
     def rebuild_after_failure(self) -> list[str]:
         """Replace dead remote workers and replay shards (recreated empty) and rebuild the

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flowrl.config import ConfigError, parse_set_value
+from flowrl.graph import FORMATS
 from flowrl.runner import sigint_ignored
+from flowrl.tables import print_table
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +31,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
+
+
+def _num_workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +50,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
         "(default: the config's, CartPole-v1)",
     )
-    parser.add_argument("--num-workers", type=int, help="remote rollout workers; 0: no Ray")
+    parser.add_argument(
+        "--num-workers",
+        type=_num_workers,
+        help="remote rollout workers; 0: no Ray; auto: measure and pick the fastest layout",
+    )
     parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
     parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
     parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
@@ -83,7 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--mlflow-uri", help="MLflow tracking URI (default: ./mlruns, a local store)"
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--profile",
+        action="store_true",
+        help="record where the plan's time goes (timers/* results) and print a table and "
+        "the bottleneck at the end",
+    )
     train.set_defaults(func=cmd_train)
+
+    plan = sub.add_parser(
+        "plan",
+        help="print or draw an algorithm's execution plan as a graph, without training",
+        description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
+    )
+    plan.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
+    plan.add_argument("--env", help="gymnasium id or module:ClassOrFactory")
+    plan.add_argument("--num-workers", type=_num_workers, help="remote rollout workers (0: no Ray)")
+    plan.add_argument(
+        "--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE", help="config values"
+    )
+    plan.add_argument("--format", choices=FORMATS, default="text")
+    plan.add_argument("--out", help="write to this file (needed for png)")
+    plan.set_defaults(func=cmd_plan, config=None, seed=None, num_envs_per_worker=None, video=False)
 
     tune = sub.add_parser(
         "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
@@ -231,6 +267,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     stop = _stop_criteria(args)
     if args.mlflow_uri and "mlflow" not in args.logger:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
+    if args.profile:
+        args.set.append("profile=true")
     if args.resume:
         algo, output = _resume(args)
     else:
@@ -241,6 +279,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
             output = _default_output(args.algo, env)
         algo = Algorithm(args.algo, _config_values(args, output), address=args.address)
+    if algo.layout is not None:
+        print(f"flowrl: {algo.layout.reason}")
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
     preset = preset_for(algo.spec, algo.config.env) if algo.config.preset else None
     if preset is not None and not args.resume:
@@ -258,6 +298,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             trackers=trackers,
         )
+        if args.profile:
+            print(f"flowrl: where the time went\n{algo.profile()}")
     except ConfigError:
         raise
     except Exception as e:
@@ -313,25 +355,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    """Rows of the same keys as an aligned text table (``flowrl tune``'s trials; the
-    benchmarks print theirs with it too)."""
-    if not rows:
-        return
-    keys = list(rows[0])
-    cells = [[_cell(row.get(k)) for k in keys] for row in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return str(value)
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flowrl import checkpoints
     from flowrl.algorithm import Algorithm
@@ -353,6 +376,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     if args.video:
         print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from flowrl.algorithm import Algorithm
+
+    if args.format == "png" and not args.out:
+        raise ConfigError("--format png writes an image: add --out FILE.png")
+    algo = Algorithm(args.algo, _config_values(args))
+    try:
+        shown = algo.graph().format(args.format)
+    finally:
+        algo.stop()
+    if args.out:
+        out = Path(args.out)
+        if isinstance(shown, bytes):
+            out.write_bytes(shown)
+        else:
+            out.write_text(shown + "\n")
+        print(f"flowrl: wrote the plan of {algo.spec.name} to {out} ({args.format})")
+    else:
+        print(shown)
     return 0
 
 

@@ -225,6 +225,9 @@ class Config:
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
+    profile: bool = param(
+        False, "record each operator's time, items and queue depths (timers/* in results)"
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A plain new default for an inherited field keeps that field's doc and range."""

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ TIME_TOTAL_S = "time_total_s"
 EPISODE_RETURN_MEAN = "episode_return_mean"
 EPISODE_LEN_MEAN = "episode_len_mean"
 ENV_STEPS_PER_S = "env_steps_per_s"
+# what a plan's work counts as in a profile's bottleneck line (flowrl.profile)
+SAMPLE, LEARN, SYNC = "sample", "learn", "weight sync"
+IDLE = "idle (no branch had an item)"  # an async union's naps, as a profile shows them
 
 
 class TimerStat:
@@ -81,7 +85,8 @@ class PlanContext:
     ``gather_async`` and ``gather_sync``); ``worker`` is the local rollout worker when the
     context lives inside a worker actor (remote-side operators use it). ``checkpointables``
     are plan-owned objects (a replay buffer, say) with ``get_state``/``set_state`` that
-    checkpoints keep (see :meth:`register_checkpointable`).
+    checkpoints keep (see :meth:`register_checkpointable`). ``profiler`` records where the
+    plan's time goes (:mod:`flowrl.profile`).
     """
 
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -92,6 +97,20 @@ class PlanContext:
     checkpointables: dict[str, Any] = field(default_factory=dict)
     pending_state: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
+    profiler: Any = None  # a flowrl.profile.Profiler when the plan is profiled
+
+    def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
+        """Times a piece of work inside an operator as its own row of the profile (the
+        weight transfers, say: ``span(SYNC)``); its role is its label unless given. Does
+        nothing when the plan is not profiled.
+
+        Example:
+            >>> with PlanContext().span("weight sync"):
+            ...     pass
+        """
+        if self.profiler is None:
+            return contextlib.nullcontext()
+        return self.profiler.span(label, role)
 
     def on_close(self, fn: Callable[[], Any]) -> None:
         """Call ``fn`` when the plan closes, whether or not the operator that started

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from flowrl.context import PlanContext
+from flowrl.context import IDLE, PlanContext
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -69,6 +69,10 @@ class Operator:
     """
 
     context: PlanContext
+    # what its time counts as in a profile's bottleneck line: "sample", "learn" or None
+    role: str | None = None
+    # a queue, buffer or learner thread it hands items to (an edge of the plan's graph)
+    sends_to: Any = None
 
     def bind(self, context: PlanContext) -> None:
         bound = self.__dict__.get("context")
@@ -103,13 +107,30 @@ class LocalIterator(Generic[T]):
     """
 
     def __init__(
-        self, build: BuildFn, *, context: PlanContext | None = None, name: str = "LocalIterator"
+        self,
+        build: BuildFn,
+        *,
+        context: PlanContext | None = None,
+        name: str = "LocalIterator",
+        parents: Sequence[Any] = (),
+        op: Any = None,
+        label: str | None = None,
+        role: str | None = None,
+        receives_from: Any = None,
     ) -> None:
         self._build_fn = build
         self.context = context if context is not None else PlanContext()
         self.name = name
         self._built = False
         self._it: Iterator[T] | None = None
+        # what the plan's graph shows (flowrl.graph): the iterators this one pulls from,
+        # the function it applies, and a queue or buffer a source takes its items from
+        self.parents = tuple(parents)
+        self.op = op
+        self.label = label or name
+        self.role = role if role is not None else getattr(op, "role", None)
+        self.receives_from = receives_from
+        self.hidden = False  # an internal step: the graph and the profile skip it
 
     # -- sources -------------------------------------------------------------------------
     @classmethod
@@ -134,7 +155,10 @@ class LocalIterator(Generic[T]):
                 f"{self.name} is already being consumed; use duplicate() to read it twice"
             )
         self._built = True
-        return iter(self._build_fn(context, timeout))
+        it = iter(self._build_fn(context, timeout))
+        if context.profiler is not None and not self.hidden:
+            it = context.profiler.timed(self, it)
+        return it
 
     def __iter__(self) -> LocalIterator[T]:
         return self
@@ -159,13 +183,21 @@ class LocalIterator(Generic[T]):
             self._it.close()
         self.context.close()
 
-    def _derive(self, gen: Callable[[Iterator[Any], PlanContext], Iterator[U]], suffix: str):
+    def _derive(
+        self,
+        gen: Callable[[Iterator[Any], PlanContext], Iterator[U]],
+        suffix: str,
+        op: Any = None,
+    ):
         parent = self
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[U]:
             return gen(parent.build(ctx, timeout), ctx)
 
-        return LocalIterator(build, context=self.context, name=f"{self.name}.{suffix}")
+        name = f"{self.name}.{suffix}"
+        return LocalIterator(
+            build, context=self.context, name=name, parents=(self,), op=op, label=suffix
+        )
 
     # -- transforms ----------------------------------------------------------------------
     def for_each(self, fn: Callable[[T], U]) -> LocalIterator[U]:
@@ -176,7 +208,7 @@ class LocalIterator(Generic[T]):
             for item in it:
                 yield item if item is NotReady else fn(item)
 
-        return self._derive(gen, f"for_each({_describe(fn)})")
+        return self._derive(gen, f"for_each({_describe(fn)})", op=fn)
 
     def filter(self, fn: Callable[[T], bool]) -> LocalIterator[T]:
         """Keep the items for which ``fn`` is true."""
@@ -187,7 +219,7 @@ class LocalIterator(Generic[T]):
                 if item is NotReady or fn(item):
                     yield item
 
-        return self._derive(gen, f"filter({_describe(fn)})")
+        return self._derive(gen, f"filter({_describe(fn)})", op=fn)
 
     def gate(self, is_open: Callable[[], bool]) -> LocalIterator[T]:
         """Pull from upstream only while ``is_open()`` is true; ``NotReady`` while it is
@@ -213,7 +245,7 @@ class LocalIterator(Generic[T]):
                     return
                 yield item
 
-        return self._derive(gen, f"gate({_describe(is_open)})")
+        return self._derive(gen, f"gate({_describe(is_open)})", op=is_open)
 
     def combine(self, fn: Callable[[T], Iterable[U]]) -> LocalIterator[U]:
         """Apply ``fn`` (which returns a list) to every item and flatten the lists."""
@@ -226,7 +258,7 @@ class LocalIterator(Generic[T]):
                 else:
                     yield from fn(item)
 
-        return self._derive(gen, f"combine({_describe(fn)})")
+        return self._derive(gen, f"combine({_describe(fn)})", op=fn)
 
     def flatten(self) -> LocalIterator[Any]:
         """Turn a stream of lists into a stream of their elements."""
@@ -300,7 +332,13 @@ class LocalIterator(Generic[T]):
             return build
 
         return [
-            LocalIterator(make(i), context=self.context, name=f"{self.name}.duplicate[{i}]")
+            LocalIterator(
+                make(i),
+                context=self.context,
+                name=f"{self.name}.duplicate[{i}]",
+                parents=(self,),
+                label=f"duplicate[{i}]",
+            )
             for i in range(n)
         ]
 
@@ -340,12 +378,19 @@ class LocalIterator(Generic[T]):
                 produced = yield from _union_round(active, weights)
                 if not produced and active:
                     if not deterministic and timeout is None:
-                        time.sleep(0.0005)  # nothing ready anywhere: don't spin a core
+                        with ctx.span(IDLE):  # nothing ready anywhere: don't spin a core
+                            time.sleep(0.0005)
                     yield NotReady
 
         names = ", ".join(c.name for c in children)
         mode = f"round_robin{list(weights)}" if deterministic else "async"
-        return LocalIterator(build, context=self.context, name=f"Union[{mode}]({names})")
+        return LocalIterator(
+            build,
+            context=self.context,
+            name=f"Union[{mode}]({names})",
+            parents=children,
+            label=f"Union[{mode}]",
+        )
 
 
 def _union_round(active: dict[int, Iterator[Any]], weights: list[int | str]):
@@ -422,6 +467,10 @@ class ParallelIterator(Generic[T]):
         with_actor: bool = False,
         before_requests: Callable[[PlanContext], Any] | None = None,
         request_timeout_s: float = 0.0,
+        parents: Sequence[Any] = (),
+        op: Any = None,
+        label: str | None = None,
+        receives_from: Any = None,
     ) -> None:
         if not actors:
             raise ValueError("a ParallelIterator needs at least one actor")
@@ -431,6 +480,12 @@ class ParallelIterator(Generic[T]):
         self.with_actor = with_actor
         self.before_requests = before_requests
         self.request_timeout_s = request_timeout_s
+        # the plan's graph (flowrl.graph): the shards' actors, then each transform on them
+        self.parents, self.op = tuple(parents), op
+        self.label = label or f"{len(self.actors)} x {name} (Ray actors)"
+        self.receives_from = receives_from
+        self.role = getattr(op, "role", None)
+        self.hidden = False
 
     @classmethod
     def from_actors(
@@ -440,17 +495,20 @@ class ParallelIterator(Generic[T]):
         name: str = "ParallelIterator",
         before_requests: Callable[[PlanContext], Any] | None = None,
         request_timeout_s: float = 0.0,
+        receives_from: Any = None,
     ) -> Any:
         """Shards served by actors that mix in :class:`ParallelIteratorWorker`.
         ``before_requests(context)`` runs before every round of requests to the actors
         (ParallelRollouts sends weights the learner deferred with it). An actor whose
         request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
-        pull fails with Ray's actor error and the runner replaces it (a hung env)."""
+        pull fails with Ray's actor error and the runner replaces it (a hung env).
+        ``receives_from``: the buffer the actors serve, for the plan's graph."""
         return cls(
             actors,
             name=name,
             before_requests=before_requests,
             request_timeout_s=request_timeout_s,
+            receives_from=receives_from,
         )
 
     @classmethod
@@ -480,6 +538,9 @@ class ParallelIterator(Generic[T]):
             with_actor=self.with_actor,
             before_requests=self.before_requests,
             request_timeout_s=self.request_timeout_s,
+            parents=(self,),
+            op=args[0] if args else None,
+            label=f"{suffix} on the actors",
         )
 
     def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
@@ -570,11 +631,12 @@ class ParallelIterator(Generic[T]):
                     return
                 yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
 
-        return LocalIterator(build, name=f"{self.name}.batch_across_shards()")
+        return self._gathered(build, "batch_across_shards()")
 
     def gather_sync(self) -> LocalIterator[T]:
         """One item from every shard per round, in shard order (a barrier per round)."""
         rounds = self.batch_across_shards()
+        rounds.hidden = True  # one step in the graph and the profile
         actors = self.actors
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
@@ -586,7 +648,7 @@ class ParallelIterator(Generic[T]):
                     ctx.current_actor = actor
                     yield item
 
-        return LocalIterator(build, name=f"{self.name}.gather_sync()")
+        return self._gathered(build, "gather_sync()", parent=rounds)
 
     def gather_async(self, num_async: int = 1) -> LocalIterator[T]:
         """Items in completion order, with ``num_async`` requests in flight per shard.
@@ -629,7 +691,12 @@ class ParallelIterator(Generic[T]):
                 if pending:
                     ray.wait(list(pending), num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
 
-        return LocalIterator(build, name=f"{self.name}.gather_async(num_async={num_async})")
+        return self._gathered(build, f"gather_async(num_async={num_async})")
+
+    def _gathered(self, build: BuildFn, suffix: str, parent: Any = None) -> LocalIterator[Any]:
+        """The local end of the shards: items come to this process here."""
+        parents = (parent if parent is not None else self,)
+        return LocalIterator(build, name=f"{self.name}.{suffix}", parents=parents, label=suffix)
 
 
 def _identity(x: Any) -> Any:

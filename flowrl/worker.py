@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from flowrl.envs import (
 )
 from flowrl.iter import ParallelIteratorWorker
 from flowrl.policy import NonFiniteError, Policy, Weights
+from flowrl.profile import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.sample_batch import (
     ACTIONS,
     OBS,
@@ -97,6 +99,8 @@ class RolloutWorker(ParallelIteratorWorker):
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
         # held while a learner thread changes the policy: a checkpoint reads whole updates
         self.lock = threading.Lock()
+        # seconds spent sampling and loading weights, reported when profiling (flowrl.profile)
+        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
 
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self):
@@ -105,7 +109,10 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def sample(self):
         """One post-processed fragment: ``rollout_fragment_length`` steps of every env."""
-        return self.policy.postprocess(self.sample_fragment())
+        start = time.perf_counter()
+        fragment = self.policy.postprocess(self.sample_fragment())
+        self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
+        return fragment
 
     def sample_fragment(self) -> Fragment:
         """``rollout_fragment_length`` raw steps of every env, time-major."""
@@ -185,10 +192,14 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
-        policy reports about its acting (:meth:`Policy.metrics`), and the normalisation
-        statistics added since the last call (for the learner to merge)."""
+        policy reports about its acting (:meth:`Policy.metrics`) with, when profiling, its
+        seconds sampling and loading weights so far, and the normalisation statistics
+        added since the last call (for the learner to merge)."""
         episodes, self._episodes = self._episodes, []
-        return episodes, self.policy.metrics(), self.policy.normalizer.take_unsent()
+        metrics = self.policy.metrics()
+        if self.config.profile:
+            metrics = {**metrics, **self.busy_s}
+        return episodes, metrics, self.policy.normalizer.take_unsent()
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
@@ -204,7 +215,9 @@ class RolloutWorker(ParallelIteratorWorker):
         return self.policy.get_weights()
 
     def set_weights(self, weights: Weights) -> None:
+        start = time.perf_counter()
         self.policy.set_weights(weights)
+        self.busy_s[WORKER_WEIGHTS_S] += time.perf_counter() - start
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(

@@ -5,6 +5,8 @@ tests directory is on their path), so ``custom_envs:Corridor`` names an env anyw
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -61,3 +63,15 @@ class MultiDiscreteActions(Corridor):
 
 def not_an_env() -> str:
     return "a string"
+
+
+class SlowCorridor(Corridor):
+    """A Corridor whose every step takes ``delay_s`` (an expensive simulator)."""
+
+    def __init__(self, length: int = 5, delay_s: float = 0.002, render_mode=None) -> None:
+        super().__init__(length, render_mode)
+        self.delay_s = delay_s
+
+    def step(self, action):
+        time.sleep(self.delay_s)
+        return super().step(action)

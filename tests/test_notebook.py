@@ -40,7 +40,9 @@ def test_quickstart_notebook_executes(tmp_path):
     nb = execute("quickstart.ipynb", tmp_path)
     outputs = printed(nb)
     assert "ParallelRollouts" in outputs and "episode_return_mean" in outputs
-    assert rich_outputs(nb, "image/png"), "the learning curve is plotted"
+    assert len(rich_outputs(nb, "image/png")) == 2, "the learning curve and the plan's graph"
+    assert "Dequeue(learner)" in outputs and "learner: busy" in outputs  # the profile
+    assert any(line.split(":")[0].endswith("-bound") for line in outputs.splitlines())
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from flowrl.context import (
     LEARNER_INFO,
     STEPS_TRAINED,
+    SYNC,
     WEIGHT_BROADCASTS,
     PlanContext,
     TimerStat,
@@ -62,8 +63,13 @@ def Concurrently(
         deterministic=mode == "round_robin",
         round_robin_weights=round_robin_weights,
     )
-    out = merged.filter(lambda item: item[0] in outputs).for_each(_untag)
+    kept = merged.filter(lambda item: item[0] in outputs)
+    out = kept.for_each(_untag)
     out.name = f"Concurrently[{mode}, outputs={sorted(outputs)}]({', '.join(o.name for o in ops)})"
+    weights = f", weights={list(round_robin_weights)}" if round_robin_weights else ""
+    out.label = f"Concurrently({mode}{weights}, outputs={sorted(outputs)})"
+    for step in (*tagged, merged, kept):  # the graph and the profile show one step
+        step.hidden = True
     return out
 
 
@@ -141,6 +147,9 @@ class LearnerThread(threading.Thread):
         except BaseException as e:  # surfaced in the plan by check()
             self.error = e
 
+    def __repr__(self) -> str:
+        return f"LearnerThread(inbox_size={self.inbox.maxsize}, num_sgd_iter={self.num_sgd_iter})"
+
     def get_weights(self) -> Any:
         """The policy's weights between two updates."""
         with self._lock:
@@ -194,14 +203,23 @@ class Enqueue(Operator):
         self._learner = learner
         self._held: SampleBatch | None = None
 
+    @property
+    def sends_to(self) -> LearnerThread:
+        return self._learner
+
     def bind(self, context: PlanContext) -> None:
         super().bind(context)
         if not self._learner.is_alive() and self._learner.error is None:
             self._learner.start()
             context.on_close(self._learner.stop)
+        if context.profiler is not None:
+            timer = self._learner.learn_timer
+            context.profiler.watch_thread("learner", lambda: timer.total_s)
 
     def __call__(self, batch: SampleBatch) -> Any:
         learner = self._learner
+        if self.context.profiler is not None:
+            self.context.profiler.queue_depth("learner_inbox", learner.inbox.qsize())
         while self._held is not None:  # back-pressure: wait for room for the held batch
             learner.check()
             try:
@@ -244,7 +262,7 @@ def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[SampleBatch, dict[str
             ctx.timers["learn"] = learner.learn_timer
             yield batch, stats
 
-    return LocalIterator(build, name="Dequeue(learner)")
+    return LocalIterator(build, name="Dequeue(learner)", receives_from=learner)
 
 
 class BroadcastWeights(Operator):
@@ -287,12 +305,13 @@ class BroadcastWeights(Operator):
         items, steps = items + 1, steps + len(item)
         due = items >= self.broadcast_interval and steps >= self.min_env_steps
         if self._learner.version != version and due:
-            if self._ref_version != self._learner.version:
-                import ray
+            with self.context.span(SYNC):
+                if self._ref_version != self._learner.version:
+                    import ray
 
-                self._ref_version = self._learner.version  # read before the snapshot
-                self._ref = ray.put(self._learner.get_weights())
-            self._workers.sync_weights([actor], weights_ref=self._ref)
+                    self._ref_version = self._learner.version  # read before the snapshot
+                    self._ref = ray.put(self._learner.get_weights())
+                self._workers.sync_weights([actor], weights_ref=self._ref)
             self.context.counters[WEIGHT_BROADCASTS] += 1
             version, items, steps = self._ref_version, 0, 0
         self._sent[actor] = (version, items, steps)

@@ -122,6 +122,10 @@ class CollectMetrics(Operator):
         for index, metrics in sorted(self._worker_metrics.items()):
             result.update({f"worker_{index}/{k}": v for k, v in metrics.items()})
         result.update({f"timers/{k}_ms": t.mean_ms for k, t in self.context.timers.items()})
+        profiler = self.context.profiler
+        if profiler is not None:
+            profiler.worker_busy(by_worker)
+            result.update(profiler.window().results())
         return result
 
 

@@ -60,6 +60,10 @@ class StoreToReplayBuffer(Operator):
         self._pending: list[Any] = []
         self._max_pending = max_pending_adds
 
+    @property
+    def sends_to(self) -> ReplayTarget:
+        return self._target
+
     def bind(self, context: Any) -> None:
         super().bind(context)
         if self._checkpoint:
@@ -94,7 +98,7 @@ def Replay(
     name = f"Replay(batch_size={batch_size})"
     if not _is_local(target):
         per_shard = -(-learning_starts // len(target))  # ceil
-        shards = ParallelIterator.from_actors(target, name=f"{name}[shards={len(target)}]")
+        shards = ParallelIterator.from_actors(target, name="ReplayActor", receives_from=target)
         sample = SampleShard(batch_size, learning_starts=per_shard)
         return shards.for_each(sample).gather_async(num_async=num_async)
 
@@ -103,7 +107,7 @@ def Replay(
             batch = target.sample_after(batch_size, learning_starts)
             yield NotReady if batch is None else batch
 
-    return LocalIterator(build, name=name)
+    return LocalIterator(build, name=name, receives_from=target)
 
 
 class SampleShard:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import STEPS_SAMPLED, WEIGHT_BROADCASTS, PlanContext
+from flowrl.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.sample_batch import ArrayPool, SampleBatch
 from flowrl.worker import WorkerSet
@@ -28,7 +28,7 @@ Gradients = tuple[list[np.ndarray], dict[str, float]]
 
 def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIterator[Any]:
     """``source`` with the time spent waiting for each item and the env steps it holds
-    recorded in the plan's context."""
+    recorded in the plan's context; a profile counts its time as sampling."""
 
     def build(ctx: PlanContext, timeout: float | None):
         it = source.build(ctx, timeout)
@@ -42,7 +42,13 @@ def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIter
                 ctx.counters[STEPS_SAMPLED] += size(item)
             yield item
 
-    return LocalIterator(build, name=name)
+    upstream = [source]
+    while upstream:  # waiting for the actors and joining their fragments is sampling too
+        it = upstream.pop()
+        if it.role is None:
+            it.role = SAMPLE
+        upstream += it.parents
+    return LocalIterator(build, name=name, parents=(source,), role=SAMPLE)
 
 
 class SendDeferredWeights:
@@ -53,7 +59,9 @@ class SendDeferredWeights:
         self._workers = workers
 
     def __call__(self, ctx: PlanContext) -> None:
-        if self._workers.flush_weights():
+        with ctx.span(SYNC):
+            sent = self._workers.flush_weights()
+        if sent:
             ctx.counters[WEIGHT_BROADCASTS] += 1
 
 
@@ -81,10 +89,11 @@ def ParallelRollouts(
         local = LocalIterator.from_generator(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
+        local.hidden = True  # its time is the source's: sampling in this process
         return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len)
     shards = ParallelIterator.from_actors(
         workers.remote_workers,
-        name="ParallelRollouts(raw)",
+        name="RolloutWorker",
         before_requests=SendDeferredWeights(workers),
         request_timeout_s=workers.config.sample_timeout_s,
     )
@@ -132,7 +141,7 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
     grads = (
         ParallelIterator.from_actors(
             workers.remote_workers,
-            name="rollouts",
+            name="RolloutWorker",
             before_requests=SendDeferredWeights(workers),
             request_timeout_s=workers.config.sample_timeout_s,
         )

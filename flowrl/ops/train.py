@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import LEARNER_INFO, STEPS_TRAINED
+from flowrl.context import LEARN, LEARNER_INFO, STEPS_TRAINED, SYNC
 from flowrl.iter import Operator
 from flowrl.ops.rollouts import Gradients
 from flowrl.sample_batch import SampleBatch
@@ -42,6 +42,8 @@ class TrainOneStep(Operator):
         >>> batches.for_each(train)  # doctest: +SKIP
     """
 
+    role = LEARN
+
     def __init__(
         self, workers: WorkerSet, *, num_sgd_iter: int = 1, sgd_minibatch_size: int = 0
     ) -> None:
@@ -70,6 +72,8 @@ class ApplyGradients(Operator):
         >>> grads.for_each(ApplyGradients(workers, update_all=False))  # doctest: +SKIP
     """
 
+    role = LEARN
+
     def __init__(self, workers: WorkerSet, *, update_all: bool = True) -> None:
         self._workers = workers
         self.update_all = update_all
@@ -83,5 +87,6 @@ class ApplyGradients(Operator):
         if self.update_all:
             self._workers.defer_weight_sync()
         elif self.context.current_actor is not None:
-            self._workers.sync_weights([self.context.current_actor])
+            with self.context.span(SYNC):
+                self._workers.sync_weights([self.context.current_actor])
         return info

@@ -167,6 +167,9 @@ class ReplayBuffer:
         self._size = 0
         self.num_added = 0
 
+    def __repr__(self) -> str:
+        return f"ReplayBuffer(capacity={self.capacity}, {type(self.sampler).__name__})"
+
     def __len__(self) -> int:
         return self._size
 

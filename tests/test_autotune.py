@@ -1,0 +1,79 @@
+"""Automatic layout: the cost model's choices on plain numbers, and num_workers="auto"
+measuring a real plan and training with what it chose (Python and CLI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowrl import Algorithm
+from flowrl.autotune import Costs, best_layout, predict
+from flowrl.cli import main
+
+
+def costs(sample_us: float, learn_us: float, *, thread: bool = False, cpus: int = 2, **kw):
+    base = {
+        "sample_s": {4: 1.5 * sample_us * 1e-6, 8: sample_us * 1e-6, 16: 0.8 * sample_us * 1e-6},
+        "step_bytes": 200.0,
+        "learn_s": learn_us * 1e-6,
+        "learner_thread": thread,
+        "weight_bytes": 40_000,
+        "cpus": cpus,
+        "ray_running": True,
+    }
+    return Costs(**{**base, **kw})
+
+
+def test_an_expensive_env_gets_a_worker_per_cpu():
+    layout = best_layout(costs(1000, 20), round_steps=2048)
+    assert (layout.num_workers, layout.num_envs_per_worker) == (2, 16)
+    assert layout.num_workers * layout.num_envs_per_worker * layout.rollout_fragment_length == 2048
+    assert "2 workers x 16 envs" in layout.reason
+
+
+def test_ray_must_pay_for_its_start():
+    cheap = costs(20, 30, ray_running=False)  # workers would win 10% once running
+    assert best_layout(costs(20, 30), 2048).num_workers > 0  # Ray already up
+    layout = best_layout(cheap, 2048)  # its start is not won back within half a minute
+    assert layout.num_workers == 0 and layout.reason.startswith("layout auto: in-process")
+    assert best_layout(cheap, 2048, horizon_steps=100_000_000).num_workers > 0  # a long run
+    assert best_layout(costs(1000, 20, ray_running=False), 2048).num_workers == 2
+
+
+def test_a_learner_thread_takes_a_cpu_from_the_workers():
+    plan = costs(500, 400, thread=True)
+    assert predict(plan, 2, 16, 64) < 2 / plan.sample_s[16]  # less than two free CPUs
+    assert predict(plan, 0, 16, 64) == pytest.approx(1 / plan.sample_s[16])  # beside it
+    assert best_layout(plan, 2048).steps_per_s <= 1 / plan.learn_s + 1e-6  # learner bound
+
+
+def test_more_cpus_allow_more_workers():
+    assert best_layout(costs(1000, 5, cpus=8), 2048).num_workers == 8
+
+
+def test_every_candidate_is_reported():
+    layout = best_layout(costs(100, 50), 2048)
+    assert {(c["num_workers"], c["num_envs_per_worker"]) for c in layout.candidates} == {
+        (w, n) for w in (0, 1, 2) for n in (4, 8, 16)
+    }
+
+
+def test_auto_measures_the_plan_and_trains_with_its_choice():
+    algo = Algorithm("ppo", env="CartPole-v1", num_workers="auto", seed=0)
+    try:
+        layout = algo.layout
+        assert algo.config.num_workers == layout.num_workers
+        assert algo.config.num_envs_per_worker == layout.num_envs_per_worker
+        assert algo.train()["env_steps_sampled"] >= 2048
+    finally:
+        algo.stop()
+    assert layout.steps_per_s > 0 and len(layout.candidates) >= 9
+
+
+def test_cli_says_what_auto_chose(tmp_path, capsys):
+    args = ["train", "ppo", "--num-workers", "auto", "--stop-iters", "1", "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "flowrl: layout auto: " in out and "env steps/s predicted" in out
+    with pytest.raises(SystemExit) as bad:
+        main(["train", "ppo", "--num-workers", "many"])
+    assert bad.value.code == 2 and "expected a number or auto" in capsys.readouterr().err
