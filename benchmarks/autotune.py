@@ -120,6 +120,10 @@ def pong(rounds: int, seconds: float) -> dict:
         run.stop()
     print(f"  {layout.reason} (measured in {measured_s:.1f} s)", flush=True)
     round_steps = config.num_workers * config.num_envs_per_worker * config.rollout_fragment_length
+    import ray
+
+    # both contenders' actors exist at once (they take turns): logical CPUs for all of them
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR")
     contenders = {
         "hand-picked 2 x 4": FlowrlRollouts(env, 2, 4, "bulk_sync", 1, round_steps // 8),
         "auto": FlowrlRollouts(

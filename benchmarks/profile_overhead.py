@@ -63,6 +63,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
+    import ray
+
+    # both runs' actors exist at once (they take turns): logical CPUs for all of them
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR")
     rows = []
     for name, config in (
         ("ppo in-process", {"num_workers": 0}),

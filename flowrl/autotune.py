@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,7 +116,7 @@ def choose_layout(
     """
     round_steps = max(1, config.num_workers) * config.num_envs_per_worker
     round_steps *= config.rollout_fragment_length
-    sample_s, step_bytes = measure_sampling(spec, config, envs or ENVS_PER_WORKER, seconds / 2)
+    sample_s, step_bytes = measure_sampling(spec, config, envs or ENVS_PER_WORKER, seconds / 4)
     # learning is measured on the fastest in-process layout, which can then keep going
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
@@ -228,13 +229,10 @@ def predict(costs: Costs, workers: int, envs: int, fragment: int) -> float:
 
 def cluster_cpus() -> int:
     """The Ray cluster's CPUs when Ray runs in this process, else this machine's."""
-    try:
+    if _ray_running():
         import ray
 
-        if ray.is_initialized():
-            return int(ray.cluster_resources().get("CPU", 1))
-    except ImportError:
-        pass
+        return int(ray.cluster_resources().get("CPU", 1))
     return os.cpu_count() or 1
 
 
@@ -307,6 +305,6 @@ def _has_learner_thread(plan: Any) -> bool:
 
 
 def _ray_running() -> bool:
-    import ray
-
-    return ray.is_initialized()
+    """Whether this process has Ray up (without importing it: that alone takes a second)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()

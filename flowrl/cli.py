@@ -53,7 +53,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-workers",
         type=_num_workers,
-        help="remote rollout workers; 0: no Ray; auto: measure and pick the fastest layout",
+        help="remote rollout workers; 0: no Ray; auto (train's default unless the config or "
+        "its preset sets them, or --address names a cluster): measure and pick the fastest "
+        "layout",
     )
     parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
     parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
@@ -257,6 +259,16 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     return algo, output
 
 
+def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
+    """Whether nothing chose the workers (no flag, config file, --set or preset) and no
+    cluster is named: then ``flowrl train`` picks them itself (``auto``)."""
+    from flowrl.algorithm import get_algorithm, preset_values
+
+    if "num_workers" in values or args.address or os.environ.get("RAY_ADDRESS"):
+        return False
+    return "num_workers" not in preset_values(get_algorithm(args.algo), values)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.algorithm import Algorithm, get_algorithm
     from flowrl.logger import check_new_run_dir
@@ -278,7 +290,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
             output = _default_output(args.algo, env)
-        algo = Algorithm(args.algo, _config_values(args, output), address=args.address)
+        values = _config_values(args, output)
+        if _layout_is_unset(args, values):
+            values["num_workers"] = "auto"
+        algo = Algorithm(args.algo, values, address=args.address)
     if algo.layout is not None:
         print(f"flowrl: {algo.layout.reason}")
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")

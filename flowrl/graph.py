@@ -245,12 +245,10 @@ def _draw(graph: PlanGraph) -> bytes:
     pos = {n.id: (x[n.id] * 3.4, -layer[n.id]) for n in graph.nodes}
     for e in graph.edges:
         (x0, y0), (x1, y1) = pos[e.source], pos[e.target]
-        ax.annotate(
-            "",
-            xy=(x1, y1 + 0.22),
-            xytext=(x0, y0 - 0.22),
-            arrowprops={"arrowstyle": "->", "linestyle": "--" if e.queue else "-", "lw": 1},
-        )
+        bend = 0.5 if layer[e.target] - layer[e.source] > 1 else 0.0  # around the layers between
+        arrow = {"arrowstyle": "->", "linestyle": "--" if e.queue else "-", "lw": 1}
+        arrow["connectionstyle"] = f"arc3,rad={bend}"
+        ax.annotate("", xy=(x1, y1 + 0.22), xytext=(x0, y0 - 0.22), arrowprops=arrow)
     for n in graph.nodes:
         text = "\n".join(textwrap.wrap(_text_label(n), 40))
         bbox = {"boxstyle": "round,pad=0.3", "fc": colours.get(n.kind, "white"), "ec": "#555"}

@@ -69,11 +69,17 @@ def test_auto_measures_the_plan_and_trains_with_its_choice():
     assert layout.steps_per_s > 0 and len(layout.candidates) >= 9
 
 
-def test_cli_says_what_auto_chose(tmp_path, capsys):
+def test_cli_says_what_auto_chose_and_auto_is_trains_default(tmp_path, capsys):
     args = ["train", "ppo", "--num-workers", "auto", "--stop-iters", "1", "--no-progress"]
     assert main([*args, "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "flowrl: layout auto: " in out and "env steps/s predicted" in out
+    unset = ["train", "ppo", "--stop-iters", "1", "--no-progress"]
+    assert main([*unset, "--output", str(tmp_path / "default")]) == 0
+    assert "flowrl: layout auto: " in capsys.readouterr().out
+    chosen = [*unset, "--set", "num_workers=0", "--output", str(tmp_path / "set")]
+    assert main(chosen) == 0
+    assert "layout auto" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as bad:
         main(["train", "ppo", "--num-workers", "many"])
     assert bad.value.code == 2 and "expected a number or auto" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def test_list():
         (["train", "ppo", "--set", "lr=fast"], "lr expects float, got 'fast'"),
         (["train", "ppo", "--set", "gamma=2"], "gamma must be <= 1"),
         (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),
-        (["train", "ppo", "--num-workers", "two"], "invalid int value: 'two'"),
+        (["train", "ppo", "--num-workers", "two"], "expected a number or auto, got 'two'"),
         (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),
         (["train", "ppo", "--resume", "/no/such/run"], "run directory not found"),
