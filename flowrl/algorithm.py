@@ -197,7 +197,7 @@ class Algorithm:
         self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
         self.layout: Layout | None = None  # what num_workers="auto" chose, and why
         if is_auto(overrides) or (isinstance(config, Mapping) and is_auto(config)):
-            run = self._auto_layout(config, overrides, plan)
+            run = self._auto_layout(config, overrides, plan, address)
             if isinstance(run, Algorithm):  # the in-process run that measured it goes on
                 layout, self.__dict__ = self.layout, run.__dict__
                 self.layout = layout
@@ -230,19 +230,25 @@ class Algorithm:
         )
         self.last_result: dict[str, Any] | None = None
 
-    def _auto_layout(self, config: Any, overrides: dict[str, Any], plan: Plan | None) -> Any:
+    def _auto_layout(
+        self, config: Any, overrides: dict[str, Any], plan: Plan | None, address: str | None
+    ) -> Any:
         """``num_workers="auto"``: :func:`choose_layout` measures the plan and keeps the
         layout in :attr:`layout`. Returns its in-process run when the layout is that
-        run's, else the config values with the layout."""
+        run's, else the config values with the layout. With a cluster ``address``, Ray
+        joins it first, so the layout is for the cluster's CPUs, with workers."""
         values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
         values.update(overrides)
         del values["num_workers"]
+        if address:
+            ensure_ray(address, 0)
         self.layout, run = choose_layout(
             self.spec,
             build_config(self.spec, values),
             algorithm_cls=type(self),
             plan=plan,
             envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
+            min_workers=1 if address else 0,
         )
         return run if run is not None else {**values, **self.layout.overrides()}
 

@@ -100,6 +100,7 @@ def choose_layout(
     cpus: int | None = None,
     horizon_steps: int | None = None,
     seconds: float = 1.0,
+    min_workers: int = 0,
 ) -> tuple[Layout, Any]:
     """Measure the costs of ``spec``'s plan (or ``plan``) with ``config`` (its layout
     aside) and return the layout with the most env steps per second on ``cpus`` (default:
@@ -107,7 +108,8 @@ def choose_layout(
     measured learning when that layout is its own (it goes on training; else it is
     stopped and None comes back). ``envs``: the envs per worker to try. With
     ``horizon_steps``, the time to start Ray counts against the layouts that need it,
-    spread over that many env steps. :class:`~flowrl.Algorithm` calls it for
+    spread over that many env steps; ``min_workers`` 1 keeps every layout on Ray (a
+    cluster was named). :class:`~flowrl.Algorithm` calls it for
     ``num_workers="auto"`` (``algorithm_cls`` runs the plan in-process).
 
     Example:
@@ -142,14 +144,16 @@ def choose_layout(
         ray_running=_ray_running(),
         measured=(in_process, rate),
     )
-    layout = best_layout(costs, round_steps, horizon_steps=horizon_steps)
+    layout = best_layout(costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers)
     if (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
         run.stop()
         run = None
     return layout, run
 
 
-def best_layout(costs: Costs, round_steps: int, *, horizon_steps: int | None = None) -> Layout:
+def best_layout(
+    costs: Costs, round_steps: int, *, horizon_steps: int | None = None, min_workers: int = 0
+) -> Layout:
     """The layout the cost model predicts fastest (plain numbers: no Ray, no env).
 
     When Ray is not running yet, the layouts that need it pay for its start over
@@ -160,7 +164,7 @@ def best_layout(costs: Costs, round_steps: int, *, horizon_steps: int | None = N
         in_process = max(predict(costs, 0, envs, 1) for envs in costs.sample_s)
         horizon_steps = int(PAYBACK_S * in_process)
     candidates = []
-    for workers in range(0, max(1, costs.cpus) + 1):
+    for workers in range(min_workers, max(1, costs.cpus) + 1):
         for envs in sorted(costs.sample_s):
             fragment = max(1, round(round_steps / (max(workers, 1) * envs)))
             rate = predict(costs, workers, envs, fragment)

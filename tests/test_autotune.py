@@ -83,3 +83,9 @@ def test_cli_says_what_auto_chose_and_auto_is_trains_default(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["train", "ppo", "--num-workers", "many"])
     assert bad.value.code == 2 and "expected a number or auto" in capsys.readouterr().err
+
+
+def test_a_named_cluster_keeps_every_layout_on_ray():
+    cheap = costs(20, 60, ray_running=False)
+    assert best_layout(cheap, 2048).num_workers == 0
+    assert best_layout(cheap, 2048, min_workers=1).num_workers >= 1
