@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import interleaved, print_table, ratio_spread, write_results
+from common import interleaved, print_table, ratio_spread, start_ray, write_results
 
 ROUND = 2048  # PPO's train batch: one round of sampling
 
@@ -120,10 +120,7 @@ def pong(rounds: int, seconds: float) -> dict:
         run.stop()
     print(f"  {layout.reason} (measured in {measured_s:.1f} s)", flush=True)
     round_steps = config.num_workers * config.num_envs_per_worker * config.rollout_fragment_length
-    import ray
-
-    # both contenders' actors exist at once (they take turns): logical CPUs for all of them
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR")
+    start_ray(8)  # both contenders' workers, taking turns
     contenders = {
         "hand-picked 2 x 4": FlowrlRollouts(env, 2, 4, "bulk_sync", 1, round_steps // 8),
         "auto": FlowrlRollouts(

@@ -17,6 +17,15 @@ from flowrl.tables import print_table  # noqa: F401  (the scripts print their ta
 RESULTS = Path(__file__).parent / "results"
 
 
+def start_ray(logical_cpus: int) -> None:
+    """Start Ray with ``logical_cpus``: contenders that take turns all keep their actors
+    (and RLlib asks for learner actors too), so the machine's own count would leave some
+    unscheduled and the run would wait for them forever."""
+    import ray
+
+    ray.init(num_cpus=logical_cpus, include_dashboard=False, logging_level="ERROR")
+
+
 def time_per_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 10) -> float:
     """Median seconds per call of ``fn`` over ``repeats`` calls (after ``warmup`` calls)."""
     for _ in range(warmup):

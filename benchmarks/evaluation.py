@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import interleaved, print_table, ratio_spread, write_results
+from common import interleaved, print_table, ratio_spread, start_ray, write_results
 
 
 def main() -> None:
@@ -20,12 +20,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
 
-    import ray
-
     from flowrl import Algorithm
 
-    # three algorithms' workers (only one trains at a time): enough logical CPUs for all
-    ray.init(num_cpus=6, include_dashboard=False, logging_level="ERROR")
+    start_ray(6)  # three algorithms' workers, one training at a time
     contenders = {"none": 0, "every 5": 5, "every 1": 1}
     algos = {
         name: Algorithm("ppo", env="CartPole-v1", num_workers=2, evaluation_interval=interval)

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from common import print_table, rllib_available, rllib_environment, write_results
+from common import print_table, rllib_available, rllib_environment, start_ray, write_results
 
 ATARI_SETTINGS = {"envs_per_worker": 4, "fragment": 50, "train_batch": 500}
 
@@ -50,11 +50,8 @@ def flowrl_window(env_id: str, workers: int, warmup: float, seconds: float) -> d
 
 
 def rllib_window(env_id: str, workers: int, warmup: float, seconds: float) -> dict:
-    import ray
-
-    # logical CPUs: RLlib's IMPALA asks for more than this 2-core machine's count
-    # (learner and aggregator actors beside the env runners) and otherwise waits for them
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR")
+    # RLlib's IMPALA asks for learner and aggregator actors beside the env runners
+    start_ray(8)
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import interleaved, print_table, ratio_spread, write_results
+from common import interleaved, print_table, ratio_spread, start_ray, write_results
 
 
 class Training:
@@ -63,10 +63,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    import ray
-
-    # both runs' actors exist at once (they take turns): logical CPUs for all of them
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR")
+    start_ray(8)  # both runs' workers, taking turns
     rows = []
     for name, config in (
         ("ppo in-process", {"num_workers": 0}),

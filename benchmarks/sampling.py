@@ -38,6 +38,7 @@ from common import (
     ratio_spread,
     rllib_available,
     rllib_environment,
+    start_ray,
     steady,
     write_results,
 )
@@ -275,8 +276,7 @@ def main() -> None:
 
     import ray
 
-    # logical CPUs: every contender's actors exist at once, but only one contender runs
-    ray.init(num_cpus=5 * max(args.workers) + 2, include_dashboard=False, logging_level="ERROR")
+    start_ray(5 * max(args.workers) + 2)  # every contender's actors; one runs at a time
     fragments, rows = {}, []
     for w in args.workers:
         fragments[w], measured = measure_workers(args, w)

@@ -1,13 +1,14 @@
 """Automatic layout: how many rollout workers, envs per worker and steps per fragment make
 a plan fastest on this machine (``num_workers="auto"``, ``--num-workers auto``).
 
-It measures, for a few seconds, what the costs are here:
+It measures, for a second or more (14 s on Pong), what the costs are here:
 
 - sampling: seconds per env step of one rollout worker (env step, batched inference and
   post-processing) with each candidate number of envs, and the bytes a step takes;
 - learning: the learner's seconds per env step sampled, from a short in-process run of the
-  plan itself, profiled (:mod:`flowrl.profile`); whether it learns in the plan's thread
-  (between sampling rounds) or on a learner thread beside it;
+  plan itself (its ``learn``/``apply`` timers; that run goes on training when its layout
+  wins); whether it learns in the plan's thread (between sampling rounds) or on a learner
+  thread beside it (the plan's graph has one);
 - the weights' size,
 
 and predicts each layout's env steps per second with a small model of the plan on this
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 
 from flowrl.context import STEPS_SAMPLED
+from flowrl.iter import walk
 from flowrl.ops.concurrency import LearnerThread
 
 ENVS_PER_WORKER = (4, 8, 16)
@@ -297,15 +299,7 @@ def measure_learning(run: Any, seconds: float) -> tuple[float, bool, int, float]
 
 
 def _has_learner_thread(plan: Any) -> bool:
-    seen, todo = set(), [plan]
-    while todo:
-        it = todo.pop()
-        if id(it) not in seen:
-            seen.add(id(it))
-            if isinstance(getattr(it.op, "sends_to", None), LearnerThread):
-                return True
-            todo += it.parents
-    return False
+    return any(isinstance(getattr(it.op, "sends_to", None), LearnerThread) for it in walk(plan))
 
 
 def _ray_running() -> bool:

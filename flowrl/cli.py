@@ -42,8 +42,8 @@ def _num_workers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """What ``train`` and ``tune`` share: the algorithm, env, config and stop flags."""
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``train``, ``tune`` and ``plan`` share: the algorithm, env and config flags."""
     parser.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
     parser.add_argument(
         "--env",
@@ -58,10 +58,6 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "layout",
     )
     parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
-    parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
-    parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
-    parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
-    parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument("--config", help="JSON or TOML file of config values")
     parser.add_argument(
@@ -72,6 +68,15 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config values (repeatable)",
     )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``train`` and ``tune`` share: the config flags and the stop flags."""
+    _add_config_arguments(parser)
+    parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
+    parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,15 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print or draw an algorithm's execution plan as a graph, without training",
         description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
     )
-    plan.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
-    plan.add_argument("--env", help="gymnasium id or module:ClassOrFactory")
-    plan.add_argument("--num-workers", type=_num_workers, help="remote rollout workers (0: no Ray)")
-    plan.add_argument(
-        "--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE", help="config values"
-    )
+    _add_config_arguments(plan)
     plan.add_argument("--format", choices=FORMATS, default="text")
     plan.add_argument("--out", help="write to this file (needed for png)")
-    plan.set_defaults(func=cmd_plan, config=None, seed=None, num_envs_per_worker=None, video=False)
+    plan.set_defaults(func=cmd_plan)
 
     tune = sub.add_parser(
         "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--perturbation-interval", type=int, default=2, help="PBT: iterations between exploits"
     )
     tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
-    tune.set_defaults(func=cmd_tune, video=False, checkpoint_every=0)
+    tune.set_defaults(func=cmd_tune, checkpoint_every=0)
 
     evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
     evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
@@ -201,8 +201,10 @@ def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict
     flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
     flags["num_envs_per_worker"] = args.num_envs_per_worker
     values.update({k: v for k, v in flags.items() if v is not None})
-    if output is not None and args.video:
+    if output is not None and getattr(args, "video", False):
         values["evaluation_video_dir"] = str(output / "videos")
+    if getattr(args, "profile", False):
+        values["profile"] = True
     return values
 
 
@@ -279,8 +281,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     stop = _stop_criteria(args)
     if args.mlflow_uri and "mlflow" not in args.logger:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
-    if args.profile:
-        args.set.append("profile=true")
     if args.resume:
         algo, output = _resume(args)
     else:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowrl.config import ConfigError
+from flowrl.iter import walk
 
 FORMATS = ("text", "mermaid", "dot", "png")
 
@@ -133,18 +134,7 @@ def plan_graph(plan: Any, *, title: str = "") -> PlanGraph:
         >>> [n.label for n in graph.nodes], len(graph.edges)
         (['LocalIterator[items]', 'LocalIterator[items]', 'Union[async]'], 2)
     """
-    order: list[Any] = []
-    seen: set[int] = set()
-
-    def visit(it: Any) -> None:  # parents first
-        if id(it) in seen:
-            return
-        seen.add(id(it))
-        for parent in it.parents:
-            visit(parent)
-        order.append(it)
-
-    visit(plan)
+    order = walk(plan)
     ids = {id(it): f"n{i}" for i, it in enumerate(order, start=1) if not it.hidden}
     by_id = {id(it): it for it in order}
 

@@ -87,6 +87,50 @@ class Operator:
         return f"{type(self).__name__}({', '.join(settings)})"
 
 
+class PlanNode:
+    """What the plan's graph (:mod:`flowrl.graph`) and profile (:mod:`flowrl.profile`)
+    read from an iterator: the iterators it pulls from, the function it applies, its
+    label, what its time counts as (``role``), a queue or buffer a source takes its items
+    from, and whether it is an internal step both skip (``hidden``)."""
+
+    def _init_node(
+        self,
+        parents: Sequence[Any],
+        op: Any,
+        label: str,
+        role: str | None = None,
+        receives_from: Any = None,
+    ) -> None:
+        self.parents = tuple(parents)
+        self.op = op
+        self.label = label
+        self.role = role if role is not None else getattr(op, "role", None)
+        self.receives_from = receives_from
+        self.hidden = False
+
+
+def walk(plan: PlanNode) -> list[Any]:
+    """Every iterator ``plan`` pulls from, directly or not, each once, parents first.
+
+    Example:
+        >>> it = LocalIterator.from_items([1]).for_each(abs)
+        >>> [node.label for node in walk(it)]
+        ['LocalIterator[items]', 'for_each(abs)']
+    """
+    order: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(node: Any) -> None:
+        if id(node) not in seen:
+            seen.add(id(node))
+            for parent in node.parents:
+                visit(parent)
+            order.append(node)
+
+    visit(plan)
+    return order
+
+
 def _describe(fn: Any) -> str:
     if isinstance(fn, Operator):
         return repr(fn)
@@ -98,7 +142,7 @@ def _bind(fn: Any, context: PlanContext) -> None:
         fn.bind(context)
 
 
-class LocalIterator(Generic[T]):
+class LocalIterator(PlanNode, Generic[T]):
     """A lazy, pull-based iterator over the items of one process.
 
     Example:
@@ -123,14 +167,7 @@ class LocalIterator(Generic[T]):
         self.name = name
         self._built = False
         self._it: Iterator[T] | None = None
-        # what the plan's graph shows (flowrl.graph): the iterators this one pulls from,
-        # the function it applies, and a queue or buffer a source takes its items from
-        self.parents = tuple(parents)
-        self.op = op
-        self.label = label or name
-        self.role = role if role is not None else getattr(op, "role", None)
-        self.receives_from = receives_from
-        self.hidden = False  # an internal step: the graph and the profile skip it
+        self._init_node(parents, op, label or name, role, receives_from)
 
     # -- sources -------------------------------------------------------------------------
     @classmethod
@@ -449,7 +486,7 @@ class _ItemShard(ParallelIteratorWorker):
         super().__init__(lambda: itertools.cycle(items) if repeat else iter(items))
 
 
-class ParallelIterator(Generic[T]):
+class ParallelIterator(PlanNode, Generic[T]):
     """An iterator split into shards, one per Ray actor; transforms run on the actors.
 
     Example:
@@ -480,12 +517,9 @@ class ParallelIterator(Generic[T]):
         self.with_actor = with_actor
         self.before_requests = before_requests
         self.request_timeout_s = request_timeout_s
-        # the plan's graph (flowrl.graph): the shards' actors, then each transform on them
-        self.parents, self.op = tuple(parents), op
-        self.label = label or f"{len(self.actors)} x {name} (Ray actors)"
-        self.receives_from = receives_from
-        self.role = getattr(op, "role", None)
-        self.hidden = False
+        # in the plan's graph: the shards' actors, then each transform on them
+        label = label or f"{len(self.actors)} x {name} (Ray actors)"
+        self._init_node(parents, op, label, receives_from=receives_from)
 
     @classmethod
     def from_actors(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from flowrl.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
-from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
+from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
 from flowrl.sample_batch import ArrayPool, SampleBatch
 from flowrl.worker import WorkerSet
 
@@ -42,12 +42,9 @@ def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIter
                 ctx.counters[STEPS_SAMPLED] += size(item)
             yield item
 
-    upstream = [source]
-    while upstream:  # waiting for the actors and joining their fragments is sampling too
-        it = upstream.pop()
+    for it in walk(source):  # waiting for the actors and joining their fragments is sampling
         if it.role is None:
             it.role = SAMPLE
-        upstream += it.parents
     return LocalIterator(build, name=name, parents=(source,), role=SAMPLE)
 
 
