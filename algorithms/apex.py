@@ -33,6 +33,7 @@ from flowrl.ops import (
     LearnerThread,
     ParallelRollouts,
     Replay,
+    SamplingLead,
     StandardMetricsReporting,
     StoreToReplayBuffer,
     TrainingIntensity,
@@ -71,6 +72,9 @@ class ApexConfig(DQNConfig):
         True, "workers send initial priorities (their TD errors) with new transitions"
     )
     max_weight_sync_delay: int = param(400, "a worker's env steps between weight pushes", ge=0)
+    max_sampling_lead: int = param(
+        4096, "env steps sampling may run ahead of training_intensity's pace; 0: no limit", ge=0
+    )
     replay_requests_in_flight: int = param(2, "sample requests per replay shard", ge=1)
     learner_queue_size: int = param(4, "replayed batches waiting for the learner", ge=1)
 
@@ -137,8 +141,14 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     worker; replay -> Enqueue into the learner thread; Dequeue -> priorities -> targets."""
     shards = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size)
+    rollouts = ParallelRollouts(workers, mode="async")
+    if config.max_sampling_lead:  # a busy learner keeps its env steps trained per env step
+        rollouts = rollouts.gate(
+            SamplingLead(config.training_intensity, lead=config.max_sampling_lead,
+                         learning_starts=config.learning_starts)
+        )  # fmt: skip
     store_op = (
-        ParallelRollouts(workers, mode="async")
+        rollouts
         .for_each(StoreToReplayBuffer(shards, seed=config.seed))
         .for_each(BroadcastWeights(workers, learner, min_env_steps=config.max_weight_sync_delay))
     )

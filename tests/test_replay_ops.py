@@ -10,6 +10,7 @@ from flowrl.iter import LocalIterator, NotReady, Operator
 from flowrl.ops import (
     Concurrently,
     Replay,
+    SamplingLead,
     StoreToReplayBuffer,
     TrainingIntensity,
     UpdatePriorities,
@@ -105,6 +106,23 @@ def test_training_intensity_gate_keeps_trained_within_the_ratio_of_sampled():
         # the gate opens only below the ratio, and one item adds 4 trained steps
         assert counters[STEPS_TRAINED] < 2.5 * counters[STEPS_SAMPLED] + 4
     assert counters[STEPS_TRAINED] > 2.5 * counters[STEPS_SAMPLED] - 8, "and trains up to it"
+
+
+def test_sampling_lead_holds_sampling_within_its_lead_of_a_slow_learner():
+    # the learner branch trains 2 env steps per item where intensity 2 needs 20 per sampled 10
+    sampled = items(list(range(1000))).gate(SamplingLead(2.0, lead=30, learning_starts=50))
+    sampled = sampled.for_each(CountAs(STEPS_SAMPLED, 10))
+    trained = items(list(range(200))).for_each(CountAs(STEPS_TRAINED, 2))
+    plan = Concurrently([sampled, trained], mode="async", output_indexes=[1])
+    counters = plan.context.counters
+    for _ in range(200):
+        next(plan)
+        caught_up = 50 + counters[STEPS_TRAINED] / 2.0
+        # the gate opens only within the lead, and one item adds 10 sampled steps
+        assert counters[STEPS_SAMPLED] <= caught_up + 30 + 10
+    assert counters[STEPS_SAMPLED] >= 50 + 200 * 2 / 2.0 + 30 - 10, "and samples up to it"
+    with pytest.raises(ValueError, match="intensity"):
+        SamplingLead(0.0, lead=1)
 
 
 class CountAs(Operator):

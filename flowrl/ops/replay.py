@@ -154,6 +154,34 @@ class TrainingIntensity(Operator):
         return counters[STEPS_TRAINED] < self.intensity * counters[STEPS_SAMPLED]
 
 
+class SamplingLead(Operator):
+    """A gate for a sampling branch (``rollouts.gate(SamplingLead(2.0, lead=4096))``): open
+    while env steps sampled stay within ``lead`` of the env steps a learner training at
+    ``intensity`` has caught up with (beyond the first ``learning_starts``). A learner slower
+    than sampling then keeps its env steps trained per env step sampled, so what a run
+    learns per env step does not depend on how busy the machine is; a learner that keeps up
+    never shuts it.
+
+    Example:
+        >>> from flowrl.context import PlanContext
+        >>> gate = SamplingLead(2.0, lead=100, learning_starts=1000)
+        >>> gate.bind(PlanContext())
+        >>> gate.context.counters.update({STEPS_SAMPLED: 1200, STEPS_TRAINED: 150})
+        >>> gate()
+        False
+    """
+
+    def __init__(self, intensity: float, *, lead: int, learning_starts: int = 0) -> None:
+        if intensity <= 0:
+            raise ValueError(f"intensity must be > 0, got {intensity}")
+        self.intensity, self.lead, self.learning_starts = intensity, lead, learning_starts
+
+    def __call__(self) -> bool:
+        counters = self.context.counters
+        caught_up = self.learning_starts + counters[STEPS_TRAINED] / self.intensity
+        return counters[STEPS_SAMPLED] <= caught_up + self.lead
+
+
 class UpdatePriorities(Operator):
     """Writes new priorities (absolute TD errors) back to the buffer rows, or the replay
     shards, a trained batch came from. Takes TrainOneStep's ``(batch, stats)`` with
