@@ -141,17 +141,13 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     worker; replay -> Enqueue into the learner thread; Dequeue -> priorities -> targets."""
     shards = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size)
-    rollouts = ParallelRollouts(workers, mode="async")
-    if config.max_sampling_lead:  # a busy learner keeps its env steps trained per env step
-        rollouts = rollouts.gate(
-            SamplingLead(config.training_intensity, lead=config.max_sampling_lead,
-                         learning_starts=config.learning_starts)
-        )  # fmt: skip
     store_op = (
-        rollouts
+        ParallelRollouts(workers, mode="async")
+        .gate(SamplingLead(config.training_intensity, lead=config.max_sampling_lead or None,
+                           learning_starts=config.learning_starts))  # waits for a slow learner
         .for_each(StoreToReplayBuffer(shards, seed=config.seed))
         .for_each(BroadcastWeights(workers, learner, min_env_steps=config.max_weight_sync_delay))
-    )
+    )  # fmt: skip
     replay_op = (
         Replay(shards, batch_size=config.train_batch_size, learning_starts=config.learning_starts,
                num_async=config.replay_requests_in_flight)

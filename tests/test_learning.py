@@ -51,8 +51,8 @@ def test_learner_thread_algorithms_reach_450_on_cartpole_within_500k_steps(name,
 
 @pytest.mark.ray
 def test_apex_reaches_200_on_cartpole_within_400k_steps(ray_session):
-    # issue 16 asks 450 within 400k: seeds 0 and 1 got there at 370k-390k, too close to the
-    # budget for CI; 200 comes well before (see the README)
+    # issue 16 asks 450 within 400k on any seed: seed 0 got there at 202k-252k, but not every
+    # seed does yet (see the README); 200 comes well before
     algo = Algorithm("apex", env="CartPole-v1", seed=0)
     assert (algo.config.num_workers, algo.config.replay_shards) == (2, 2)
     summary = reach(algo, 200, 400_000)

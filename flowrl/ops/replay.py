@@ -160,7 +160,7 @@ class SamplingLead(Operator):
     ``intensity`` has caught up with (beyond the first ``learning_starts``). A learner slower
     than sampling then keeps its env steps trained per env step sampled, so what a run
     learns per env step does not depend on how busy the machine is; a learner that keeps up
-    never shuts it.
+    never shuts it; ``lead=None`` never does.
 
     Example:
         >>> from flowrl.context import PlanContext
@@ -171,12 +171,14 @@ class SamplingLead(Operator):
         False
     """
 
-    def __init__(self, intensity: float, *, lead: int, learning_starts: int = 0) -> None:
+    def __init__(self, intensity: float, *, lead: int | None, learning_starts: int = 0) -> None:
         if intensity <= 0:
             raise ValueError(f"intensity must be > 0, got {intensity}")
         self.intensity, self.lead, self.learning_starts = intensity, lead, learning_starts
 
     def __call__(self) -> bool:
+        if self.lead is None:
+            return True
         counters = self.context.counters
         caught_up = self.learning_starts + counters[STEPS_TRAINED] / self.intensity
         return counters[STEPS_SAMPLED] <= caught_up + self.lead
