@@ -81,9 +81,14 @@ def flowrl_run(
     algo: str, reward: float, budget: int, seed: int, num_workers: int | None = None
 ) -> dict:
     """``flowrl train ALGO`` as a user runs it; the clock includes imports and Ray start.
-    ``num_workers`` None keeps the algorithm's default (2 Ray workers)."""
+    ``num_workers`` None keeps the algorithm's configured default (``flowrl train`` alone
+    would pick a layout itself: ``benchmarks/autotune.py`` measures that)."""
+    from flowrl.algorithm import get_algorithm
+
     flowrl = str(Path(sys.executable).parent / "flowrl")
-    workers = [] if num_workers is None else ["--num-workers", str(num_workers)]
+    if num_workers is None:
+        num_workers = get_algorithm(algo).config_cls().num_workers
+    workers = ["--num-workers", str(num_workers)]
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         subprocess.run(

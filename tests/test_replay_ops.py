@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, PlanContext
 from flowrl.iter import LocalIterator, NotReady, Operator
 from flowrl.ops import (
     Concurrently,
@@ -123,6 +123,19 @@ def test_sampling_lead_holds_sampling_within_its_lead_of_a_slow_learner():
     assert counters[STEPS_SAMPLED] >= 50 + 200 * 2 / 2.0 + 30 - 10, "and samples up to it"
     with pytest.raises(ValueError, match="intensity"):
         SamplingLead(0.0, lead=1)
+
+
+def test_sampling_lead_counts_from_the_plans_start():
+    # a resumed run far ahead of its learner still samples learning_starts into its empty buffer
+    gate = SamplingLead(2.0, lead=0, learning_starts=50)
+    gate.bind(PlanContext())
+    gate.context.counters.update({STEPS_SAMPLED: 10_000, STEPS_TRAINED: 100})
+    assert gate()
+    gate.context.counters[STEPS_SAMPLED] += 50
+    assert gate()
+    gate.context.counters[STEPS_SAMPLED] += 1
+    assert not gate()
+    assert SamplingLead(2.0, lead=None)()
 
 
 class CountAs(Operator):

@@ -166,6 +166,8 @@ class SamplingLead(Operator):
         >>> from flowrl.context import PlanContext
         >>> gate = SamplingLead(2.0, lead=100, learning_starts=1000)
         >>> gate.bind(PlanContext())
+        >>> gate()
+        True
         >>> gate.context.counters.update({STEPS_SAMPLED: 1200, STEPS_TRAINED: 150})
         >>> gate()
         False
@@ -175,13 +177,18 @@ class SamplingLead(Operator):
         if intensity <= 0:
             raise ValueError(f"intensity must be > 0, got {intensity}")
         self.intensity, self.lead, self.learning_starts = intensity, lead, learning_starts
+        self._start: tuple[int, int] | None = None
 
     def __call__(self) -> bool:
         if self.lead is None:
             return True
         counters = self.context.counters
-        caught_up = self.learning_starts + counters[STEPS_TRAINED] / self.intensity
-        return counters[STEPS_SAMPLED] <= caught_up + self.lead
+        if self._start is None:  # counted from this plan's start: a resumed run whose buffer
+            # starts empty samples learning_starts again before its learner can train
+            self._start = counters[STEPS_SAMPLED], counters[STEPS_TRAINED]
+        sampled = counters[STEPS_SAMPLED] - self._start[0]
+        trained = counters[STEPS_TRAINED] - self._start[1]
+        return sampled <= self.learning_starts + trained / self.intensity + self.lead
 
 
 class UpdatePriorities(Operator):
