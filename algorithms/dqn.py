@@ -30,7 +30,7 @@ from flowrl.iter import LocalIterator
 from flowrl.models import QNetwork
 from flowrl.ops import UpdateTargets
 from flowrl.plans import replay_plan
-from flowrl.policy import Policy, inference, load_module_weights, module_weights
+from flowrl.policy import Policy, inference, load_module_weights, mean_stats, module_weights
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.presets import ATARI, Preset
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -165,13 +165,21 @@ class DQNPolicy(Policy):
         }
         return loss, stats
 
-    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, Any]:
-        """One SGD step on the whole replayed batch; returns per-row ``td_error`` too."""
-        stats = self._backward(self._tensors(batch))
-        self.optimizer.step()
-        self.num_updates += 1
-        td_error = stats.pop("td_error").cpu().numpy()
-        return {**{k: float(v) for k, v in stats.items()}, "td_error": td_error}
+    def learn_on_batch(
+        self, batch: SampleBatch, *, minibatch_size: int = 0, **kwargs: Any
+    ) -> dict[str, Any]:
+        """One SGD step on each ``minibatch_size`` rows of the replayed batch in turn (on
+        all of it when 0); returns every row's ``td_error`` too, in the batch's order."""
+        tensors = self._tensors(batch)
+        size = minibatch_size if 0 < minibatch_size < len(batch) else len(batch)
+        stats, td_errors = [], []
+        for start in range(0, len(batch), size):
+            step = self._backward({k: v[start : start + size] for k, v in tensors.items()})
+            self.optimizer.step()
+            self.num_updates += 1
+            td_errors.append(step.pop("td_error"))
+            stats.append(step)
+        return {**mean_stats(stats), "td_error": torch.cat(td_errors).cpu().numpy()}
 
     @torch.no_grad()
     def update_target(self, tau: float = 1.0) -> None:

@@ -327,7 +327,7 @@ class Policy:
                 stats.append(self._backward({k: v[idx] for k, v in tensors.items()}))
                 self.optimizer.step()
                 self.num_updates += 1
-        return _mean_stats(stats)
+        return mean_stats(stats)
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the loss on ``batch`` as numpy arrays (parameters are unchanged)."""
@@ -336,7 +336,7 @@ class Policy:
             np.zeros(p.shape, np.float32) if p.grad is None else p.grad.cpu().numpy()
             for p in self.model.parameters()
         ]
-        return grads, _mean_stats([stats])
+        return grads, mean_stats([stats])
 
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
         """One optimiser step with gradients computed elsewhere."""
@@ -391,7 +391,13 @@ def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
     return 1.0 - float(np.var(targets - predictions)) / variance if variance > 0 else math.nan
 
 
-def _mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
+def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean of each statistic over several updates' ``stats``.
+
+    Example:
+        >>> mean_stats([{"loss": 1.0}, {"loss": 2.0}])
+        {'loss': 1.5}
+    """
     if not stats:
         return {}
     out = {}

@@ -23,6 +23,23 @@ def test_dqn_trains_and_updates_targets(prioritized):
     algo.stop()
 
 
+def test_learning_on_minibatches_steps_on_each_in_turn_and_keeps_the_rows_order():
+    # Ape-X's replay requests bring several train batches; the learner steps on each in turn
+    algo = Algorithm("dqn", env="CartPole-v1", **SMALL)
+    algo.train()
+    policy = algo.workers.local_worker.policy
+    batch = algo.workers.keep("replay", None).sample(256)
+    q, target = policy.q_and_targets(policy._tensors(batch), policy.target)
+    before = policy.num_updates
+    stats = policy.learn_on_batch(batch, minibatch_size=64)
+    assert policy.num_updates == before + 4
+    assert stats["td_error"].shape == (256,) and isinstance(stats["loss"], float)
+    # the first minibatch's errors come from the weights before any step, row by row
+    np.testing.assert_allclose(stats["td_error"][:64], (q - target)[:64].detach(), rtol=1e-5)
+    assert not np.allclose(stats["td_error"][64:], (q - target)[64:].detach())
+    algo.stop()
+
+
 def test_dqn_round_robin_weight_follows_training_intensity():
     from flowrl.algorithms.dqn import DQNConfig
 
