@@ -99,6 +99,19 @@ def test_apex_trains_in_one_process_without_ray(monkeypatch):
 
 
 @pytest.mark.ray
+def test_apex_samples_in_process_beside_replay_shard_actors(ray_session):
+    # the replay branch's items come from shard actors; the in-process fragments from none,
+    # so no weights are sent to a shard (what num_workers=auto's measuring run does)
+    algo = Algorithm("apex", env="CartPole-v1", num_workers=0, replay_shards=2, seed=0,
+                     learning_starts=200, min_time_s_per_iteration=0.2)  # fmt: skip
+    try:
+        results = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    assert results[-1]["env_steps_trained"] > 0
+
+
+@pytest.mark.ray
 def test_weights_reach_a_worker_at_most_every_max_weight_sync_delay_steps(ray_session):
     algo = Algorithm("apex", env="CartPole-v1", seed=0, learning_starts=500,
                      max_weight_sync_delay=2_000, min_time_s_per_iteration=2.0)  # fmt: skip

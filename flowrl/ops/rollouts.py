@@ -26,9 +26,13 @@ from flowrl.worker import WorkerSet
 Gradients = tuple[list[np.ndarray], dict[str, float]]
 
 
-def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIterator[Any]:
+def _counted(
+    source: Any, *, name: str, size: Callable[[Any], int], in_process: bool = False
+) -> LocalIterator[Any]:
     """``source`` with the time spent waiting for each item and the env steps it holds
-    recorded in the plan's context; a profile counts its time as sampling."""
+    recorded in the plan's context; a profile counts its time as sampling. An
+    ``in_process`` item comes from no actor: ``context.current_actor`` is cleared for it
+    (another branch, such as replay from shard actors, may have set it)."""
 
     def build(ctx: PlanContext, timeout: float | None):
         it = source.build(ctx, timeout)
@@ -40,6 +44,8 @@ def _counted(source: Any, *, name: str, size: Callable[[Any], int]) -> LocalIter
                     return
             if item is not NotReady:
                 ctx.counters[STEPS_SAMPLED] += size(item)
+                if in_process:
+                    ctx.current_actor = None
             yield item
 
     for it in walk(source):  # waiting for the actors and joining their fragments is sampling
@@ -87,7 +93,7 @@ def ParallelRollouts(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
         local.hidden = True  # its time is the source's: sampling in this process
-        return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len)
+        return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len, in_process=True)
     shards = ParallelIterator.from_actors(
         workers.remote_workers,
         name="RolloutWorker",
