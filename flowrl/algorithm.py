@@ -236,7 +236,8 @@ class Algorithm:
         """``num_workers="auto"``: :func:`choose_layout` measures the plan and keeps the
         layout in :attr:`layout`. Returns its in-process run when the layout is that
         run's, else the config values with the layout. With a cluster ``address``, Ray
-        joins it first, so the layout is for the cluster's CPUs, with workers."""
+        joins it first, so the layout is for the cluster's CPUs, with workers; an
+        algorithm's config may ask for more (``auto_min_workers``: Ape-X's 2)."""
         values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
         values.update(overrides)
         del values["num_workers"]
@@ -248,7 +249,7 @@ class Algorithm:
             algorithm_cls=type(self),
             plan=plan,
             envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
-            min_workers=1 if address else 0,
+            min_workers=max(1 if address else 0, self.spec.config_cls.auto_min_workers),
         )
         return run if run is not None else {**values, **self.layout.overrides()}
 

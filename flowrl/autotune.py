@@ -166,7 +166,7 @@ def best_layout(
         in_process = max(predict(costs, 0, envs, 1) for envs in costs.sample_s)
         horizon_steps = int(PAYBACK_S * in_process)
     candidates = []
-    for workers in range(min_workers, max(1, costs.cpus) + 1):
+    for workers in range(min_workers, max(1, min_workers, costs.cpus) + 1):
         for envs in sorted(costs.sample_s):
             fragment = max(1, round(round_steps / (max(workers, 1) * envs)))
             rate = predict(costs, workers, envs, fragment)

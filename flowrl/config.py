@@ -184,6 +184,8 @@ class Config:
 
     algo_name: ClassVar[str] = "custom"
     default_stop_timesteps: ClassVar[int] = 1_000_000
+    #: the fewest rollout workers ``num_workers="auto"`` may choose
+    auto_min_workers: ClassVar[int] = 0
 
     env: str = param(
         "CartPole-v1", "gymnasium id (ALE/... for Atari), module:ClassOrFactory or registered name"

@@ -89,3 +89,13 @@ def test_a_named_cluster_keeps_every_layout_on_ray():
     cheap = costs(20, 60, ray_running=False)
     assert best_layout(cheap, 2048).num_workers == 0
     assert best_layout(cheap, 2048, min_workers=1).num_workers >= 1
+
+
+def test_an_algorithm_that_needs_workers_gets_them_even_on_one_cpu():
+    from flowrl.algorithms.apex import ApexConfig
+
+    cheap = costs(20, 60, ray_running=False)
+    assert ApexConfig.auto_min_workers == 2
+    assert best_layout(cheap, 2048, min_workers=2).num_workers == 2
+    one_cpu = costs(20, 60, ray_running=False, cpus=1)
+    assert best_layout(one_cpu, 2048, min_workers=2).num_workers == 2
