@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -172,6 +174,11 @@ def test_dead_worker_is_replaced_with_current_weights(ray_session):
     try:
         dead = workers.remote_workers[0]
         ray.kill(dead)
+        # ray.kill is asynchronous: a ping sent at once can still be answered (failed here once)
+        with pytest.raises(ray.exceptions.RayActorError):
+            for _ in range(100):
+                ray.get(dead.ping.remote(), timeout=30)
+                time.sleep(0.05)
         assert workers.recreate_failed_workers() == [1]
         assert workers.remote_workers[0] is not dead
         weights = ray.get(workers.remote_workers[0].get_weights.remote())
