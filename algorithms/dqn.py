@@ -174,9 +174,7 @@ class DQNPolicy(Policy):
         size = minibatch_size if 0 < minibatch_size < len(batch) else len(batch)
         stats, td_errors = [], []
         for start in range(0, len(batch), size):
-            step = self._backward({k: v[start : start + size] for k, v in tensors.items()})
-            self.optimizer.step()
-            self.num_updates += 1
+            step = self._sgd_step({k: v[start : start + size] for k, v in tensors.items()})
             td_errors.append(step.pop("td_error"))
             stats.append(step)
         return {**mean_stats(stats), "td_error": torch.cat(td_errors).cpu().numpy()}

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import print_table, write_results
 
@@ -67,11 +68,16 @@ print("RESULT", ret >= reward, steps, time.time() - train_start, ret)
 """
 
 
-def default_layout(algo: str) -> str:
-    """``2 workers``, ``2 workers, 2 replay shards`` or ``num_workers=0``: the defaults."""
+def defaults(algo: str) -> Any:
+    """``algo``'s config with its defaults."""
     from flowrl.algorithm import get_algorithm
 
-    config = get_algorithm(algo).config_cls()
+    return get_algorithm(algo).config_cls()
+
+
+def default_layout(algo: str) -> str:
+    """``2 workers``, ``2 workers, 2 replay shards`` or ``num_workers=0``: the defaults."""
+    config = defaults(algo)
     layout = f"{config.num_workers} workers" if config.num_workers else "num_workers=0"
     shards = getattr(config, "replay_shards", 0)
     return layout + (f", {shards} replay shards" if shards else "")
@@ -83,11 +89,9 @@ def flowrl_run(
     """``flowrl train ALGO`` as a user runs it; the clock includes imports and Ray start.
     ``num_workers`` None keeps the algorithm's configured default (``flowrl train`` alone
     would pick a layout itself: ``benchmarks/autotune.py`` measures that)."""
-    from flowrl.algorithm import get_algorithm
-
     flowrl = str(Path(sys.executable).parent / "flowrl")
     if num_workers is None:
-        num_workers = get_algorithm(algo).config_cls().num_workers
+        num_workers = defaults(algo).num_workers
     workers = ["--num-workers", str(num_workers)]
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()

@@ -324,10 +324,15 @@ class Policy:
                 idx = order[start : start + size]
                 if seq > 1:
                     idx = (idx[:, None] * seq + steps).flatten()
-                stats.append(self._backward({k: v[idx] for k, v in tensors.items()}))
-                self.optimizer.step()
-                self.num_updates += 1
+                stats.append(self._sgd_step({k: v[idx] for k, v in tensors.items()}))
         return mean_stats(stats)
+
+    def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """One optimiser step on the loss of ``batch``; returns its statistics."""
+        stats = self._backward(batch)
+        self.optimizer.step()
+        self.num_updates += 1
+        return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the loss on ``batch`` as numpy arrays (parameters are unchanged)."""
