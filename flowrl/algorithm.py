@@ -217,6 +217,9 @@ class Algorithm:
             ).close()
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
+        self._torch_threads = torch.get_num_threads()  # stop() gives them back
+        if self.config.learner_threads:  # on few cores, leave the rest to the workers
+            torch.set_num_threads(self.config.learner_threads)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
@@ -433,6 +436,7 @@ class Algorithm:
         self.plan.close()
         self.evaluation.stop()
         self.workers.stop()
+        torch.set_num_threads(self._torch_threads)
 
     def __enter__(self) -> Algorithm:
         return self

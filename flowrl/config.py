@@ -207,6 +207,9 @@ class Config:
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    learner_threads: int = param(
+        0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
+    )
     preset: bool = param(
         True, "use the algorithm's settings for Atari or MuJoCo envs under your own values"
     )

@@ -411,12 +411,16 @@ class LocalIterator(PlanNode, Generic[T]):
                 for c, nb in zip(children, non_blocking, strict=True)
             ]
             active = dict(enumerate(its))
+            nap = _MIN_NAP_S
             while active:
                 produced = yield from _union_round(active, weights)
-                if not produced and active:
+                if produced:
+                    nap = _MIN_NAP_S
+                elif active:
                     if not deterministic and timeout is None:
                         with ctx.span(IDLE):  # nothing ready anywhere: don't spin a core
-                            time.sleep(0.0005)
+                            time.sleep(nap)
+                        nap = min(2 * nap, _MAX_NAP_S)
                     yield NotReady
 
         names = ", ".join(c.name for c in children)
@@ -428,6 +432,12 @@ class LocalIterator(PlanNode, Generic[T]):
             parents=children,
             label=f"Union[{mode}]",
         )
+
+
+# An idle async union naps between polls of its inputs, longer while none has an item: a
+# poll (one ray.wait per remote input) holds the GIL for ~0.25 ms, which a learner thread
+# in this process needs; 4 ms at most delays an item by less than a CartPole fragment takes.
+_MIN_NAP_S, _MAX_NAP_S = 0.0005, 0.004
 
 
 def _union_round(active: dict[int, Iterator[Any]], weights: list[int | str]):

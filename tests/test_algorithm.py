@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from flowrl import Algorithm, ConfigError
 from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep
@@ -75,6 +76,15 @@ def test_same_seed_same_results_in_bulk_sync(ray_session):
         runs.append([algo.train()["learner/policy_loss"] for _ in range(2)])
         algo.stop()
     assert runs[0] == runs[1]
+
+
+def test_learner_threads_hold_while_the_run_lasts_and_are_given_back():
+    before = torch.get_num_threads()
+    algo = Algorithm("ppo", env="CartPole-v1", learner_threads=1, **FAST)
+    algo.train()
+    assert torch.get_num_threads() == 1
+    algo.stop()
+    assert torch.get_num_threads() == before
 
 
 def test_evaluate_reports_the_requested_episodes():
