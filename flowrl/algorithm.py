@@ -217,9 +217,6 @@ class Algorithm:
             ).close()
             ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
         torch.manual_seed(self.config.seed)
-        self._torch_threads = torch.get_num_threads()  # stop() gives them back
-        if self.config.learner_threads:  # on few cores, leave the rest to the workers
-            torch.set_num_threads(self.config.learner_threads)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
@@ -232,6 +229,9 @@ class Algorithm:
             video_dir=self.config.evaluation_video_dir,
         )
         self.last_result: dict[str, Any] | None = None
+        self._torch_threads = torch.get_num_threads()  # stop() gives them back
+        if self.config.learner_threads:  # on few cores, leave the rest to the workers
+            torch.set_num_threads(self.config.learner_threads)
 
     def _auto_layout(
         self, config: Any, overrides: dict[str, Any], plan: Plan | None, address: str | None
@@ -436,7 +436,8 @@ class Algorithm:
         self.plan.close()
         self.evaluation.stop()
         self.workers.stop()
-        torch.set_num_threads(self._torch_threads)
+        if self.config.learner_threads == torch.get_num_threads():  # unless changed since
+            torch.set_num_threads(self._torch_threads)
 
     def __enter__(self) -> Algorithm:
         return self
