@@ -51,8 +51,8 @@ from flowrl.worker import WorkerSet
 @dataclass
 class ApexConfig(DQNConfig):
     """Ape-X settings: DQN's, with 2 workers, 2 prioritized replay shards and per-worker
-    exploration. On CartPole-v1 the defaults reached 450 at 231k-322k env steps on seeds
-    0-3 (see the README)."""
+    exploration. On CartPole-v1 the defaults reached 450 within 400k env steps in 18 of 24
+    runs on seeds 0-19 (see the README)."""
 
     algo_name: ClassVar[str] = "apex"
     # workers exploring at their own epsilons are the algorithm: in-process (which auto

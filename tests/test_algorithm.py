@@ -85,9 +85,9 @@ def test_learner_threads_hold_while_the_run_lasts_and_are_given_back():
     assert torch.get_num_threads() == 1
     algo.stop()
     assert torch.get_num_threads() == before
-    first, second = (Algorithm("ppo", env="CartPole-v1", learner_threads=1, **FAST) for _ in "12")
-    first.stop()  # runs stopped in any order leave the threads as they found them
-    second.stop()
+    runs = [Algorithm("ppo", env="CartPole-v1", learner_threads=1, **FAST) for _ in range(2)]
+    for run in runs:  # runs stopped in any order leave the threads as they found them
+        run.stop()
     assert torch.get_num_threads() == before
 
 
