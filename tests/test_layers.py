@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -74,3 +75,21 @@ def test_the_core_names_no_algorithm(name):
             assert not pattern.search(node.value), f"{name} names an algorithm: {node.value!r}"
         if isinstance(node, ast.ImportFrom) and node.module:
             assert not node.module.startswith("flowrl.algorithms."), f"{name} imports {node.module}"
+
+
+def test_the_package_imports_its_names_on_first_use():
+    """``import flowrl`` is light (a replay shard's process never loads torch); each public
+    name still comes from ``flowrl`` and resolves to its module's object."""
+    import subprocess
+    import sys
+
+    code = "import sys, flowrl; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert sorted(flowrl.__all__) == sorted(flowrl._HOMES)
+    for name in flowrl.__all__:
+        home = importlib.import_module(flowrl._HOMES[name])
+        assert getattr(flowrl, name) is getattr(home, name)
+    assert "Algorithm" in dir(flowrl)
+    with pytest.raises(AttributeError, match="no attribute 'Algorithmm'"):
+        flowrl.Algorithmm  # noqa: B018

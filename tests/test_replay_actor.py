@@ -73,3 +73,19 @@ def test_dqn_with_replay_shards(ray_session):
     first, second = algo.train(), algo.train()
     assert second["env_steps_trained"] > first["env_steps_trained"] > 0
     algo.stop()
+
+
+def test_shard_actors_stay_light_whatever_config_class_built_them(ray_session):
+    # an algorithm's config is a subclass from its own module; the shards get a plain
+    # ReplayConfig, and the sampling step they unpickle lives beside them, so their
+    # processes import numpy and the buffer, not torch (~1 s each at start-up)
+    algo = Algorithm("dqn", env="CartPole-v1", num_workers=0, replay_shards=2, seed=0)
+    try:
+        algo.train()
+        shards = algo.workers.keep("replay", list)
+        imported = ray_session.get(
+            [s.__ray_call__.remote(lambda _: "torch" in __import__("sys").modules) for s in shards]
+        )
+        assert imported == [False, False]
+    finally:
+        algo.stop()

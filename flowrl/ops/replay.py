@@ -20,7 +20,7 @@ import numpy as np
 
 from flowrl.context import NUM_TARGET_UPDATES, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
-from flowrl.replay import BATCH_INDEXES, ReplayActor, ReplayBuffer, shard_of
+from flowrl.replay import BATCH_INDEXES, ReplayBuffer, SampleShard, shard_of
 from flowrl.sample_batch import SampleBatch
 
 ReplayTarget = ReplayBuffer | Sequence[Any]  # a local buffer, or ReplayActor handles
@@ -108,26 +108,6 @@ def Replay(
             yield NotReady if batch is None else batch
 
     return LocalIterator(build, name=name, receives_from=target)
-
-
-class SampleShard:
-    """On a replay actor: a sampled batch of its shard, or ``NotReady`` until the shard has
-    received ``learning_starts`` rows.
-
-    Example:
-        >>> shards = ParallelIterator.from_actors(replay_actors)  # doctest: +SKIP
-        >>> shards.for_each(SampleShard(32, learning_starts=1000)).gather_async()  # doctest: +SKIP
-    """
-
-    def __init__(self, batch_size: int, *, learning_starts: int = 0) -> None:
-        self.batch_size, self.learning_starts = batch_size, learning_starts
-
-    def __call__(self, shard: ReplayActor) -> SampleBatch | Any:
-        batch = shard.sample(self.batch_size, self.learning_starts)
-        return NotReady if batch is None else batch
-
-    def __repr__(self) -> str:
-        return f"SampleShard({self.batch_size}, learning_starts={self.learning_starts})"
 
 
 class TrainingIntensity(Operator):

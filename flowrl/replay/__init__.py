@@ -13,7 +13,13 @@ Example:
     ('ReplayBuffer', 100)
 """
 
-from flowrl.replay.actor import ReplayActor, ReplayShards, create_replay_actors, shard_of
+from flowrl.replay.actor import (
+    ReplayActor,
+    ReplayShards,
+    SampleShard,
+    create_replay_actors,
+    shard_of,
+)
 from flowrl.replay.buffer import (
     BATCH_INDEXES,
     PRIORITIES,
@@ -33,6 +39,7 @@ __all__ = [
     "ReplayBuffer",
     "ReplayConfig",
     "ReplayShards",
+    "SampleShard",
     "UniformSampler",
     "create_replay_actors",
     "make_buffer",

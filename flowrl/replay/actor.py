@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.iter import ParallelIteratorWorker
+from flowrl.iter import NotReady, ParallelIteratorWorker
 from flowrl.replay.buffer import BATCH_INDEXES, ReplayBuffer
 from flowrl.sample_batch import SampleBatch
 
@@ -65,6 +65,27 @@ class ReplayActor(ParallelIteratorWorker):
         if np.any(shards != self.shard_index):
             raise ValueError(f"shard {self.shard_index} got rows of shards {np.unique(shards)}")
         self.buffer.update_priorities(local, priorities)
+
+
+class SampleShard:
+    """On a replay actor: a sampled batch of its shard, or ``NotReady`` until the shard has
+    received ``learning_starts`` rows. It lives here, not in :mod:`flowrl.ops`, so a shard
+    that unpickles it imports numpy and its buffer, not torch.
+
+    Example:
+        >>> shards = ParallelIterator.from_actors(replay_actors)  # doctest: +SKIP
+        >>> shards.for_each(SampleShard(32, learning_starts=1000)).gather_async()  # doctest: +SKIP
+    """
+
+    def __init__(self, batch_size: int, *, learning_starts: int = 0) -> None:
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+
+    def __call__(self, shard: ReplayActor) -> SampleBatch | Any:
+        batch = shard.sample(self.batch_size, self.learning_starts)
+        return NotReady if batch is None else batch
+
+    def __repr__(self) -> str:
+        return f"SampleShard({self.batch_size}, learning_starts={self.learning_starts})"
 
 
 class ReplayShards(list):

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from flowrl.config import Config, ConfigError, param
@@ -82,5 +82,8 @@ def make_replay(config: ReplayConfig) -> ReplayBuffer | list[Any]:
     """A local buffer, or ``replay_shards`` replay actors."""
     if config.replay_shards == 0:
         return make_buffer(config)
-    factory = functools.partial(make_buffer, config)
+    # a plain ReplayConfig: unpickling an algorithm's own config in every shard actor would
+    # import that algorithm (and torch) there, ~1 s of CPU each while the workers start
+    plain = ReplayConfig.from_dict({f.name: getattr(config, f.name) for f in fields(ReplayConfig)})
+    factory = functools.partial(make_buffer, plain)
     return create_replay_actors(factory, num_shards=config.replay_shards)
