@@ -298,6 +298,9 @@ class WorkerSet:
 
             self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
+            # the learner's optimiser, built while they start: its first build imports
+            # torch's compiler stack (~1.2 s), which otherwise delays the first update
+            _ = self.local_worker.policy.optimizer
             self._wait_until_up(self.remote_workers)
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}

@@ -147,6 +147,7 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
     workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
     try:
         policy = workers.local_worker.policy
+        assert "optimizer" in vars(policy), "the learner's optimiser was built while they started"
         for p in policy.model.parameters():
             p.data.add_(1.0)
         workers.sync_weights()
