@@ -102,6 +102,27 @@ def test_learner_weights_are_a_snapshot_between_updates():
     learner.stop()
 
 
+def test_latest_weights_come_from_after_an_update_without_waiting_for_the_one_under_way():
+    worker = FakeWorker()
+    learner = LearnerThread(worker)
+    assert learner.latest_weights()[0] == 0  # not started: taken now
+    learner.start()
+    learner.inbox.put(batch(1))  # asks for a snapshot: the thread takes it after this one
+    while learner.version < 1:
+        time.sleep(0.001)
+    worker.gate.clear()  # the next update is held
+    learner.inbox.put(batch(2))
+    started = time.perf_counter()
+    version, weights = learner.latest_weights()
+    assert time.perf_counter() - started < 0.05, "did not wait for the held update"
+    assert version == 1 and weights["w"][0] == 1
+    worker.gate.set()
+    while learner.version < 2:
+        time.sleep(0.001)
+    learner.stop()
+    assert learner.latest_weights()[0] == 2  # asked for after update 1, taken after 2
+
+
 def test_mix_in_replay_adds_the_proportion_on_average():
     mix = MixInReplay(capacity=10, replay_proportion=0.5, seed=3)
     out = [len(mix(batch(i + 1))) for i in range(2_000)]

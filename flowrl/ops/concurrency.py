@@ -99,9 +99,11 @@ class LearnerThread(threading.Thread):
     back-pressure instead of memory growing); each gets ``num_sgd_iter`` passes of
     minibatch SGD, and ``(batch, learner stats)`` goes on the ``outbox``, as
     :class:`~flowrl.ops.TrainOneStep` yields them. :meth:`get_weights` returns a consistent
-    snapshot (never half an optimiser step), :meth:`between_updates` runs a function on the
-    policy between two updates, and ``version`` counts the updates. An exception stops the
-    thread; :meth:`check` then raises it in the caller as a :class:`LearnerThreadError`.
+    snapshot (never half an optimiser step), :meth:`latest_weights` one the thread took
+    after an update (no wait for the update under way), :meth:`between_updates` runs a
+    function on the policy between two updates, and ``version`` counts the updates. An
+    exception stops the thread; :meth:`check` then raises it in the caller as a
+    :class:`LearnerThreadError`.
 
     Example:
         >>> learner = LearnerThread(workers.local_worker, inbox_size=4)  # doctest: +SKIP
@@ -126,6 +128,8 @@ class LearnerThread(threading.Thread):
         self.version = 0
         self.learn_timer = TimerStat()
         self._lock = getattr(worker, "lock", None) or threading.Lock()
+        self._snapshot: tuple[int, Any] | None = None  # (version, weights) for latest_weights
+        self._snapshot_wanted = False
         self._stopped = threading.Event()
         self.error: BaseException | None = None
 
@@ -143,6 +147,9 @@ class LearnerThread(threading.Thread):
                         minibatch_size=self.sgd_minibatch_size,
                     )
                     self.version += 1
+                    if self._snapshot_wanted:
+                        self._snapshot_wanted = False
+                        self._snapshot = (self.version, self.worker.get_weights())
                 self.outbox.put((batch, stats))
         except BaseException as e:  # surfaced in the plan by check()
             self.error = e
@@ -154,6 +161,18 @@ class LearnerThread(threading.Thread):
         """The policy's weights between two updates."""
         with self._lock:
             return self.worker.get_weights()
+
+    def latest_weights(self) -> tuple[int, Any]:
+        """``(version, weights)``: the newest snapshot the running thread took after an
+        update, without waiting for the update under way (one takes milliseconds: waiting
+        for it held a plan up); asking makes the thread take the next one. Before the
+        thread's first snapshot, one taken now."""
+        self._snapshot_wanted = True
+        snapshot = self._snapshot
+        if snapshot is None or not self.is_alive():
+            with self._lock:
+                return self.version, self.worker.get_weights()
+        return snapshot
 
     def has_room(self) -> bool:
         """Whether the inbox takes a batch now: a gate for a source that should not pull
@@ -306,13 +325,14 @@ class BroadcastWeights(Operator):
         due = items >= self.broadcast_interval and steps >= self.min_env_steps
         if self._learner.version != version and due:
             with self.context.span(SYNC):
-                if self._ref_version != self._learner.version:
-                    import ray
+                latest, weights = self._learner.latest_weights()
+                if latest != version:  # the snapshot may not have caught up yet
+                    if self._ref_version != latest:
+                        import ray
 
-                    self._ref_version = self._learner.version  # read before the snapshot
-                    self._ref = ray.put(self._learner.get_weights())
-                self._workers.sync_weights([actor], weights_ref=self._ref)
-            self.context.counters[WEIGHT_BROADCASTS] += 1
-            version, items, steps = self._ref_version, 0, 0
+                        self._ref_version, self._ref = latest, ray.put(weights)
+                    self._workers.sync_weights([actor], weights_ref=self._ref)
+                    self.context.counters[WEIGHT_BROADCASTS] += 1
+                    version, items, steps = latest, 0, 0
         self._sent[actor] = (version, items, steps)
         return item
