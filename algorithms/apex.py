@@ -52,7 +52,7 @@ from flowrl.worker import WorkerSet
 class ApexConfig(DQNConfig):
     """Ape-X settings: DQN's, with 2 workers, 2 prioritized replay shards, per-worker
     exploration and rewards scaled to unit returns. On CartPole-v1 the defaults reached 450
-    within 400k env steps on every one of seeds 0-23 (see the README)."""
+    within 400k env steps on every one of seeds 0-47 (see the README)."""
 
     algo_name: ClassVar[str] = "apex"
     # workers exploring at their own epsilons are the algorithm: in-process (which auto
@@ -76,7 +76,7 @@ class ApexConfig(DQNConfig):
     normalize_rewards: bool = True
     # 128 rows cost an SGD step little more than 64 on a small MLP, so the learner keeps up
     # with faster sampling: seeds 0-7 reached 450 in 14-27 s of training (64 rows and lr
-    # 1e-3: 18-25 s). All these defaults: seeds 0-23 at 108k-332k env steps, 9-22 s.
+    # 1e-3: 18-25 s). All these defaults: seeds 0-47 at 108k-390k env steps, 9-33 s.
     train_batch_size: int = 128
     lr: float = 1.5e-3
     learning_starts: int = 2_000
