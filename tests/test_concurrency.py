@@ -107,8 +107,8 @@ def test_latest_weights_come_from_after_an_update_without_waiting_for_the_one_un
     learner = LearnerThread(worker)
     assert learner.latest_weights()[0] == 0  # not started: taken now
     learner.start()
-    learner.inbox.put(batch(1))  # asks for a snapshot: the thread takes it after this one
-    while learner.version < 1:
+    learner.inbox.put(batch(1))  # asked for above: the thread takes one after this update
+    while learner.latest_weights()[0] < 1:
         time.sleep(0.001)
     worker.gate.clear()  # the next update is held
     learner.inbox.put(batch(2))
@@ -117,10 +117,11 @@ def test_latest_weights_come_from_after_an_update_without_waiting_for_the_one_un
     assert time.perf_counter() - started < 0.05, "did not wait for the held update"
     assert version == 1 and weights["w"][0] == 1
     worker.gate.set()
-    while learner.version < 2:
+    deadline = time.monotonic() + 5
+    while learner.latest_weights()[0] < 2:  # asked for during update 2, taken after it
+        assert time.monotonic() < deadline, "no snapshot after the released update"
         time.sleep(0.001)
     learner.stop()
-    assert learner.latest_weights()[0] == 2  # asked for after update 1, taken after 2
 
 
 def test_mix_in_replay_adds_the_proportion_on_average():

@@ -75,6 +75,7 @@ def test_dqn_with_replay_shards(ray_session):
     algo.stop()
 
 
+@pytest.mark.ray
 def test_shard_actors_stay_light_whatever_config_class_built_them(ray_session):
     # an algorithm's config is a subclass from its own module; the shards get a plain
     # ReplayConfig, and the sampling step they unpickle lives beside them, so their
