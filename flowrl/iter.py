@@ -193,6 +193,8 @@ class LocalIterator(PlanNode, Generic[T]):
             )
         self._built = True
         it = iter(self._build_fn(context, timeout))
+        if hasattr(it, "close"):  # a union's inputs and a gather's requests end with the plan
+            context.on_close(it.close)
         if context.profiler is not None and not self.hidden:
             it = context.profiler.timed(self, it)
         return it
@@ -209,8 +211,10 @@ class LocalIterator(PlanNode, Generic[T]):
         return self.name
 
     def close(self) -> None:
-        """Stop pulling: close the chain (a ``gather_async`` source waits for the requests
-        it has in flight, so its actors are idle afterwards). Closing twice is harmless.
+        """Stop pulling: close every iterator the chain built, not only those reached
+        through this one's generator (a union's inputs too); a ``gather_async`` source
+        waits for the requests it has in flight, so its actors are idle afterwards.
+        Closing twice is harmless.
 
         Example:
             >>> it = LocalIterator.from_items([1, 2, 3]); next(it); it.close()
@@ -623,34 +627,50 @@ class ParallelIterator(PlanNode, Generic[T]):
             self.before_requests(ctx)
 
     def _wait(self, pending: dict[Any, tuple[Any, float]], num_returns: int, timeout: float | None):
-        """``ray.wait`` on the requests in ``pending`` (ref -> (actor, time sent)); with a
-        request timeout, it wakes for the oldest request's deadline and kills the actors
-        whose requests passed it, so their refs resolve to an actor error."""
+        """``ray.wait`` on the requests in ``pending`` (ref -> (actor, time sent)) for at
+        most ``timeout`` seconds (None: until ``num_returns`` are ready). With a request
+        timeout, every call also kills the actors whose requests passed it, whether or not
+        other requests are ready (a healthy worker must not keep a hung one alive), and a
+        blocking wait wakes for the oldest request's deadline. A killed actor's request
+        then resolves to an actor error, which the runner answers with a replacement."""
         import ray
 
         refs = list(pending)
         if not self.request_timeout_s:
             return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+        end = None if timeout is None else time.monotonic() + timeout
         while True:
-            oldest = min(sent for _, sent in pending.values())
-            left = max(0.0, oldest + self.request_timeout_s - time.monotonic())
-            if timeout is not None and timeout <= left:  # the caller's limit comes first
-                return ray.wait(refs, num_returns=num_returns, timeout=timeout)
-            wait_s = None if math.isinf(left) else left  # every late actor already killed
-            ready, rest = ray.wait(refs, num_returns=num_returns, timeout=wait_s)
-            if len(ready) >= num_returns:
-                return ready, rest
             now = time.monotonic()
-            for ref in rest:
-                actor, sent = pending[ref]
-                if now - sent >= self.request_timeout_s:
-                    logger.warning(
-                        "%s: no answer from an actor in %.0f s; killing it so it is replaced",
-                        self.name,
-                        self.request_timeout_s,
-                    )
-                    ray.kill(actor, no_restart=True)
-                    pending[ref] = (actor, math.inf)  # killed once; its ref now resolves
+            oldest = min(sent for _, sent in pending.values())
+            wait_s = max(0.0, oldest + self.request_timeout_s - now)  # inf: all killed
+            if end is not None:
+                wait_s = min(wait_s, max(0.0, end - now))
+            ready, rest = ray.wait(
+                refs, num_returns=num_returns, timeout=None if math.isinf(wait_s) else wait_s
+            )
+            self._kill_late(pending, rest)
+            if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
+                return ready, rest
+
+    def _kill_late(self, pending: dict[Any, tuple[Any, float]], unanswered: list[Any]) -> None:
+        """Kill the actors of the ``unanswered`` requests sent ``request_timeout_s`` ago or
+        more (once each: their time sent becomes infinite)."""
+        import ray
+
+        now = time.monotonic()
+        for ref in unanswered:
+            actor, sent = pending[ref]
+            if now - sent < self.request_timeout_s or ray.wait([ref], timeout=0)[0]:
+                continue
+            logger.warning(
+                "%s: no answer from an actor in %.0f s; killing it so it is replaced",
+                self.name,
+                self.request_timeout_s,
+            )
+            ray.kill(actor, no_restart=True)
+            for other, (same, _) in pending.items():  # its other requests fail with it
+                if same is actor:
+                    pending[other] = (actor, math.inf)
 
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
@@ -732,8 +752,10 @@ class ParallelIterator(PlanNode, Generic[T]):
                     ctx.current_actor = actor
                     yield self._emit(actor, item)
             finally:  # closed early: let the requests in flight finish, so the actors go idle
-                if pending:
-                    ray.wait(list(pending), num_returns=len(pending), timeout=_DRAIN_TIMEOUT_S)
+                # (unless Ray is already down: a wait then would start a new Ray)
+                if pending and ray.is_initialized():
+                    drain_s = min(_DRAIN_TIMEOUT_S, self.request_timeout_s or math.inf)
+                    ray.wait(list(pending), num_returns=len(pending), timeout=drain_s)
 
         return self._gathered(build, f"gather_async(num_async={num_async})")
 
