@@ -133,7 +133,9 @@ class PlanContext:
 
         A restored state that arrived before the plan was built (plans build on their
         first pull) is applied now; an operator of a rebuilt plan (after a dead worker was
-        replaced) takes over the state of the one it replaces under the same name.
+        replaced) takes over from the one it replaces under the same name: with its
+        ``take_over(previous)`` where it has one (state that only means something in this
+        process, such as a clock), else with ``set_state(previous.get_state())``.
 
         Example:
             >>> class Tally:
@@ -152,7 +154,11 @@ class PlanContext:
         if name in self.pending_state:
             obj.set_state(self.pending_state.pop(name))
         elif previous is not None and previous is not obj:
-            obj.set_state(previous.get_state())
+            take_over = getattr(obj, "take_over", None)
+            if take_over is not None:
+                take_over(previous)
+            else:
+                obj.set_state(previous.get_state())
 
     def get_state(self) -> dict[str, Any]:
         """Counters and the state of every registered checkpointable."""

@@ -88,6 +88,13 @@ class CollectMetrics(Operator):
         self._episodes.extend(state["episodes"])
         self._time_total_s = state["time_total_s"]
 
+    def take_over(self, previous: CollectMetrics) -> None:
+        """In a plan rebuilt after a failure: the iteration under way goes on, so the time
+        and env steps since ``previous``'s last result (the restart's included) count in it."""
+        self.set_state(previous.get_state())
+        self._worker_metrics = previous._worker_metrics
+        self._last_time, self._last_steps = previous._last_time, previous._last_steps
+
     def __call__(self, item: Any) -> dict[str, Any]:
         counters = self.context.counters
         new, by_worker = self._workers.collect_metrics()
