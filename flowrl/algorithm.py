@@ -18,14 +18,14 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from flowrl import checkpoints
-from flowrl.autotune import Layout, choose_layout, is_auto
+from flowrl.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
 from flowrl.context import ITERATION
@@ -103,9 +103,10 @@ def _plan_file_hint() -> str:
     return f"to run with {spec.name}'s: from {module} import {config} as Config, {policy} as Policy"
 
 
-def ensure_ray(address: str | None, num_cpus: float) -> None:
-    """Start Ray unless it is already running, or join the cluster at ``address`` (by
-    default the ``RAY_ADDRESS`` environment variable's, as ``ray.init`` reads it)."""
+def ensure_ray(address: str | None) -> None:
+    """Start Ray with this machine's CPUs unless it is already running, or join the
+    cluster at ``address`` (by default the ``RAY_ADDRESS`` environment variable's, as
+    ``ray.init`` reads it)."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS")
@@ -116,8 +117,36 @@ def ensure_ray(address: str | None, num_cpus: float) -> None:
     if address:
         ray.init(address=address, logging_level="ERROR")
     else:
-        cpus = max(os.cpu_count() or 1, int(num_cpus + 0.999))
-        ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR")
+
+
+def check_worker_cpus(config: Config, address: str | None = None) -> None:
+    """A ConfigError when the rollout workers reserve more CPUs than the Ray cluster has,
+    or, before a local Ray starts, this machine: Ray would never place them, and would
+    start worker processes while it waited. A cluster not joined yet is not checked.
+    Sharing CPUs on purpose is a fractional ``num_cpus_per_worker``.
+
+    Example:
+        >>> check_worker_cpus(Config(num_workers=10_000))
+        Traceback (most recent call last):
+        ...
+        flowrl.config.ConfigError: 10000 rollout workers reserve 10000 CPUs ...
+    """
+    per_worker = config.num_cpus_per_worker
+    need = config.num_workers * per_worker
+    ray_up = ray_running()
+    if not ray_up and (address or os.environ.get("RAY_ADDRESS")):
+        return
+    cpus = cluster_cpus()
+    if need <= cpus:
+        return
+    where = "the Ray cluster" if ray_up else "this machine"
+    raise ConfigError(
+        f"{config.num_workers} rollout workers reserve {need:g} CPUs (num_cpus_per_worker="
+        f"{per_worker:g} each), but {where} has {cpus}: use at most {int(cpus // per_worker)} "
+        f"workers, or set num_cpus_per_worker={cpus / config.num_workers:.3g} to share its "
+        "CPUs on purpose"
+    )
 
 
 def check_reachable(address: str, timeout_s: float = 10.0) -> None:
@@ -215,7 +244,9 @@ class Algorithm:
             make_vector_env(
                 self.config.env, num_envs=1, seed=0, env_config=self.config.env_config
             ).close()
-            ensure_ray(address, self.config.num_workers * self.config.num_cpus_per_worker)
+            check_worker_cpus(self.config, address)  # before a local Ray starts
+            ensure_ray(address)
+            check_worker_cpus(self.config, address)  # a cluster, once joined
         torch.manual_seed(self.config.seed)
         self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
@@ -245,7 +276,7 @@ class Algorithm:
         values.update(overrides)
         del values["num_workers"]
         if address:
-            ensure_ray(address, 0)
+            ensure_ray(address)
         self.layout, run = choose_layout(
             self.spec,
             build_config(self.spec, values),
@@ -307,11 +338,13 @@ class Algorithm:
         """
         return plan_graph(self.plan, title=f"{self.spec.name} on {self.config.env}")
 
-    def rebuild_after_failure(self) -> list[str]:
-        """Replace dead remote workers and replay shards (recreated empty) and rebuild the
-        plan; returns what was replaced. Counters, weights and what the plan took from
+    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]:
+        """Replace dead remote workers, those of ``broken_workers`` (indexes of workers
+        whose env raised) and dead replay shards (recreated empty), and rebuild the plan;
+        returns what was replaced. Counters, weights and what the plan took from
         :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
-        replaced = [f"rollout worker {i}" for i in self.workers.recreate_failed_workers()]
+        failed = self.workers.recreate_failed_workers(broken_workers)
+        replaced = [f"rollout worker {i}" for i in failed]
         for name, indexes in self.workers.revive_kept().items():
             replaced += [f"{name} actor {i}" for i in indexes]
         self.plan.close()

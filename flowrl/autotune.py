@@ -143,7 +143,7 @@ def choose_layout(
         learner_thread=learner_thread,
         weight_bytes=weight_bytes,
         cpus=cpus if cpus is not None else cluster_cpus(),
-        ray_running=_ray_running(),
+        ray_running=ray_running(),
         measured=(in_process, rate),
     )
     layout = best_layout(costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers)
@@ -235,7 +235,7 @@ def predict(costs: Costs, workers: int, envs: int, fragment: int) -> float:
 
 def cluster_cpus() -> int:
     """The Ray cluster's CPUs when Ray runs in this process, else this machine's."""
-    if _ray_running():
+    if ray_running():
         import ray
 
         return int(ray.cluster_resources().get("CPU", 1))
@@ -302,7 +302,7 @@ def _has_learner_thread(plan: Any) -> bool:
     return any(isinstance(getattr(it.op, "sends_to", None), LearnerThread) for it in walk(plan))
 
 
-def _ray_running() -> bool:
+def ray_running() -> bool:
     """Whether this process has Ray up (without importing it: that alone takes a second)."""
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized()

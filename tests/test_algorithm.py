@@ -129,7 +129,7 @@ def test_ensure_ray_joins_the_cluster_ray_address_names(
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
     else:
         monkeypatch.setenv("RAY_ADDRESS", env_address)
-    ensure_ray(address, num_cpus=1)
+    ensure_ray(address)
     assert len(calls) == 1 and expected.items() <= calls[0].items()
     assert ("num_cpus" in calls[0]) == ("address" not in calls[0])
 
