@@ -38,6 +38,24 @@ EnvCreator = Callable[..., gym.Env]
 _REGISTERED: dict[str, EnvCreator] = {}
 
 
+class EnvError(RuntimeError):
+    """The env raised in ``step()`` on rollout worker ``worker_index`` (0: the local
+    worker). A remote worker whose env raised is replaced, within the run's failure budget
+    (:class:`flowrl.runner.FailureBudget`); in this process nothing can be, and the run ends.
+
+    Example:
+        >>> str(EnvError("env CartPole-v1 (worker 2) raised ValueError: boom", 2))
+        'env CartPole-v1 (worker 2) raised ValueError: boom'
+    """
+
+    def __init__(self, message: str, worker_index: int) -> None:
+        super().__init__(message, worker_index)  # both, so it pickles through Ray
+        self.message, self.worker_index = message, worker_index
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def register_env(name: str, creator: EnvCreator) -> str:
     """Make ``creator`` trainable as ``env=name`` in this process and on its Ray workers.
 

@@ -35,7 +35,7 @@ from flowrl.context import (
     TIME_TOTAL_S,
     WORKER_RESTARTS,
 )
-from flowrl.envs import reward_threshold
+from flowrl.envs import EnvError, reward_threshold
 from flowrl.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.logger import RunLogger
 from flowrl.policy import NonFiniteError, Weights
@@ -60,7 +60,7 @@ class Trainable(Protocol):
 
     def train(self) -> dict[str, Any]: ...
 
-    def rebuild_after_failure(self) -> list[str]: ...
+    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]: ...
 
     def save(self, path: Path, *, weights: Weights | None = None) -> Path: ...
 
@@ -178,21 +178,25 @@ class FailureBudget:
 
 
 def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, Any]:
-    """One ``train()``; a dead rollout worker or replay shard is replaced and the plan
-    rebuilt, within the budget."""
+    """One ``train()``; a dead rollout worker or replay shard, or a remote worker whose env
+    raised, is replaced and the plan rebuilt, within the budget. An env that raised in
+    this process (no remote workers) ends the run: nothing can replace it."""
     import ray
 
     while True:
         try:
             result = _train_watched(algo)
-        except ray.exceptions.RayActorError as e:
+        except (ray.exceptions.RayActorError, EnvError) as e:
+            broken = [e.worker_index] if isinstance(e, EnvError) else []
+            if broken == [0]:
+                raise
             if not budget.spend():
                 raise RuntimeError(
                     f"{budget.spent} worker failures, faster than the run tolerates "
                     f"({budget.burst} at once, one per {budget.iterations_per_failure:g} "
                     f"iterations after that); the last: {describe_error(e)}"
                 ) from e
-            replaced = algo.rebuild_after_failure()
+            replaced = algo.rebuild_after_failure(broken)
             algo.plan.context.counters[WORKER_RESTARTS] += len(replaced)
             logger.warning("replaced %s; training goes on", ", ".join(replaced) or "nothing")
             continue
@@ -234,7 +238,8 @@ def describe_error(error: BaseException) -> str:
     error = cause if remote else error
     text = str(error).strip()
     line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-    frames = traceback.extract_tb(error.__traceback__)
+    located = error.__cause__ if isinstance(error, EnvError) and error.__cause__ else error
+    frames = traceback.extract_tb(located.__traceback__)  # an env's error: in the env
     if frames:
         line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
     elif remote:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,6 +25,7 @@ import torch
 from flowrl.config import Config
 from flowrl.envs import (
     EnvCreator,
+    EnvError,
     make_recording_env,
     make_vector_env,
     register_env,
@@ -129,7 +130,12 @@ class RolloutWorker(ParallelIteratorWorker):
                     raw_obs[t] = obs
                     obs = norm.observations(obs)
                 actions, extras = policy.compute_actions(obs)
-                next_obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
+                try:
+                    next_obs, rewards, terminated, truncated, _ = env.step(
+                        policy.env_actions(actions)
+                    )
+                except Exception as e:  # the env's own fault: this worker is replaced
+                    raise self._env_error(e) from e
                 row = (
                     (OBS, obs),
                     (ACTIONS, actions),
@@ -158,6 +164,12 @@ class RolloutWorker(ParallelIteratorWorker):
         cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
         return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool)
+
+    def _env_error(self, error: Exception) -> EnvError:
+        text = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        where = f"env {self.config.env} (worker {self.worker_index})"
+        return EnvError(f"{where} raised {reason}", self.worker_index)
 
     def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
         """NaN or infinite observations or rewards from the env stop the run here, where
@@ -272,6 +284,17 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def close(self) -> None:
         self.env.close()
+
+
+def _answers(actor: Any, timeout_s: float = 30) -> bool:
+    """Whether a remote worker answers a ping within ``timeout_s``."""
+    import ray
+
+    try:
+        ray.get(actor.ping.remote(), timeout=timeout_s)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+    return True
 
 
 class WorkerSet:
@@ -407,21 +430,24 @@ class WorkerSet:
                 del self._pending_metrics[actor]
         return episodes, by_worker
 
-    def recreate_failed_workers(self) -> list[int]:
-        """Replace remote workers that no longer answer; returns their indices."""
+    def recreate_failed_workers(self, broken: Sequence[int] = ()) -> list[int]:
+        """Replace remote workers that no longer answer, and those of the indexes in
+        ``broken`` (their env raised: they answer, but their env cannot go on); returns
+        the indexes replaced."""
         if not self.remote_workers:
             return []
         import ray
 
         replaced = []
         for i, actor in enumerate(self.remote_workers):
-            try:
-                ray.get(actor.ping.remote(), timeout=30)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                logger.warning("rollout worker %d died; starting a new one", i + 1)
-                self._pending_metrics.pop(actor, None)
-                self.remote_workers[i] = self._make_remote(i + 1)
-                replaced.append(i + 1)
+            if i + 1 in broken:
+                ray.kill(actor, no_restart=True)
+            elif _answers(actor):
+                continue
+            logger.warning("rollout worker %d failed; starting a new one", i + 1)
+            self._pending_metrics.pop(actor, None)
+            self.remote_workers[i] = self._make_remote(i + 1)
+            replaced.append(i + 1)
         if replaced:
             new = [self.remote_workers[i - 1] for i in replaced]
             self._wait_until_up(new)
