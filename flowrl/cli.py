@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from flowrl.config import ConfigError, parse_set_value
 from flowrl.graph import FORMATS
+from flowrl.logger import check_output_file
 from flowrl.runner import sigint_ignored
 from flowrl.tables import print_table
 
@@ -399,13 +400,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.format == "png" and not args.out:
         raise ConfigError("--format png writes an image: add --out FILE.png")
+    out = check_output_file(args.out) if args.out else None
     algo = Algorithm(args.algo, _config_values(args))
     try:
         shown = algo.graph().format(args.format)
     finally:
         algo.stop()
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         if isinstance(shown, bytes):
             out.write_bytes(shown)
         else:
@@ -420,6 +421,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from flowrl import checkpoints
     from flowrl.inference import export_policy
 
+    check_output_file(args.out)
     ckpt = checkpoints.resolve(args.checkpoint)
     _warn_skipped(ckpt)
     out = export_policy(ckpt, args.out, format=args.format)
@@ -430,6 +432,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from flowrl.plotting import plot_runs
 
+    check_output_file(args.out)
     out = plot_runs(args.runs, args.out)
     print(f"flowrl: wrote the curves of {len(args.runs)} runs to {out}")
     return 0

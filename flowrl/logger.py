@@ -39,12 +39,38 @@ def check_new_run_dir(output_dir: Path) -> None:
             f"--resume {output_dir}, or choose another --output"
         )
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".flowrl-write-test"
-        probe.write_text("")
-        probe.unlink()
+        _probe_writable(output_dir)
     except OSError as e:
         raise ConfigError(f"cannot write to output directory {output_dir}: {e.strerror}") from None
+
+
+def check_output_file(path: str | Path) -> Path:
+    """``path`` as a file a command can write (its folder made where missing), checked
+    before the command's work begins; a ConfigError names the path and the reason.
+
+    Example:
+        >>> check_output_file("/proc/plan.txt")
+        Traceback (most recent call last):
+        ...
+        flowrl.config.ConfigError: cannot write /proc/plan.txt: No such file or directory
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"cannot write {out}: it is a directory; name a file")
+    try:
+        _probe_writable(out.parent)
+    except OSError as e:
+        raise ConfigError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+def _probe_writable(directory: Path) -> None:
+    """Make ``directory`` where missing and write (and remove) a file in it: OSError
+    when that cannot be done."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / ".flowrl-write-test"
+    probe.write_text("")
+    probe.unlink()
 
 
 def _whole_records(path: Path, last_iteration: int) -> list[str]:
