@@ -15,6 +15,8 @@ from gymnasium.envs.classic_control import CartPoleEnv
 
 #: Exists once an env has hung: the first worker's env hangs, its replacement does not.
 HANG_MARKER = Path(tempfile.gettempdir()) / f"flowrl_hang_marker_{os.getuid()}"
+#: Exists once a RaiseOnce env has raised: the first one to reach its limit raises.
+RAISE_MARKER = Path(tempfile.gettempdir()) / f"flowrl_raise_marker_{os.getuid()}"
 
 
 class NanReward(CartPoleEnv):
@@ -54,5 +56,37 @@ class HangOnce(CartPoleEnv):
         raise AssertionError("unreachable")
 
 
-for _cls in (NanReward, NanObservation, HangOnce):
+class RaiseAfter(CartPoleEnv):
+    """CartPole whose step() raises once the env has taken :attr:`LIMIT` steps (counted
+    over its episodes), in every process: a simulator that crashes."""
+
+    LIMIT = 3000
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.total_steps = 0
+
+    def step(self, action):
+        self.total_steps += 1
+        if self.total_steps >= self.LIMIT and self._crashes():
+            raise ValueError("the simulator crashed")
+        return super().step(action)
+
+    def _crashes(self) -> bool:
+        return True
+
+
+class RaiseOnce(RaiseAfter):
+    """RaiseAfter in the first env to reach its limit after :data:`RAISE_MARKER` was
+    removed; every other env (those of the worker that replaces it too) goes on."""
+
+    def _crashes(self) -> bool:
+        try:
+            RAISE_MARKER.touch(exist_ok=False)
+        except FileExistsError:
+            return False
+        return True
+
+
+for _cls in (NanReward, NanObservation, HangOnce, RaiseAfter, RaiseOnce):
     gym.register(f"{_cls.__name__}-v0", entry_point=f"{__name__}:{_cls.__name__}")
