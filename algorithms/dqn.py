@@ -116,6 +116,9 @@ class DQNPolicy(Policy):
     def final_epsilon(self) -> float:
         return self.config.exploration_final_eps
 
+    def set_env_steps_sampled(self, steps: int) -> None:
+        self.timesteps = steps // max(self.config.num_workers, 1)  # this copy's share
+
     @inference
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True

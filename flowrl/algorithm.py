@@ -28,7 +28,7 @@ from flowrl import checkpoints
 from flowrl.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.checkpoints import Checkpoint, CheckpointError
 from flowrl.config import Config, ConfigError
-from flowrl.context import ITERATION
+from flowrl.context import ITERATION, STEPS_SAMPLED
 from flowrl.envs import check_env_id, env_name, make_vector_env
 from flowrl.evaluation import Evaluation, episode_stats
 from flowrl.graph import PlanGraph, plan_graph
@@ -344,6 +344,8 @@ class Algorithm:
         returns what was replaced. Counters, weights and what the plan took from
         :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
         failed = self.workers.recreate_failed_workers(broken_workers)
+        new = [self.workers.remote_workers[i - 1] for i in failed]
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED], new)
         replaced = [f"rollout worker {i}" for i in failed]
         for name, indexes in self.workers.revive_kept().items():
             replaced += [f"{name} actor {i}" for i in indexes]
@@ -419,6 +421,7 @@ class Algorithm:
                 f"checkpoint {checkpoint.path} does not fit this config ({reason})"
             ) from None
         self.workers.sync_weights()
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED])
 
     @classmethod
     def from_checkpoint(

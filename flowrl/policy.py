@@ -191,6 +191,12 @@ class Policy:
         rate, say); results show it per worker as ``worker_<index>/<name>``."""
         return {}
 
+    def set_env_steps_sampled(self, steps: int) -> None:
+        """The run has sampled ``steps`` env steps in all. A worker that starts mid-run (the
+        replacement of a dead one, or any worker of a restored run) hears it before it
+        samples, so a schedule of its acting (DQN's epsilon) goes on from there instead
+        of from its start. Nothing by default."""
+
     @inference
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
         return self._as_numpy(self.model(self._as_tensor(obs))[1])

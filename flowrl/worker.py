@@ -226,6 +226,9 @@ class RolloutWorker(ParallelIteratorWorker):
     def get_weights(self) -> Weights:
         return self.policy.get_weights()
 
+    def set_env_steps_sampled(self, steps: int) -> None:
+        self.policy.set_env_steps_sampled(steps)
+
     def set_weights(self, weights: Weights) -> None:
         start = time.perf_counter()
         self.policy.set_weights(weights)
@@ -375,6 +378,13 @@ class WorkerSet:
         ref = ray.put(self.local_worker.get_weights()) if weights_ref is None else weights_ref
         for actor in targets:
             actor.set_weights.remote(ref)
+
+    def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
+        """Tell ``actors`` (all remote workers by default) that the run has sampled
+        ``steps`` env steps (:meth:`Policy.set_env_steps_sampled`), without waiting: a
+        worker's next sample request comes after it."""
+        for actor in self.remote_workers if actors is None else actors:
+            actor.set_env_steps_sampled.remote(steps)
 
     def defer_weight_sync(self) -> None:
         """The local weights changed: send them to every remote worker, once, right before

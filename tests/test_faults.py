@@ -267,6 +267,30 @@ def test_an_iteration_with_a_restart_counts_the_restart_time(ray_session):
     assert result["time_this_iter_s"] >= 0.9 * wall
 
 
+def test_replaced_and_restored_workers_go_on_with_the_runs_exploration(ray_session, tmp_path):
+    """A new worker's epsilon follows the run's env steps, not its own from zero: with a
+    worker killed every few iterations, Ape-X's workers otherwise acted at random."""
+
+    def epsilons(algo: Algorithm) -> list[float]:
+        calls = [
+            w.__ray_call__.remote(lambda w: w.policy.epsilon()) for w in algo.workers.remote_workers
+        ]
+        return ray_session.get(calls)
+
+    config = {**QUICK, "num_workers": 1, "exploration_timesteps": 1000, "learning_starts": 500}
+    with Algorithm("dqn", env="CartPole-v1", **config) as algo:
+        while algo.train()["env_steps_sampled"] < 1500:
+            pass
+        assert epsilons(algo) == [pytest.approx(0.02)]
+        ray_session.kill(algo.workers.remote_workers[0])
+        run(algo, stop=StopCriteria(iters=algo.iteration + 1))
+        assert algo.last_result["num_worker_restarts"] == 1
+        assert epsilons(algo) == [pytest.approx(0.02)]
+        path = algo.save(tmp_path / "ckpt")
+    with Algorithm.from_checkpoint(path) as restored:
+        assert epsilons(restored) == [pytest.approx(0.02)]
+
+
 def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session):
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
     config = {**QUICK, "num_workers": 2}
