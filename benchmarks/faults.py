@@ -1,8 +1,10 @@
-"""Fault trials too long for the test suite (issue 17's "done means").
+"""Fault trials too long for the test suite.
 
-``kills``: PPO on CartPole-v1 with 2 Ray workers, a rollout worker killed every 3
-iterations, until the mean return reaches 450: how many kills it survived and how long it
-took, beside the same seed without kills.
+``kills``: PPO, IMPALA, APPO and Ape-X on CartPole-v1 with 2 Ray workers, a rollout worker
+killed every 3 iterations until the mean return reaches 450, and Ape-X with a replay shard
+killed twice (every 3 iterations): how many kills each survived and how long it took,
+beside the same seed without kills. The asynchronous algorithms report every 0.2 s here
+(their default is 1 s), so a run to 450 holds enough iterations for 6 kills or more.
 
 ``sigkill``: the driver of ``flowrl train`` is SIGKILLed at a random moment (some trials
 as soon as a checkpoint write begins), then ``--resume`` continues: every trial must resume
@@ -29,37 +31,70 @@ from pathlib import Path
 from common import print_table, write_results
 
 FLOWRL = str(Path(sys.executable).parent / "flowrl")
+# (algorithm, what is killed, most kills): the rows of ``kills``
+KILL_ROWS = [("ppo", "worker", None), ("impala", "worker", None), ("appo", "worker", None),
+             ("apex", "worker", None), ("apex", "replay shard", 2)]  # fmt: skip
+ASYNC_ITERATION_S = 0.2
 
 
-def kills_trial(seed: int, kill_every: int | None, budget_s: float = 300.0) -> dict:
+def _victims(algo, what: str) -> list:
+    return algo.workers.remote_workers if what == "worker" else algo.workers.keep("replay", list)
+
+
+def kills_trial(
+    algo_name: str,
+    seed: int,
+    kill_every: int | None,
+    what: str = "worker",
+    max_kills: int | None = None,
+    budget_s: float = 300.0,
+) -> dict:
     import ray
 
     from flowrl import Algorithm
     from flowrl.runner import StopCriteria, run
 
     rng = random.Random(seed)
+    settings = {} if algo_name == "ppo" else {"min_time_s_per_iteration": ASYNC_ITERATION_S}
     start = time.perf_counter()
     kills = 0
-    with Algorithm("ppo", env="CartPole-v1", num_workers=2, seed=seed) as algo:
+    with Algorithm(algo_name, env="CartPole-v1", num_workers=2, seed=seed, **settings) as algo:
         while time.perf_counter() - start < budget_s:
             step = kill_every or 1
             summary = run(algo, stop=StopCriteria(reward=450, iters=algo.iteration + step))
             if summary["stopped_by"] == "reward":
                 break
-            if kill_every:
-                ray.kill(rng.choice(algo.workers.remote_workers))
+            if kill_every and (max_kills is None or kills < max_kills):
+                ray.kill(rng.choice(_victims(algo, what)))
                 kills += 1
         result = algo.last_result
     return {
-        "trial": f"kill every {kill_every} iterations" if kill_every else "no kills",
+        "algo": algo_name,
+        "trial": f"{what} killed every {kill_every} iterations" if kill_every else "no kills",
         "seed": seed,
         "reached_450": result["episode_return_mean"] >= 450,
-        "wall_s": time.perf_counter() - start,
+        "wall_s": round(time.perf_counter() - start, 1),
         "iterations": result["iteration"],
         "env_steps": result["env_steps_sampled"],
         "kills": kills,
-        "worker_restarts": result["num_worker_restarts"],
+        "restarts": result["num_worker_restarts"],
     }
+
+
+def kills_rows(seeds: list[int], algos: list[str]) -> list[dict]:
+    """For each algorithm: a run without kills, then its kill trials, on each seed; the
+    wall-clock of a trial with kills as a ratio to the run without (same seed)."""
+    rows = []
+    for seed in seeds:
+        for algo_name in algos:
+            base = kills_trial(algo_name, seed, None)
+            rows.append({**base, "wall_vs_no_kills": 1.0})
+            for name, what, most in KILL_ROWS:
+                if name == algo_name:
+                    row = kills_trial(name, seed, 3, what, most)
+                    ratio = round(row["wall_s"] / base["wall_s"], 2)
+                    rows.append({**row, "wall_vs_no_kills": ratio})
+    return rows
 
 
 def _iterations_once(run_dir: Path) -> bool:
@@ -126,13 +161,14 @@ def main() -> None:
     parser.add_argument("what", nargs="+", choices=["kills", "sigkill"])
     parser.add_argument("--trials", type=int, default=10, help="SIGKILL trials")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--algos", nargs="+", default=sorted({name for name, _, _ in KILL_ROWS}))
     args = parser.parse_args()
     payload = {}
     if "kills" in args.what:
         import ray
 
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-        rows = [kills_trial(s, k) for s in args.seeds for k in (None, 3)]
+        rows = kills_rows(args.seeds, args.algos)
         ray.shutdown()
         print_table(rows)
         payload["kills"] = rows
