@@ -188,7 +188,7 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
             result = _train_watched(algo)
         except (ray.exceptions.RayActorError, EnvError) as e:
             broken = [e.worker_index] if isinstance(e, EnvError) else []
-            if broken == [0]:
+            if 0 in broken:  # the local worker's env: nothing can replace it
                 raise
             if not budget.spend():
                 raise RuntimeError(
@@ -238,8 +238,7 @@ def describe_error(error: BaseException) -> str:
     error = cause if remote else error
     text = str(error).strip()
     line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-    located = error.__cause__ if isinstance(error, EnvError) and error.__cause__ else error
-    frames = traceback.extract_tb(located.__traceback__)  # an env's error: in the env
+    frames = traceback.extract_tb(error.__traceback__)
     if frames:
         line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
     elif remote:

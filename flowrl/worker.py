@@ -135,7 +135,8 @@ class RolloutWorker(ParallelIteratorWorker):
                         policy.env_actions(actions)
                     )
                 except Exception as e:  # the env's own fault: this worker is replaced
-                    raise self._env_error(e) from e
+                    # (with the env's traceback, so the error's last frame is the env's line)
+                    raise self._env_error(e).with_traceback(e.__traceback__) from e
                 row = (
                     (OBS, obs),
                     (ACTIONS, actions),
