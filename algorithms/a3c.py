@@ -21,6 +21,7 @@ import torch
 
 from flowrl.config import ActorCriticConfig
 from flowrl.iter import LocalIterator
+from flowrl.learner import Learner
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
 from flowrl.policy import ActorCriticPolicy
 from flowrl.presets import ATARI, Preset
@@ -61,14 +62,14 @@ PRESETS = (
 )
 
 
-class A3CPolicy(ActorCriticPolicy):
-    """Actor-critic with the advantage policy-gradient loss."""
+class A3CLearner(Learner):
+    """The advantage policy-gradient loss, a value loss and an entropy bonus."""
 
     loss_columns = (OBS, ACTIONS, ADVANTAGES, VALUE_TARGETS)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
-        dist, values = self.distribution(batch[OBS])
+        dist, values = self.policy.distribution(batch[OBS])
         pi_loss = -(dist.log_prob(batch[ACTIONS]) * batch[ADVANTAGES]).mean()
         vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
         entropy = dist.entropy().mean()
@@ -88,7 +89,8 @@ ALGORITHM = AlgorithmSpec(
     name="a3c",
     summary="Asynchronous Advantage Actor-Critic: gradients computed on workers, applied async",
     config_cls=A3CConfig,
-    policy_cls=A3CPolicy,
+    policy_cls=ActorCriticPolicy,
+    learner_cls=A3CLearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
+from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy, q_and_targets
 from flowrl.config import param
 from flowrl.iter import LocalIterator
 from flowrl.ops import (
@@ -41,9 +41,10 @@ from flowrl.ops import (
     UpdateTargets,
 )
 from flowrl.policy import inference
+from flowrl.postprocessing import DISCOUNTS, NEXT_OBS
 from flowrl.presets import ATARI, Preset
 from flowrl.replay import PRIORITIES, make_replay
-from flowrl.sample_batch import Fragment, SampleBatch
+from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.spec import AlgorithmSpec
 from flowrl.worker import WorkerSet
 
@@ -156,9 +157,11 @@ class ApexPolicy(DQNPolicy):
 
     @inference
     def td_errors(self, batch: SampleBatch) -> Any:
-        """Absolute TD errors of ``batch`` under this copy's weights; its online network
-        also gives the bootstrap value (workers get no target network)."""
-        q, target = self.q_and_targets(self._tensors(batch), self.model)
+        """Absolute TD errors of ``batch`` under this copy's weights; its Q-network also
+        gives the bootstrap value (workers hold no target network)."""
+        columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
+        tensors = {k: torch.from_numpy(batch[k]) for k in columns}
+        q, target = q_and_targets(self.module, self.module, tensors, double_q=False)
         return torch.abs(q - target).numpy()
 
 
@@ -168,6 +171,7 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     shards = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size,
                             sgd_minibatch_size=config.train_batch_size)  # fmt: skip
+    update_targets = learner.between_updates(workers.learner.update_targets)
     store_op = (
         ParallelRollouts(workers, mode="async")
         .gate(SamplingLead(config.training_intensity, lead=config.max_sampling_lead or None,
@@ -186,9 +190,8 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     update_op = Dequeue(learner)
     if config.prioritized_replay:
         update_op = update_op.for_each(UpdatePriorities(shards))
-    update_target = learner.between_updates(workers.local_worker.policy.update_target)
     update_op = update_op.for_each(
-        UpdateTargets(update_target, period=config.target_network_update_freq)
+        UpdateTargets(update_targets, period=config.target_network_update_freq)
     )
     train_op = Concurrently([store_op, replay_op, update_op], mode="async", output_indexes=[2])
     return StandardMetricsReporting(train_op, workers, config)
@@ -199,6 +202,7 @@ ALGORITHM = AlgorithmSpec(
     summary="Ape-X: distributed prioritized replay, per-worker epsilons, a learner thread",
     config_cls=ApexConfig,
     policy_cls=ApexPolicy,
+    learner_cls=DQNLearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

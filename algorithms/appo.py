@@ -2,11 +2,11 @@
 the surrogate is Schulman et al. 2017, https://arxiv.org/abs/1707.06347, on V-trace
 advantages from Espeholt et al. 2018, https://arxiv.org/abs/1802.01561).
 
-The plan is IMPALA's. The loss takes a target copy of the policy, refreshed every
-``target_update_frequency`` trained batches, as PPO's old policy: V-trace corrects from
-the workers' behaviour policy to it, and the surrogate's ratio is the current policy over
-it, clipped; an adaptive KL penalty to it is optional. The learner makes ``num_sgd_iter``
-passes over each batch.
+The plan is IMPALA's, with two updates after each trained batch. The loss takes a target
+copy of the policy, refreshed every ``target_update_frequency`` trained batches, as PPO's
+old policy: V-trace corrects from the workers' behaviour policy to it, and the
+surrogate's ratio is the current policy over it, clipped; an adaptive KL penalty to it is
+optional. The learner makes ``num_sgd_iter`` passes over each batch.
 
 Example:
     >>> from flowrl import Algorithm
@@ -18,18 +18,28 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from flowrl.algorithms.impala import IMPALAConfig, IMPALAPolicy, execution_plan, masked_mean
+from flowrl.algorithms.impala import (
+    IMPALAConfig,
+    IMPALALearner,
+    IMPALAPolicy,
+    enqueue_rollouts,
+    learner_thread,
+    masked_mean,
+)
 from flowrl.config import ClippedSurrogateConfig, param
-from flowrl.policy import ClippedSurrogate, load_module_weights, module_weights
+from flowrl.iter import LocalIterator
+from flowrl.losses import AdaptiveKL, clipped_surrogate
+from flowrl.ops import Concurrently, Dequeue, StandardMetricsReporting, UpdateKL, UpdateTargets
+from flowrl.policy import Policy
 from flowrl.presets import ATARI, Preset
-from flowrl.sample_batch import ACTIONS, OBS, SampleBatch
+from flowrl.sample_batch import ACTIONS, OBS
 from flowrl.spec import AlgorithmSpec
+from flowrl.worker import WorkerSet
 
 
 @dataclass
@@ -63,54 +73,58 @@ PRESETS = (
 )
 
 
-class APPOPolicy(ClippedSurrogate, IMPALAPolicy):
-    """IMPALA's policy with a target copy and the PPO-clip loss on V-trace advantages."""
+class APPOLearner(IMPALALearner):
+    """The PPO-clip loss on V-trace advantages, around a target copy of the policy."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.batches_since_target = 0
+    def __init__(self, policy: Policy, config: APPOConfig) -> None:
+        super().__init__(policy, config)
+        self.target = self.target_of(self.module)
+        self.kl = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        cfg = self.config
-        dist, values = self.distribution(batch[OBS])
+        cfg, policy = self.config, self.policy
+        dist, values = policy.distribution(batch[OBS])
         logp = dist.log_prob(batch[ACTIONS])
         with torch.no_grad():
-            old_logp = self.dist_cls(self.target(batch[OBS])[0]).log_prob(batch[ACTIONS])
+            old_logp = policy.dist_cls(self.target(batch[OBS]).dist_inputs).log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), old_logp)
         log_ratio = self.time_major(logp - old_logp)[:-1]
-        loss, stats = self.surrogate(log_ratio, advantages, mean=lambda x: masked_mean(x, mask))
+        loss, stats = clipped_surrogate(
+            log_ratio,
+            advantages,
+            clip=cfg.clip_param,
+            kl_coeff=self.kl.coeff,
+            mean=lambda x: masked_mean(x, mask),
+        )
         vf_loss, entropy = self.value_and_entropy_terms(dist, values, vs, mask)
         loss = loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
         stats.update(vf_loss=vf_loss, entropy=entropy)
         return loss, {k: v.detach() for k, v in stats.items()}
 
-    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
-        stats = super().learn_on_batch(batch, **kwargs)
-        self.batches_since_target += 1
-        if self.batches_since_target >= self.config.target_update_frequency:
-            self.target.load_state_dict(self.model.state_dict())
-            self.batches_since_target = 0
-        return stats
 
-    def get_state(self) -> dict[str, Any]:
-        return {
-            **super().get_state(),
-            "target": module_weights(self.target),
-            "batches_since_target": self.batches_since_target,
-        }
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        load_module_weights(self.target, state["target"])
-        self.batches_since_target = state["batches_since_target"]
+def execution_plan(workers: WorkerSet, config: APPOConfig) -> LocalIterator[dict[str, Any]]:
+    """IMPALA's plan; after each trained batch, UpdateTargets (a copy every
+    ``target_update_frequency`` batches) and UpdateKL, between two of the learner's
+    updates."""
+    learner, thread = workers.learner, learner_thread(workers, config)
+    period = config.target_update_frequency * config.train_batch_size  # env steps trained
+    update_op = (
+        Dequeue(thread)
+        .for_each(UpdateTargets(thread.between_updates(learner.update_targets), period=period))
+        .for_each(UpdateKL(thread.between_updates(learner.kl.update)))
+    )
+    train_op = Concurrently(
+        [enqueue_rollouts(workers, config, thread), update_op], mode="async", output_indexes=[1]
+    )
+    return StandardMetricsReporting(train_op, workers, config)
 
 
 ALGORITHM = AlgorithmSpec(
     name="appo",
     summary="Asynchronous PPO: IMPALA's learner thread and V-trace, a clipped surrogate",
     config_cls=APPOConfig,
-    policy_cls=APPOPolicy,
+    policy_cls=IMPALAPolicy,
+    learner_cls=APPOLearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -27,10 +26,11 @@ from torch import nn
 
 from flowrl.config import param
 from flowrl.iter import LocalIterator
+from flowrl.learner import Learner
 from flowrl.models import QNetwork
 from flowrl.ops import UpdateTargets
 from flowrl.plans import replay_plan
-from flowrl.policy import Policy, inference, load_module_weights, mean_stats, module_weights
+from flowrl.policy import Policy, inference
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.presets import ATARI, Preset
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -90,14 +90,14 @@ PRESETS = (
 
 
 class DQNPolicy(Policy):
-    """Epsilon-greedy Q-network with a target copy and the (double) Q-learning loss."""
+    """Epsilon-greedy over a Q-network (the acting module's ``dist_inputs`` are the
+    Q-values); fragments become n-step transitions."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.timesteps = 0  # env steps this copy acted for; drives epsilon
 
-    def make_model(self) -> nn.Module:
+    def make_module(self) -> nn.Module:
         return QNetwork(
             self.observation_space,
             self.action_space,
@@ -123,7 +123,7 @@ class DQNPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        greedy = self.model(self._as_tensor(obs)).argmax(-1).cpu()
+        greedy = self.module(self._as_tensor(obs)).dist_inputs.argmax(-1).cpu()
         if not explore:
             return greedy.numpy(), {}
         n = len(greedy)
@@ -133,28 +133,46 @@ class DQNPolicy(Policy):
         return actions.numpy(), {}
 
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.model(obs).argmax(-1)
+        return self.module(obs).dist_inputs.argmax(-1)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
 
-    def q_and_targets(
-        self, batch: dict[str, torch.Tensor], target_net: nn.Module
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q(s, a) of the online network and its n-step (double) Q-learning targets,
-        bootstrapped from ``target_net``; their difference is the TD error."""
-        q = self.model(batch[OBS]).gather(1, batch[ACTIONS].long()[:, None]).squeeze(1)
-        with torch.no_grad():
-            next_target = target_net(batch[NEXT_OBS])
-            double = self.config.double_q and target_net is not self.model
-            chooser = self.model(batch[NEXT_OBS]) if double else next_target
-            next_q = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
-            alive = 1.0 - batch[TERMINATEDS].float()
-            target = batch[REWARDS] + batch[DISCOUNTS] * alive * next_q
-        return q, target
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "timesteps": self.timesteps}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.timesteps = state["timesteps"]
+
+
+def q_and_targets(
+    online: nn.Module, target: nn.Module, batch: dict[str, torch.Tensor], *, double_q: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q(s, a) of the ``online`` network and its n-step (double) Q-learning targets,
+    bootstrapped from ``target``; their difference is the TD error."""
+    q = online(batch[OBS]).dist_inputs.gather(1, batch[ACTIONS].long()[:, None]).squeeze(1)
+    with torch.no_grad():
+        next_target = target(batch[NEXT_OBS]).dist_inputs
+        chooser = online(batch[NEXT_OBS]).dist_inputs if double_q else next_target
+        next_q = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
+        alive = 1.0 - batch[TERMINATEDS].float()
+        y = batch[REWARDS] + batch[DISCOUNTS] * alive * next_q
+    return q, y
+
+
+class DQNLearner(Learner):
+    """The (double) Q-learning loss (Huber, weighted by prioritized replay's importance
+    weights), bootstrapped from a target copy of the Q-network."""
+
+    shuffle = False  # replayed rows are a random sample already
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.target = self.target_of(self.module)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        q, target = self.q_and_targets(batch, self.target)
+        q, target = q_and_targets(self.module, self.target, batch, double_q=self.config.double_q)
         if WEIGHTS in batch:  # prioritized replay's importance weights
             loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
         else:
@@ -168,41 +186,13 @@ class DQNPolicy(Policy):
         }
         return loss, stats
 
-    def learn_on_batch(
-        self, batch: SampleBatch, *, minibatch_size: int = 0, **kwargs: Any
-    ) -> dict[str, Any]:
-        """One SGD step on each ``minibatch_size`` rows of the replayed batch in turn (on
-        all of it when 0); returns every row's ``td_error`` too, in the batch's order."""
-        tensors = self._tensors(batch)
-        size = minibatch_size if 0 < minibatch_size < len(batch) else len(batch)
-        stats, td_errors = [], []
-        for start in range(0, len(batch), size):
-            step = self._sgd_step({k: v[start : start + size] for k, v in tensors.items()})
-            td_errors.append(step.pop("td_error"))
-            stats.append(step)
-        return {**mean_stats(stats), "td_error": torch.cat(td_errors).cpu().numpy()}
-
-    @torch.no_grad()
-    def update_target(self, tau: float = 1.0) -> None:
-        """target <- tau * online + (1 - tau) * target (tau=1: a hard copy)."""
-        for t, p in zip(self.target.parameters(), self.model.parameters(), strict=True):
-            t.lerp_(p, tau)
-
-    def get_state(self) -> dict[str, Any]:
-        target = module_weights(self.target)
-        return {**super().get_state(), "target": target, "timesteps": self.timesteps}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        load_module_weights(self.target, state["target"])
-        self.timesteps = state["timesteps"]
-
 
 def execution_plan(workers: WorkerSet, config: DQNConfig) -> LocalIterator[dict[str, Any]]:
     """The replay plan with hard target copies every ``target_network_update_freq``."""
-    policy = workers.local_worker.policy
     period = config.target_network_update_freq
-    return replay_plan(workers, config, UpdateTargets(policy.update_target, period=period))
+    return replay_plan(
+        workers, config, UpdateTargets(workers.learner.update_targets, period=period)
+    )
 
 
 ALGORITHM = AlgorithmSpec(
@@ -210,6 +200,7 @@ ALGORITHM = AlgorithmSpec(
     summary="Deep Q-Networks: double Q, dueling heads, n-step, uniform or prioritized replay",
     config_cls=DQNConfig,
     policy_cls=DQNPolicy,
+    learner_cls=DQNLearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

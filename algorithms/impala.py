@@ -24,6 +24,7 @@ import torch
 
 from flowrl.config import ActorCriticConfig, param
 from flowrl.iter import LocalIterator
+from flowrl.learner import Learner
 from flowrl.ops import (
     BroadcastWeights,
     ConcatBatches,
@@ -109,16 +110,21 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class IMPALAPolicy(Policy):
-    """Actor-critic trained on V-trace targets from time-major sequences."""
+    """The actor-critic; each fragment becomes env-major sequences of its steps and the
+    bootstrap step after them."""
+
+    def postprocess(self, fragment: Fragment) -> SampleBatch:
+        return to_sequences(self.add_action_logp(fragment))
+
+
+class IMPALALearner(Learner):
+    """The V-trace actor-critic loss on time-major sequences."""
 
     loss_columns = (OBS, ACTIONS, LOGP, REWARDS, TERMINATEDS, TRUNCATEDS, VALID)
 
     @property
     def sequence_length(self) -> int:
         return self.config.rollout_fragment_length + 1  # the fragment and its bootstrap step
-
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        return to_sequences(self.add_action_logp(fragment))
 
     def time_major(self, x: torch.Tensor) -> torch.Tensor:
         """Env-major rows ``[B * (T + 1), ...]`` as ``[T + 1, B, ...]``."""
@@ -153,7 +159,7 @@ class IMPALAPolicy(Policy):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
-        dist, values = self.distribution(batch[OBS])
+        dist, values = self.policy.distribution(batch[OBS])
         logp = dist.log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), logp.detach())
         pi_loss = -masked_mean(self.time_major(logp)[:-1] * advantages, mask)
@@ -163,15 +169,20 @@ class IMPALAPolicy(Policy):
         return loss, {k: v.detach() for k, v in stats.items()}
 
 
-def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[dict[str, Any]]:
-    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue into
-    the learner thread; Dequeue -> report, the two branches side by side."""
-    learner = LearnerThread(
+def learner_thread(workers: WorkerSet, config: IMPALAConfig) -> LearnerThread:
+    """The thread that trains on the batches the plan enqueues (IMPALA's and APPO's)."""
+    return LearnerThread(
         workers.local_worker,
         inbox_size=config.learner_queue_size,
         num_sgd_iter=config.num_sgd_iter,
         sgd_minibatch_size=config.sgd_minibatch_size,
     )
+
+
+def enqueue_rollouts(
+    workers: WorkerSet, config: IMPALAConfig, learner: LearnerThread
+) -> LocalIterator[Any]:
+    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue."""
     rollouts = ParallelRollouts(workers, mode="async").for_each(
         BroadcastWeights(workers, learner, broadcast_interval=config.broadcast_interval)
     )
@@ -182,8 +193,18 @@ def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[di
             seed=config.seed,
         )
         rollouts = rollouts.combine(replay)
-    enqueue_op = rollouts.combine(ConcatBatches(config.train_batch_size)).for_each(Enqueue(learner))
-    train_op = Concurrently([enqueue_op, Dequeue(learner)], mode="async", output_indexes=[1])
+    return rollouts.combine(ConcatBatches(config.train_batch_size)).for_each(Enqueue(learner))
+
+
+def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[dict[str, Any]]:
+    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue into
+    the learner thread; Dequeue -> report, the two branches side by side."""
+    learner = learner_thread(workers, config)
+    train_op = Concurrently(
+        [enqueue_rollouts(workers, config, learner), Dequeue(learner)],
+        mode="async",
+        output_indexes=[1],
+    )
     return StandardMetricsReporting(train_op, workers, config)
 
 
@@ -192,6 +213,7 @@ ALGORITHM = AlgorithmSpec(
     summary="IMPALA: asynchronous sampling, a learner thread, V-trace off-policy correction",
     config_cls=IMPALAConfig,
     policy_cls=IMPALAPolicy,
+    learner_cls=IMPALALearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

@@ -21,14 +21,17 @@ import torch
 
 from flowrl.config import ActorCriticConfig, ClippedSurrogateConfig, param
 from flowrl.iter import LocalIterator
+from flowrl.learner import Learner
+from flowrl.losses import AdaptiveKL, clipped_surrogate, explained_variance
 from flowrl.ops import (
     ConcatBatches,
     ParallelRollouts,
     StandardizeFields,
     StandardMetricsReporting,
     TrainOneStep,
+    UpdateKL,
 )
-from flowrl.policy import ActorCriticPolicy, ClippedSurrogate, explained_variance
+from flowrl.policy import ActorCriticPolicy, Policy
 from flowrl.presets import ATARI, MUJOCO, Preset
 from flowrl.sample_batch import (
     ACTIONS,
@@ -106,16 +109,25 @@ PRESETS = (
 )
 
 
-class PPOPolicy(ClippedSurrogate, ActorCriticPolicy):
-    """Actor-critic with the PPO-clip loss."""
+PPOPolicy = ActorCriticPolicy  # acts with the actor-critic; fragments get GAE advantages
+
+
+class PPOLearner(Learner):
+    """The PPO-clip loss, a value loss and an entropy bonus, with an adaptive KL penalty."""
 
     loss_columns = (OBS, ACTIONS, LOGP, ADVANTAGES, VALUE_TARGETS)
 
+    def __init__(self, policy: Policy, config: PPOConfig) -> None:
+        super().__init__(policy, config)
+        self.kl = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
+
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
-        dist, values = self.distribution(batch[OBS])
+        dist, values = self.policy.distribution(batch[OBS])
         log_ratio = dist.log_prob(batch[ACTIONS]) - batch[LOGP]
-        loss, stats = self.surrogate(log_ratio, batch[ADVANTAGES])
+        loss, stats = clipped_surrogate(
+            log_ratio, batch[ADVANTAGES], clip=cfg.clip_param, kl_coeff=self.kl.coeff
+        )
         vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
         entropy = dist.entropy().mean()
         loss = loss + cfg.vf_loss_coeff * vf_loss
@@ -124,25 +136,22 @@ class PPOPolicy(ClippedSurrogate, ActorCriticPolicy):
         stats.update(vf_loss=vf_loss, entropy=entropy)
         return loss, {k: v.detach() for k, v in stats.items()}
 
-    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, float]:
-        stats = super().learn_on_batch(batch, **kwargs)
-        stats["explained_variance"] = explained_variance(batch[VF_PREDS], batch[VALUE_TARGETS])
-        return stats
+    def batch_stats(self, batch: SampleBatch) -> dict[str, float]:
+        return {"explained_variance": explained_variance(batch[VF_PREDS], batch[VALUE_TARGETS])}
 
 
 def execution_plan(workers: WorkerSet, config: PPOConfig) -> LocalIterator[dict[str, Any]]:
-    """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> report."""
-    rollouts = ParallelRollouts(workers, mode="bulk_sync")
+    """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> UpdateKL
+    -> report."""
+    train = TrainOneStep(
+        workers, num_sgd_iter=config.num_sgd_iter, sgd_minibatch_size=config.sgd_minibatch_size
+    )
     train_op = (
-        rollouts.combine(ConcatBatches(min_batch_size=config.train_batch_size))
+        ParallelRollouts(workers, mode="bulk_sync")
+        .combine(ConcatBatches(min_batch_size=config.train_batch_size))
         .for_each(StandardizeFields([ADVANTAGES]))
-        .for_each(
-            TrainOneStep(
-                workers,
-                num_sgd_iter=config.num_sgd_iter,
-                sgd_minibatch_size=config.sgd_minibatch_size,
-            )
-        )
+        .for_each(train)
+        .for_each(UpdateKL(workers.learner.kl.update))
     )
     return StandardMetricsReporting(train_op, workers, config)
 
@@ -152,6 +161,7 @@ ALGORITHM = AlgorithmSpec(
     summary="Proximal Policy Optimization: synchronous sampling, clipped surrogate, GAE",
     config_cls=PPOConfig,
     policy_cls=PPOPolicy,
+    learner_cls=PPOLearner,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

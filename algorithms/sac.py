@@ -3,9 +3,12 @@ discrete-action variant (Christodoulou 2019, https://arxiv.org/abs/1910.07207).
 
 A stochastic actor maximises Q plus an entropy bonus; twin Q-networks with soft-updated
 targets (clipped double Q) learn the soft value; the temperature alpha is learned so the
-policy's entropy tracks ``target_entropy``. Box actions use a tanh-squashed Gaussian; set
-``discrete=True`` for Discrete action spaces. Like DQN, the plan runs a rollout branch into
-a replay buffer and a training branch side by side.
+policy's entropy tracks ``target_entropy``. Box actions use a tanh-squashed Gaussian
+(:class:`SACPolicy`, :class:`SACLearner`); ``discrete=True`` selects the variant for
+Discrete action spaces (:class:`SACDiscretePolicy`, :class:`SACDiscreteLearner`), which
+takes exact expectations over the actions. Rollout workers hold the actor alone; the
+critics, their targets and the temperature are the learner's. Like DQN, the plan runs a
+rollout branch into a replay buffer and a training branch side by side.
 
 Example:
     >>> from flowrl import Algorithm
@@ -17,10 +20,8 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -28,21 +29,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.config import ConfigError, param
-from flowrl.distributions import Categorical, SquashedGaussian
+from flowrl.config import Config, ConfigError, param
+from flowrl.distributions import Categorical, Distribution, SquashedGaussian, distribution_for
 from flowrl.iter import LocalIterator
-from flowrl.models import TwinQ, mlp, vector_obs_size
+from flowrl.learner import Learner, Optimized
+from flowrl.models import ActorNetwork, TwinQ
+from flowrl.module import ActingModule
 from flowrl.ops import UpdateTargets
 from flowrl.plans import replay_plan
-from flowrl.policy import (
-    Policy,
-    adam,
-    bounds,
-    inference,
-    load_module_weights,
-    load_optimizer_state,
-    module_weights,
-)
+from flowrl.policy import Policy, bounds, inference
 from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.presets import MUJOCO, Preset
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -59,6 +54,7 @@ class SACConfig(ReplayConfig):
     algo_name: ClassVar[str] = "sac"
     default_stop_timesteps: ClassVar[int] = 100_000
 
+    env: str = "Pendulum-v1"  # continuous control is what SAC is for
     num_workers: int = 0
     num_envs_per_worker: int = 1
     rollout_fragment_length: int = 1
@@ -119,202 +115,198 @@ def soft_q_target(
     return batch[REWARDS] + batch[DISCOUNTS] * alive * value
 
 
-class SACPolicy(Policy):
-    """Stochastic actor (``self.model``, what rollout workers need), twin critics with
-    target copies, and a learned temperature."""
+# -- acting ------------------------------------------------------------------------------
+class SoftActorPolicy(Policy):
+    """What either variant acts with: the actor alone (no value head); fragments become
+    n-step transitions."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.config
-        self.q = TwinQ(self.observation_space, self.action_space, hiddens=cfg.model_hiddens).to(
-            self.device
-        )
-        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.log_alpha = torch.tensor(
-            math.log(cfg.initial_alpha), device=self.device, requires_grad=True
-        )
-        self.actor_params, self.critic_params = (
-            list(self.model.parameters()),
-            list(self.q.parameters()),
-        )
-        self.target_params = list(self.q_target.parameters())
-        self.target_entropy = self._target_entropy()
+    def make_module(self) -> ActingModule:
+        n_inputs = distribution_for(self.action_space)[1]
+        return ActorNetwork(self.observation_space, n_inputs, hiddens=self.config.model_hiddens)
 
-    # built on first use, like the actor's optimiser (rollout workers never learn)
-    @cached_property
-    def critic_optimizer(self) -> torch.optim.Optimizer:
-        return adam(self.critic_params, self.config.critic_lr)
-
-    @cached_property
-    def alpha_optimizer(self) -> torch.optim.Optimizer:
-        return adam([self.log_alpha], self.config.alpha_lr)
-
-    def make_model(self) -> nn.Module:
-        discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        if discrete and not self.config.discrete:
-            raise ConfigError(
-                f"SAC needs a Box action space, got {self.action_space}; "
-                "set discrete=true for the discrete-action variant"
-            )
-        if self.config.discrete and not discrete:
-            raise ConfigError(
-                f"discrete=true needs a Discrete action space, got {self.action_space}"
-            )
-        if not discrete and len(self.action_space.shape) != 1:
-            raise ConfigError(f"SAC needs 1-D Box actions, got {self.action_space}")
-        n_out = int(self.action_space.n) if discrete else 2 * self.action_space.shape[0]
-        n_obs = vector_obs_size(self.observation_space)
-        hiddens = self.config.model_hiddens
-        return nn.Sequential(
-            nn.Flatten(), mlp([n_obs, *hiddens, n_out], out_gain=0.01, activation=nn.ReLU)
-        )
-
-    def _target_entropy(self) -> float:
-        if self.config.target_entropy is not None:
-            return self.config.target_entropy
-        if self.config.discrete:
-            return 0.98 * math.log(self.action_space.n)
-        return -float(self.action_space.shape[0])
-
-    def action_distribution(self, obs: torch.Tensor) -> Categorical | SquashedGaussian:
-        inputs = self.model(obs.float())
-        return Categorical(inputs) if self.config.discrete else SquashedGaussian(inputs)
-
-    # -- acting --------------------------------------------------------------------------
     @inference
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        dist = self.action_distribution(self._as_tensor(obs))
+        dist = self.dist_cls(self.module(self._as_tensor(obs)).dist_inputs)
         actions = dist.sample() if explore else dist.mode()
         return self._as_numpy(actions), {}
-
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Squashed actions in (-1, 1) are rescaled to the Box bounds."""
-        if self.config.discrete:
-            return actions
-        low, high = self.action_space.low, self.action_space.high
-        return low + (actions + 1.0) * 0.5 * (high - low)
-
-    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        actions = self.action_distribution(obs).mode()
-        if self.config.discrete:
-            return actions
-        low, high = bounds(self.action_space, actions)
-        return low + (actions + 1.0) * 0.5 * (high - low)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
 
-    # -- learning ------------------------------------------------------------------------
-    def _policy_terms(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Box: a sampled action and its log-prob. Discrete: log-probs and probabilities
-        of every action."""
-        dist = self.action_distribution(obs)
-        if self.config.discrete:
-            return dist.logits, dist.logits.exp()
-        return dist.rsample()
 
-    def _critic_loss(self, t: dict[str, torch.Tensor], alpha: torch.Tensor):
-        with torch.no_grad():
-            if self.config.discrete:
-                next_logp, next_probs = self._policy_terms(t[NEXT_OBS])
-                next_q = self.q_target(t[NEXT_OBS]).min(0).values
-            else:
-                next_actions, next_logp = self._policy_terms(t[NEXT_OBS])
-                next_q = self.q_target(t[NEXT_OBS], next_actions).min(0).values
-                next_probs = None
-            target = soft_q_target(t, next_q, next_logp, alpha, next_probs)
-        if self.config.discrete:
-            index = t[ACTIONS].long()[:, None]
-            q1, q2 = self.q(t[OBS]).gather(2, index.expand(2, -1, -1)).squeeze(2)
-        else:
-            q1, q2 = self.q(t[OBS], t[ACTIONS])
-        weights = t[WEIGHTS] if WEIGHTS in t else torch.ones_like(q1)
-        loss = 0.5 * (weights * ((q1 - target).pow(2) + (q2 - target).pow(2))).mean()
-        return loss, q1, (q1 - target).detach()
+class SACPolicy(SoftActorPolicy):
+    """Box actions: a tanh-squashed Gaussian in (-1, 1), rescaled to the Box's bounds."""
 
-    def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor):
-        """The actor loss and the policy's entropy (estimated, for Box actions)."""
-        if self.config.discrete:
-            logp, probs = self._policy_terms(obs)
-            q = self.q(obs).min(0).values
-            loss = (probs * (alpha * logp - q)).sum(-1).mean()
-            entropy = -(probs * logp).sum(-1)
-        else:
-            actions, logp = self._policy_terms(obs)
-            loss = (alpha * logp - self.q(obs, actions).min(0).values).mean()
-            entropy = -logp
-        return loss, entropy.detach()
+    def distribution_class(self) -> type[Distribution]:
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"SAC needs a Box action space, got {space}; "
+                "set discrete=true for the discrete-action variant"
+            )
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(f"SAC needs 1-D Box actions, got {space}")
+        return SquashedGaussian
 
-    def learn_on_batch(self, batch: SampleBatch, **kwargs: Any) -> dict[str, Any]:
-        """One SGD step of the critics, then the actor, then the temperature."""
-        t = self._tensors(batch)
-        alpha = self.log_alpha.detach().exp()
-        critic_loss, q, td_error = self._critic_loss(t, alpha)
-        self._step(self.critic_optimizer, critic_loss, self.critic_params, t)
-        actor_loss, entropy = self._actor_loss(t[OBS], alpha)
-        self._step(self.optimizer, actor_loss, self.actor_params, t)  # critics: no gradient
-        # alpha loss: log_alpha * (entropy - target); its gradient is the bracket
-        self.log_alpha.grad = (entropy.mean() - self.target_entropy).reshape(())
-        self.alpha_optimizer.step()
-        self.num_updates += 1
-        return {
-            "critic_loss": float(critic_loss.detach()),
-            "actor_loss": float(actor_loss.detach()),
-            "alpha": float(alpha),
-            "entropy": float(entropy.mean()),
-            "q_mean": float(q.detach().mean()),
-            "td_error_abs_mean": float(td_error.abs().mean()),
-            "td_error": td_error.cpu().numpy(),
-        }
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        low, high = self.action_space.low, self.action_space.high
+        return low + (actions + 1.0) * 0.5 * (high - low)
 
-    def _step(
-        self,
-        optimizer: torch.optim.Optimizer,
-        loss: torch.Tensor,
-        params: list[torch.Tensor],
-        batch: dict[str, torch.Tensor],
-    ) -> None:
-        """Gradients of ``loss`` for ``params`` alone (clipped, checked finite), then one
-        optimiser step."""
-        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
-            p.grad = g
-        self.clip_gradients(params, loss, batch)
-        optimizer.step()
+    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        actions = self.dist_cls(self.module(obs).dist_inputs).mode()
+        low, high = bounds(self.action_space, actions)
+        return low + (actions + 1.0) * 0.5 * (high - low)
 
-    @torch.no_grad()
-    def update_target(self, tau: float = 1.0) -> None:
-        """target <- tau * online + (1 - tau) * target."""
-        torch._foreach_lerp_(self.target_params, self.critic_params, tau)
 
-    # -- state ---------------------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        return {
-            **super().get_state(),
-            "q": module_weights(self.q),
-            "q_target": module_weights(self.q_target),
-            "log_alpha": float(self.log_alpha.detach()),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-        }
+class SACDiscretePolicy(SoftActorPolicy):
+    """Discrete actions: a categorical actor."""
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        load_module_weights(self.q, state["q"])
-        load_module_weights(self.q_target, state["q_target"])
-        with torch.no_grad():
-            self.log_alpha.fill_(state["log_alpha"])
+    def distribution_class(self) -> type[Distribution]:
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"discrete=true needs a Discrete action space, got {self.action_space}"
+            )
+        return Categorical
+
+
+# -- learning ----------------------------------------------------------------------------
+class Temperature(nn.Module):
+    """SAC's learned entropy weight, as ``log alpha``."""
+
+    def __init__(self, initial_alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha)))
+
+    def forward(self) -> torch.Tensor:
+        """alpha, detached: the losses of the actor and critics treat it as a constant."""
+        return self.log_alpha.detach().exp()
+
+
+class SoftActorCriticLearner(Learner):
+    """What both variants learn: twin critics with soft-updated targets (clipped double
+    Q), the actor, and the temperature, each with its own optimiser. A variant supplies
+    the soft value of the next states, the critics' Q of the taken actions, and the actor
+    loss."""
+
+    shuffle = False  # replayed rows are a random sample already
+
+    def __init__(self, policy: Policy, config: SACConfig) -> None:
+        super().__init__(policy, config)
+        self.q = TwinQ(policy.observation_space, policy.action_space, hiddens=config.model_hiddens)
+        self.q = self.q.to(self.device)
+        self.q_target = self.target_of(self.q)
+        self.temperature = Temperature(config.initial_alpha).to(self.device)
+        self.target_entropy = (
+            self.default_target_entropy()
+            if config.target_entropy is None
+            else config.target_entropy
+        )
+
+    def default_target_entropy(self) -> float:
+        raise NotImplementedError
+
+    def optimized(self) -> dict[str, Optimized]:
         cfg = self.config
-        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"], cfg.critic_lr)
-        load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"], cfg.alpha_lr)
+        return {
+            "critic": Optimized(list(self.q.parameters()), cfg.critic_lr, eps=1e-8),
+            "actor": Optimized(list(self.module.parameters()), cfg.lr),
+            "alpha": Optimized([self.temperature.log_alpha], cfg.alpha_lr, eps=1e-8),
+        }
+
+    def next_terms(self, next_obs: torch.Tensor) -> tuple:
+        """``(next_q, next_logp, next_probs)`` of the next states, for
+        :func:`soft_q_target`: the target critics' Q and the actor's log-probs."""
+        raise NotImplementedError
+
+    def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Both critics' Q of the taken actions, ``[2, B]``."""
+        raise NotImplementedError
+
+    def actor_loss(
+        self, obs: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor loss and the policy's entropy (estimated, for Box actions)."""
+        raise NotImplementedError
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
+        alpha = self.temperature()
+        with torch.no_grad():
+            next_q, next_logp, next_probs = self.next_terms(batch[NEXT_OBS])
+            target = soft_q_target(batch, next_q, next_logp, alpha, next_probs)
+        q1, q2 = self.taken_q(batch[OBS], batch[ACTIONS])
+        weights = batch[WEIGHTS] if WEIGHTS in batch else torch.ones_like(q1)
+        critic_loss = 0.5 * (weights * ((q1 - target).pow(2) + (q2 - target).pow(2))).mean()
+        actor_loss, entropy = self.actor_loss(batch[OBS], alpha)
+        entropy = entropy.detach()
+        # log_alpha * (entropy - target): its gradient is the bracket
+        alpha_loss = self.temperature.log_alpha * (entropy.mean() - self.target_entropy)
+        td_error = (q1 - target).detach()
+        losses = {"critic": critic_loss, "actor": actor_loss, "alpha": alpha_loss}
+        stats = {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "alpha": alpha,
+            "entropy": entropy.mean(),
+            "q_mean": q1.detach().mean(),
+            "td_error_abs_mean": td_error.abs().mean(),
+            "td_error": td_error,
+        }
+        return losses, stats
+
+
+class SACLearner(SoftActorCriticLearner):
+    """Box actions: one reparameterised next action per row, Q of state and action."""
+
+    def default_target_entropy(self) -> float:
+        return -float(self.policy.action_space.shape[0])
+
+    def next_terms(self, next_obs: torch.Tensor) -> tuple:
+        next_actions, next_logp = self.policy.distribution(next_obs)[0].rsample()
+        return self.q_target(next_obs, next_actions).min(0).values, next_logp, None
+
+    def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.q(obs, actions)
+
+    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
+        actions, logp = self.policy.distribution(obs)[0].rsample()
+        return (alpha * logp - self.q(obs, actions).min(0).values).mean(), -logp
+
+
+class SACDiscreteLearner(SoftActorCriticLearner):
+    """Discrete actions: exact expectations over the actions, Q of every action."""
+
+    def default_target_entropy(self) -> float:
+        return 0.98 * math.log(self.policy.action_space.n)
+
+    def next_terms(self, next_obs: torch.Tensor) -> tuple:
+        logp = self.policy.distribution(next_obs)[0].logits
+        return self.q_target(next_obs).min(0).values, logp, logp.exp()
+
+    def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        index = actions.long()[:, None]
+        return self.q(obs).gather(2, index.expand(2, -1, -1)).squeeze(2)
+
+    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
+        logp = self.policy.distribution(obs)[0].logits
+        probs = logp.exp()
+        loss = (probs * (alpha * logp - self.q(obs).min(0).values)).sum(-1).mean()
+        return loss, -(probs * logp).sum(-1)
+
+
+def variant(config: Config) -> tuple[type[Policy], type[Learner]]:
+    """The Box variant, or the Discrete one when ``config.discrete``."""
+    if config.discrete:
+        return SACDiscretePolicy, SACDiscreteLearner
+    return SACPolicy, SACLearner
 
 
 def execution_plan(workers: WorkerSet, config: SACConfig) -> LocalIterator[dict[str, Any]]:
     """DQN's replay plan (rollouts -> store; replay -> train -> priorities -> targets) with
     a soft target update after every SGD step."""
-    policy = workers.local_worker.policy
-    return replay_plan(workers, config, UpdateTargets(policy.update_target, tau=config.tau))
+    update_targets = UpdateTargets(workers.learner.update_targets, tau=config.tau)
+    return replay_plan(workers, config, update_targets)
 
 
 ALGORITHM = AlgorithmSpec(
@@ -322,6 +314,8 @@ ALGORITHM = AlgorithmSpec(
     summary="Soft Actor-Critic: squashed Gaussian or discrete actions, twin Q, learned alpha",
     config_cls=SACConfig,
     policy_cls=SACPolicy,
+    learner_cls=SACLearner,
+    variant=variant,
     execution_plan=execution_plan,
     presets=PRESETS,
 )

@@ -31,6 +31,7 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         "action_logp": np.full(n, np.log(0.5), np.float32),
         "advantages": rng.normal(size=n).astype(np.float32),
         "value_targets": rng.normal(size=n).astype(np.float32),
+        "vf_preds": rng.normal(size=n).astype(np.float32),
     }
 
 

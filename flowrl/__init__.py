@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from flowrl.envs import register_env
     from flowrl.inference import export_policy, load_policy
     from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
+    from flowrl.learner import Learner
+    from flowrl.module import ActingModule, ActingOutput
     from flowrl.policy import Policy
     from flowrl.sample_batch import SampleBatch
     from flowrl.spec import AlgorithmSpec
@@ -42,6 +44,9 @@ _HOMES = {
     "NotReady": "flowrl.iter",
     "Operator": "flowrl.iter",
     "ParallelIterator": "flowrl.iter",
+    "Learner": "flowrl.learner",
+    "ActingModule": "flowrl.module",
+    "ActingOutput": "flowrl.module",
     "Policy": "flowrl.policy",
     "SampleBatch": "flowrl.sample_batch",
     "AlgorithmSpec": "flowrl.spec",
@@ -65,10 +70,13 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActingModule",
+    "ActingOutput",
     "Algorithm",
     "AlgorithmSpec",
     "Config",
     "ConfigError",
+    "Learner",
     "LocalIterator",
     "NotReady",
     "Operator",

@@ -33,6 +33,7 @@ from flowrl.envs import check_env_id, env_name, make_vector_env
 from flowrl.evaluation import Evaluation, episode_stats
 from flowrl.graph import PlanGraph, plan_graph
 from flowrl.iter import LocalIterator, NotReady
+from flowrl.learner import Learner
 from flowrl.policy import Policy, Weights
 from flowrl.presets import preset_for
 from flowrl.profile import Profile, Profiler
@@ -60,8 +61,9 @@ def get_algorithm(ref: str) -> AlgorithmSpec:
 
 
 def load_plan_file(ref: str) -> AlgorithmSpec:
-    """``file.py:plan``: the plan function of a user file, which also names the ``Config``
-    and ``Policy`` classes the plan runs with (its own, or imported from an algorithm)."""
+    """``file.py:plan``: the plan function of a user file, which also names the ``Config``,
+    ``Policy`` and ``Learner`` classes the plan runs with (its own, or imported from an
+    algorithm)."""
     path_str, func_name = ref.rsplit(":", 1)
     path = Path(path_str).resolve()
     if not path.is_file():
@@ -77,8 +79,10 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
     plan = getattr(module, func_name, None)
     if not callable(plan):
         raise ConfigError(f"{path_str} has no function '{func_name}'")
-    config_cls, policy_cls = getattr(module, "Config", None), getattr(module, "Policy", None)
-    for name, cls, base in (("Config", config_cls, Config), ("Policy", policy_cls, Policy)):
+    bases = {"Config": Config, "Policy": Policy, "Learner": Learner}
+    classes = {name: getattr(module, name, None) for name in bases}
+    for name, base in bases.items():
+        cls = classes[name]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise ConfigError(f"{path_str} must name a {name} class; {_plan_file_hint()}")
     from ray import cloudpickle
@@ -87,8 +91,9 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
     return AlgorithmSpec(
         name=f"{path}:{func_name}",
         summary=(plan.__doc__ or "user plan").strip().splitlines()[0],
-        config_cls=config_cls,
-        policy_cls=policy_cls,
+        config_cls=classes["Config"],
+        policy_cls=classes["Policy"],
+        learner_cls=classes["Learner"],
         execution_plan=plan,
     )
 
@@ -98,9 +103,11 @@ def _plan_file_hint() -> str:
     from flowrl.algorithms import NAMES
 
     spec = get_algorithm(NAMES[0])
-    config, policy = spec.config_cls.__name__, spec.policy_cls.__name__
-    module = spec.config_cls.__module__
-    return f"to run with {spec.name}'s: from {module} import {config} as Config, {policy} as Policy"
+    imports = (
+        f"{spec.config_cls.__name__} as Config, {spec.policy_cls.__name__} as Policy, "
+        f"{spec.learner_cls.__name__} as Learner"
+    )
+    return f"to run with {spec.name}'s: from {spec.config_cls.__module__} import {imports}"
 
 
 def ensure_ray(address: str | None) -> None:
@@ -248,7 +255,8 @@ class Algorithm:
             ensure_ray(address)
             check_worker_cpus(self.config, address)  # a cluster, once joined
         torch.manual_seed(self.config.seed)
-        self.workers = WorkerSet(policy_cls=self.spec.policy_cls, config=self.config)
+        policy_cls, learner_cls = self.spec.classes(self.config)
+        self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls, config=self.config)
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         if self.config.profile:  # before the first pull builds the plan
@@ -379,15 +387,16 @@ class Algorithm:
         plan registered, such as a replay buffer) atomically; returns it. Non-finite
         weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
         ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
-        policy = self.workers.local_worker.policy
-        with self.workers.local_worker.lock:  # not halfway through a learner thread's update
-            policy.check_finite_weights()
+        local = self.workers.local_worker
+        with local.lock:  # not halfway through a learner thread's update
+            local.learner.check_finite_weights()
             plan = self.plan.context.get_state()
-            policy_state = policy.get_state()
+            policy_state = local.policy.get_state()
             if weights is not None:
                 policy_state["weights"] = weights
             state = {
                 "policy": policy_state,
+                "learner": local.learner.get_state(),
                 "plan": plan["plan_state"],
                 "torch_rng": torch.get_rng_state(),
             }
@@ -412,6 +421,7 @@ class Algorithm:
         state = checkpoint.state
         try:
             self.workers.local_worker.policy.set_state(state["policy"])
+            self.workers.learner.set_state(state["learner"])
             plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
             self.plan.context.set_state(plan)
             torch.set_rng_state(state["torch_rng"])

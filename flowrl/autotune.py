@@ -258,7 +258,7 @@ def measure_sampling(
             cfg = config.replace(
                 num_workers=0, num_envs_per_worker=n, rollout_fragment_length=fragment
             )
-            worker = RolloutWorker(policy_cls=spec.policy_cls, config=cfg, worker_index=1)
+            worker = RolloutWorker(policy_cls=spec.classes(cfg)[0], config=cfg, worker_index=1)
             try:
                 worker.sample()  # warm-up
                 steps, start, batch = 0, time.perf_counter(), None

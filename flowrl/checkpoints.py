@@ -32,6 +32,9 @@ import torch
 
 from flowrl.config import ConfigError
 
+#: The layout of what a checkpoint holds; a checkpoint of another version does not load.
+#: 2: the policy's weights and the learner's state apart (optimisers, targets, critics).
+FORMAT_VERSION = 2
 STATE_FILE = "algorithm_state.pt"
 META_FILE = "checkpoint.json"
 _ARRAY = "__ndarray__"  # marks a numpy array stored as a tensor
@@ -108,6 +111,7 @@ def write(path: str | os.PathLike[str], state: dict[str, Any], meta: dict[str, A
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tmp.mkdir()
     torch.save(_encode(state), tmp / STATE_FILE)
+    meta = {**meta, "format_version": FORMAT_VERSION}
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     for name in (STATE_FILE, META_FILE):
         _fsync_file(tmp / name)
@@ -135,6 +139,12 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"damaged checkpoint {path}: {META_FILE}: {e}") from None
     if not isinstance(meta, dict) or not {"algo", "config"} <= set(meta):
         raise CheckpointError(f"damaged checkpoint {path}: {META_FILE} lacks algo and config")
+    version = meta.get("format_version", 1)  # version 1 did not say
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}, but this flowrl reads version "
+            f"{FORMAT_VERSION}: load it with the flowrl release that wrote it, or train anew"
+        )
     return meta
 
 

@@ -78,13 +78,14 @@ def load_policy(path: str | os.PathLike[str] | Checkpoint) -> LoadedPolicy:
     env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
     obs_space, action_space = env.single_observation_space, env.single_action_space
     env.close()
-    policy = spec.policy_cls(obs_space, action_space, config, device="cpu")
+    policy_cls, _ = spec.classes(config)
+    policy = policy_cls(obs_space, action_space, config, device="cpu")
     try:
         policy.set_weights(ckpt.state["policy"]["weights"])
     except (KeyError, RuntimeError, ValueError, TypeError) as e:
         reason = checkpoints.error_reason(e)
         raise CheckpointError(f"checkpoint {ckpt.path} has no usable weights ({reason})") from None
-    policy.model.eval()
+    policy.module.eval()
     return LoadedPolicy(policy, spec.name, config.env)
 
 
@@ -94,7 +95,7 @@ class GreedyPolicy(nn.Module):
     def __init__(self, policy: Policy) -> None:
         super().__init__()
         self.policy = policy
-        self.model = policy.model  # the acting network, registered so exports hold it
+        self.module = policy.module  # the acting module, registered so exports hold it
         stats = policy.normalizer.obs
         self.normalize = stats is not None
         if stats is not None:

@@ -3,7 +3,7 @@
 Example:
     >>> space = gym.spaces.Box(-1, 1, (4,))
     >>> model = ActorCritic(space, gym.spaces.Discrete(2), hiddens=(64, 64))
-    >>> logits, values = model(torch.zeros(3, 4))
+    >>> logits, values, _ = model(torch.zeros(3, 4))
     >>> logits.shape, values.shape
     (torch.Size([3, 2]), torch.Size([3]))
 """
@@ -20,6 +20,7 @@ from torch import nn
 
 from flowrl.config import ConfigError
 from flowrl.distributions import distribution_for
+from flowrl.module import ActingModule, ActingOutput
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -114,11 +115,11 @@ class NatureCNN(nn.Module):
         return self.fc(self._conv_features(obs)).relu_()
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(ActingModule):
     """Policy and value heads. Vector observations get two separate MLPs; images share a CNN.
 
-    ``forward(obs)`` returns ``(distribution inputs, values)``. Box actions use a learned,
-    state-independent log standard deviation.
+    ``forward(obs)`` returns the distribution inputs and the values. Box actions use a
+    learned, state-independent log standard deviation.
     """
 
     def __init__(
@@ -143,7 +144,7 @@ class ActorCritic(nn.Module):
             self.vf = mlp([n_obs, *hiddens, 1], out_gain=1.0)
         self.log_std = nn.Parameter(torch.zeros(n_out)) if self.continuous else None
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         if self.trunk is not None:
             features = self.trunk(obs)
         else:
@@ -151,12 +152,31 @@ class ActorCritic(nn.Module):
         out = self.pi(features)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-        return out, self.vf(features).squeeze(-1)
+        return ActingOutput(out, self.vf(features).squeeze(-1))
 
 
-class QNetwork(nn.Module):
-    """Q-values for Discrete actions: an MLP (vector observations) or the Nature CNN
-    (images) trunk, with dueling value/advantage heads when ``dueling``."""
+class ActorNetwork(ActingModule):
+    """An actor alone: an MLP (ReLU) from vector observations to ``n_outputs``
+    distribution inputs, no value head (SAC's actor).
+
+    Example:
+        >>> actor = ActorNetwork(gym.spaces.Box(-1, 1, (3,)), 2, hiddens=(16,))
+        >>> actor(torch.zeros(5, 3)).dist_inputs.shape
+        torch.Size([5, 2])
+    """
+
+    def __init__(self, obs_space: gym.Space, n_outputs: int, *, hiddens: Sequence[int]) -> None:
+        super().__init__()
+        n_obs = vector_obs_size(obs_space)
+        self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
+
+    def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
+        return ActingOutput(self.pi(obs.reshape(obs.shape[0], -1).float()))
+
+
+class QNetwork(ActingModule):
+    """Q-values for Discrete actions (as ``dist_inputs``): an MLP (vector observations) or
+    the Nature CNN (images) trunk, with dueling value/advantage heads when ``dueling``."""
 
     def __init__(
         self,
@@ -187,12 +207,12 @@ class QNetwork(nn.Module):
         self.advantage = _init(nn.Linear(features, n_actions), 0.01)
         self.value = _init(nn.Linear(features, 1), 1.0) if dueling else None
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         features = self.trunk(obs if obs.dtype == torch.uint8 else obs.float())
         advantage = self.advantage(features)
         if self.value is None:
-            return advantage
-        return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)
+            return ActingOutput(advantage)
+        return ActingOutput(self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True))
 
 
 class TwinQ(nn.Module):

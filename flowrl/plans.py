@@ -32,10 +32,10 @@ def replay_plan(
     (hard copies every so many steps, or soft updates after every SGD step).
 
     Example:
-        >>> from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
+        >>> from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
         >>> config = DQNConfig(learning_starts=100, min_env_steps_per_iteration=200)
-        >>> workers = WorkerSet(policy_cls=DQNPolicy, config=config)
-        >>> update = UpdateTargets(workers.local_worker.policy.update_target, period=500)
+        >>> workers = WorkerSet(policy_cls=DQNPolicy, learner_cls=DQNLearner, config=config)
+        >>> update = UpdateTargets(workers.learner.update_targets, period=500)
         >>> plan = replay_plan(workers, config, update)
         >>> next(plan)["env_steps_trained"] > 0
         True

@@ -37,8 +37,9 @@ from flowrl.context import (
 )
 from flowrl.envs import EnvError, reward_threshold
 from flowrl.evaluation import EVAL_RETURN_MEAN, Evaluation
+from flowrl.learner import NonFiniteError
 from flowrl.logger import RunLogger
-from flowrl.policy import NonFiniteError, Weights
+from flowrl.policy import Weights
 from flowrl.spec import AlgorithmSpec
 from flowrl.tracking import Tracker
 

@@ -1,8 +1,11 @@
-"""RolloutWorker (a vector env + a CPU copy of the policy) and WorkerSet (local + N remote).
+"""RolloutWorker (a vector env + a copy of the policy) and WorkerSet (local + N remote).
 
 A worker steps all its envs with one batched forward pass per step and returns
 post-processed :class:`SampleBatch` fragments. As a Ray actor it is also a shard of a
-:class:`~flowrl.iter.ParallelIterator` that yields one fragment per pull.
+:class:`~flowrl.iter.ParallelIterator` that yields one fragment per pull. A worker holds
+the policy's acting module; the local worker also builds the
+:class:`~flowrl.learner.Learner` that trains it (remote workers only when a plan asks them
+for gradients).
 
 Example:
     >>> from flowrl.config import Config
@@ -17,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,7 +36,8 @@ from flowrl.envs import (
     registered_creator,
 )
 from flowrl.iter import ParallelIteratorWorker
-from flowrl.policy import NonFiniteError, Policy, Weights
+from flowrl.learner import Learner, NonFiniteError
+from flowrl.policy import Policy, Weights
 from flowrl.profile import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.sample_batch import (
     ACTIONS,
@@ -62,6 +67,7 @@ class RolloutWorker(ParallelIteratorWorker):
         *,
         policy_cls: type[Policy],
         config: Config,
+        learner_cls: type[Learner] | None = None,
         worker_index: int = 0,
         device: str = "cpu",
         env_creator: EnvCreator | None = None,
@@ -73,6 +79,7 @@ class RolloutWorker(ParallelIteratorWorker):
             torch.set_num_threads(1)
         self.config = config
         self.worker_index = worker_index
+        self.learner_cls = learner_cls
         seed = worker_seed(config, worker_index)
         torch.manual_seed(seed)
         # a remote worker's env threads stay within the CPUs Ray reserved for it
@@ -215,14 +222,33 @@ class RolloutWorker(ParallelIteratorWorker):
         return episodes, metrics, self.policy.normalizer.take_unsent()
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
+    @cached_property
+    def learner(self) -> Learner:
+        """The learner that trains this worker's policy, built on first use: rollout
+        workers that only sample never build one."""
+        if self.learner_cls is None:
+            raise TypeError(f"worker {self.worker_index} was built without a learner class")
+        return self.learner_cls(self.policy, self.config)
+
     def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
-        return self.policy.learn_on_batch(batch, **kwargs)
+        return self.learner.learn_on_batch(batch, **kwargs)
 
     def compute_gradients(self, batch) -> tuple[list[np.ndarray], dict[str, float]]:
-        return self.policy.compute_gradients(batch)
+        return self.learner.compute_gradients(batch)
 
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        self.policy.apply_gradients(grads)
+        self.learner.apply_gradients(grads)
+
+    def parameter_count(self) -> int:
+        """How many weights this worker holds in torch modules: its policy's, and its
+        learner's once built (a sampling worker holds the acting module alone)."""
+        seen: dict[int, int] = {}
+        owners = [self.policy, self.__dict__.get("learner")]
+        for owner in filter(None, owners):
+            for value in vars(owner).values():
+                if isinstance(value, torch.nn.Module):
+                    seen.update((id(p), p.numel()) for p in value.parameters())
+        return sum(seen.values())
 
     def get_weights(self) -> Weights:
         return self.policy.get_weights()
@@ -312,12 +338,24 @@ class WorkerSet:
         []
     """
 
-    def __init__(self, *, policy_cls: type[Policy], config: Config) -> None:
+    def __init__(
+        self,
+        *,
+        policy_cls: type[Policy],
+        config: Config,
+        learner_cls: type[Learner] | None = None,
+    ) -> None:
         self.config = config
-        self.policy_cls = policy_cls
+        self.policy_cls, self.learner_cls = policy_cls, learner_cls
         self.local_worker = RolloutWorker(
-            policy_cls=policy_cls, config=config, worker_index=0, device=config.device
+            policy_cls=policy_cls,
+            learner_cls=learner_cls,
+            config=config,
+            worker_index=0,
+            device=config.device,
         )
+        if learner_cls is not None:  # built now: its networks take their seeds in order
+            _ = self.local_worker.learner
         self._remote_cls: Any = None
         self.remote_workers: list[Any] = []
         if config.num_workers > 0:
@@ -325,14 +363,20 @@ class WorkerSet:
 
             self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
-            # the learner's optimiser, built while they start: its first build imports
+            # the learner's optimisers, built while they start: the first build imports
             # torch's compiler stack (~1.2 s), which otherwise delays the first update
-            _ = self.local_worker.policy.optimizer
+            if learner_cls is not None:
+                _ = self.local_worker.learner.optimizers
             self._wait_until_up(self.remote_workers)
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}
         self._kept: dict[str, Any] = {}
         self._weights_deferred = False
+
+    @property
+    def learner(self) -> Learner:
+        """The learner, on the local worker: what training operators update."""
+        return self.local_worker.learner
 
     def keep(self, name: str, make: Callable[[], T]) -> T:
         """The object ``make()`` built the first time a plan asked for ``name``.
@@ -352,6 +396,7 @@ class WorkerSet:
         cls = self._remote_cls.options(**options) if options else self._remote_cls
         return cls.remote(
             policy_cls=self.policy_cls,
+            learner_cls=self.learner_cls,
             config=self.config,
             worker_index=index,
             env_creator=registered_creator(self.config.env),

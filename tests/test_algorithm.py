@@ -23,7 +23,7 @@ def test_train_save_restore_keeps_weights_counters_and_optimizer(tmp_path):
     assert clone.iteration == 2
     nxt = clone.train()
     assert nxt["iteration"] == 3 and nxt["env_steps_sampled"] > result["env_steps_sampled"]
-    assert clone.workers.local_worker.policy.optimizer.state_dict()["state"]
+    assert clone.workers.learner.optimizers["model"].state_dict()["state"]
     algo.stop()
     clone.stop()
 
@@ -170,7 +170,7 @@ def test_ppo_trains_on_continuous_actions():
     algo = Algorithm("ppo", env="Pendulum-v1", **FAST)
     result = algo.train()
     assert result["learner/entropy"] > 0 and "learner/kl" in result
-    assert algo.workers.local_worker.policy.model.log_std is not None
+    assert algo.workers.local_worker.policy.module.log_std is not None
     algo.stop()
 
 

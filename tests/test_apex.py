@@ -45,8 +45,8 @@ def reference_td_errors(p: ApexPolicy, batch: SampleBatch) -> np.ndarray:
     out = []
     with torch.no_grad():
         for row in range(len(batch)):
-            q = p.model(torch.as_tensor(batch["obs"][row : row + 1]))[0]
-            q_next = p.model(torch.as_tensor(batch["next_obs"][row : row + 1]))[0]
+            q = p.module(torch.as_tensor(batch["obs"][row : row + 1])).dist_inputs[0]
+            q_next = p.module(torch.as_tensor(batch["next_obs"][row : row + 1])).dist_inputs[0]
             alive = 0.0 if batch["terminateds"][row] else 1.0
             target = batch["rewards"][row] + batch["discounts"][row] * alive * q_next.max()
             out.append(abs(float(q[batch["actions"][row]]) - float(target)))

@@ -163,6 +163,7 @@ def test_user_plan_file(tmp_path):
     plan = tmp_path / "my_plan.py"
     plan.write_text(
         "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
+        "from flowrl.algorithms.ppo import PPOLearner as Learner\n"
         "from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep\n\n"
         "def plan(workers, config):\n"
         '    """One SGD step per fragment."""\n'
@@ -175,7 +176,7 @@ def test_user_plan_file(tmp_path):
     assert summary["iterations"] == 2
     missing = flowrl("train", f"{plan}:nope", *QUICK)
     assert missing.returncode == 2 and "has no function 'nope'" in missing.stderr
-    plan.write_text(plan.read_text().split("\n", 1)[1])  # without the Config and Policy line
+    plan.write_text(plan.read_text().split("\n", 2)[2])  # without the Config, Policy, Learner
     unnamed = flowrl("train", f"{plan}:plan", *QUICK)
     assert unnamed.returncode == 2 and "must name a Config class" in unnamed.stderr
     assert "import PPOConfig as Config" in unnamed.stderr

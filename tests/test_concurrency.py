@@ -211,10 +211,13 @@ def test_appo_checkpoint_keeps_its_target_policy_and_kl_coeff(tmp_path):
     algo = Algorithm("appo", env="CartPole-v1", num_workers=0, train_batch_size=200, kl_coeff=0.2)
     algo.train()
     algo.stop()  # the learner thread has stopped: nothing changes after the save
-    policy = algo.workers.local_worker.policy
+    learner = algo.workers.learner
     path = algo.save(tmp_path / "ckpt")
-    clone = Algorithm.from_checkpoint(path).workers.local_worker.policy
-    assert clone.kl_coeff == policy.kl_coeff
-    assert clone.batches_since_target == policy.batches_since_target
-    for a, b in zip(clone.target.parameters(), policy.target.parameters(), strict=True):
+    restored = Algorithm.from_checkpoint(path)
+    clone = restored.workers.learner
+    assert clone.kl.coeff == learner.kl.coeff
+    copied = algo.plan.context.checkpointables["update_targets"].get_state()
+    assert restored.plan.context.pending_state["update_targets"] == copied
+    for a, b in zip(clone.target.parameters(), learner.target.parameters(), strict=True):
         assert (a == b).all()
+    restored.stop()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from flowrl import Algorithm, ConfigError
+from flowrl.algorithms.dqn import q_and_targets
 
 SMALL = dict(num_workers=0, learning_starts=64, min_env_steps_per_iteration=200)
 
@@ -27,12 +28,14 @@ def test_learning_on_minibatches_steps_on_each_in_turn_and_keeps_the_rows_order(
     # Ape-X's replay requests bring several train batches; the learner steps on each in turn
     algo = Algorithm("dqn", env="CartPole-v1", **SMALL)
     algo.train()
-    policy = algo.workers.local_worker.policy
+    learner = algo.workers.learner
     batch = algo.workers.keep("replay", None).sample(256)
-    q, target = policy.q_and_targets(policy._tensors(batch), policy.target)
-    before = policy.num_updates
-    stats = policy.learn_on_batch(batch, minibatch_size=64)
-    assert policy.num_updates == before + 4
+    q, target = q_and_targets(
+        learner.module, learner.target, learner._tensors(batch), double_q=True
+    )
+    before = learner.num_updates
+    stats = learner.learn_on_batch(batch, minibatch_size=64)
+    assert learner.num_updates == before + 4
     assert stats["td_error"].shape == (256,) and isinstance(stats["loss"], float)
     # the first minibatch's errors come from the weights before any step, row by row
     np.testing.assert_allclose(stats["td_error"][:64], (q - target)[:64].detach(), rtol=1e-5)
@@ -52,10 +55,10 @@ def test_dqn_checkpoint_keeps_target_net_and_exploration(tmp_path):
     algo = Algorithm("dqn", env="CartPole-v1", **SMALL)
     algo.train()
     clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-    a, b = algo.workers.local_worker.policy, clone.workers.local_worker.policy
+    a, b = algo.workers.learner, clone.workers.learner
     for pa, pb in zip(a.target.parameters(), b.target.parameters(), strict=True):
         assert np.array_equal(pa.detach().numpy(), pb.detach().numpy())
-    assert a.timesteps == b.timesteps
+    assert a.policy.timesteps == b.policy.timesteps
     algo.stop()
     clone.stop()
 

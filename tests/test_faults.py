@@ -26,7 +26,7 @@ import torch
 from flowrl import Algorithm, checkpoints
 from flowrl.checkpoints import META_FILE, STATE_FILE, CheckpointError
 from flowrl.config import ConfigError
-from flowrl.policy import NonFiniteError
+from flowrl.learner import NonFiniteError
 from flowrl.runner import FailureBudget, StopCriteria, run
 
 QUICK = {"num_workers": 0, "num_envs_per_worker": 2, "train_batch_size": 128}
@@ -134,7 +134,8 @@ def test_checkpoints_load_without_unpickling_code(tmp_path):
     path = tmp_path / "evil"
     path.mkdir()
     torch.save({"policy": Payload()}, path / STATE_FILE)
-    (path / META_FILE).write_text(json.dumps({"algo": "ppo", "config": {}}))
+    meta = {"algo": "ppo", "config": {}, "format_version": checkpoints.FORMAT_VERSION}
+    (path / META_FILE).write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=r"damaged checkpoint .*Weights only load failed"):
         checkpoints.load(path)
 
@@ -186,17 +187,17 @@ def test_a_nan_loss_is_caught_before_the_step_and_never_saved(tmp_path, monkeypa
     with Algorithm("ppo", env="CartPole-v1", **QUICK) as algo:
         algo.train()
         good = algo.save(tmp_path / "good")
-        policy = algo.workers.local_worker.policy
+        policy, learner = algo.workers.local_worker.policy, algo.workers.learner
         before = {k: v.copy() for k, v in policy.get_weights().items()}
-        loss = policy.loss
-        monkeypatch.setattr(policy, "loss", lambda b: (loss(b)[0] * math.nan, {}))
+        loss = learner.loss
+        monkeypatch.setattr(learner, "loss", lambda b: (loss(b)[0] * math.nan, {}))
         with pytest.raises(NonFiniteError, match="the loss is nan on a finite batch"):
             algo.train()
         after = policy.get_weights()
         assert all(np.array_equal(before[k], after[k]) for k in before), "no step was applied"
         with torch.no_grad():
-            next(policy.model.parameters())[0, 0] = math.nan
-        with pytest.raises(NonFiniteError, match=r"weight model\..* is non-finite"):
+            next(policy.module.parameters())[0, 0] = math.nan
+        with pytest.raises(NonFiniteError, match=r"weight module\..* is non-finite"):
             algo.save(tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
     assert checkpoints.load(good).meta["iteration"] == 1
@@ -458,6 +459,7 @@ def _plan_file(tmp_path: Path, body: str) -> Path:
     plan = tmp_path / "user_plan.py"
     plan.write_text(
         "from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy\n"
+        "from flowrl.algorithms.ppo import PPOLearner as Learner\n"
         f"def plan(workers, config):\n    {body}\n"
     )
     return plan
@@ -478,7 +480,7 @@ def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
     assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ValueError: my plan is broken" in err[0]
-    assert f"raised at {plan}:3" in err[0]
+    assert f"raised at {plan}:4" in err[0]
 
 
 # -- clean exits -----------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def test_cli_prints_and_draws_a_plan(tmp_path, capsys):
 
 
 PLAN_FILE = '''
-from flowrl.algorithms.ppo import PPOConfig as Config, PPOPolicy as Policy
+from flowrl.algorithms.ppo import PPOConfig as Config, PPOLearner as Learner, PPOPolicy as Policy
 from flowrl.ops import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
 
 

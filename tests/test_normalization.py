@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowrl import Algorithm
-from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.config import Config
 from flowrl.normalization import Normalizer, RunningMeanStd
 from flowrl.sample_batch import OBS, REWARDS
@@ -109,7 +109,7 @@ def test_ray_workers_statistics_are_merged_on_the_learner_and_sent_back_with_the
     )
     import ray
 
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
         ray.get([w.sample.remote() for w in workers.remote_workers for _ in range(2)])
         workers.collect_metrics(timeout_s=30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.iter import LocalIterator
 from flowrl.ops import (
@@ -36,7 +36,7 @@ def test_standardize_fields():
 
 def test_local_plan_counts_steps_and_reports_results():
     cfg = PPOConfig(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=32)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     before = workers.local_worker.get_weights()
     train_op = (
         ParallelRollouts(workers, mode="bulk_sync")
@@ -55,18 +55,18 @@ def test_local_plan_counts_steps_and_reports_results():
 
 def test_async_gradients_locally_apply_and_count():
     cfg = PPOConfig(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=16)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     plan = AsyncGradients(workers).for_each(ApplyGradients(workers, update_all=False))
     infos = plan.take(3)
     assert all(info["batch_count"] > 0 for info in infos)
     assert plan.context.counters[STEPS_TRAINED] == sum(i["batch_count"] for i in infos)
-    assert workers.local_worker.policy.num_updates == 3
+    assert workers.learner.num_updates == 3
 
 
 @pytest.mark.ray
 def test_parallel_rollouts_async_and_raw_modes(ray_session):
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
         rollouts = ParallelRollouts(workers, mode="async", num_async=2)
         batches = rollouts.take(6)
@@ -84,7 +84,7 @@ def test_parallel_rollouts_async_and_raw_modes(ray_session):
 def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_session, mode):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
 
     def remote_match_local() -> list[bool]:
         local = workers.local_worker.get_weights()

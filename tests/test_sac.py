@@ -73,8 +73,8 @@ def test_soft_q_target_matches_a_reference_loop():
 )
 def test_sac_trains_and_soft_updates_targets(env, extra):
     algo = Algorithm("sac", env=env, **SMALL, **extra)
-    policy = algo.workers.local_worker.policy
-    target_before = [p.clone() for p in policy.q_target.parameters()]
+    learner = algo.workers.learner
+    target_before = [p.clone() for p in learner.q_target.parameters()]
     first, second = algo.train(), algo.train()
     assert second["env_steps_trained"] > first["env_steps_trained"] > 0
     for key in ("learner/critic_loss", "learner/actor_loss", "learner/alpha", "learner/entropy"):
@@ -82,7 +82,7 @@ def test_sac_trains_and_soft_updates_targets(env, extra):
     assert "learner/td_error" not in second
     moved = [
         not torch.equal(a, b)
-        for a, b in zip(target_before, policy.q_target.parameters(), strict=True)
+        for a, b in zip(target_before, learner.q_target.parameters(), strict=True)
     ]
     assert all(moved), "soft updates move every target parameter"
     algo.stop()
@@ -107,13 +107,14 @@ def test_sac_checkpoint_keeps_critics_targets_and_temperature(tmp_path):
     algo = Algorithm("sac", env="Pendulum-v1", **SMALL)
     algo.train()
     clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-    a, b = algo.workers.local_worker.policy, clone.workers.local_worker.policy
-    for module in ("model", "q", "q_target"):
+    a, b = algo.workers.learner, clone.workers.learner
+    for module in ("module", "q", "q_target"):
         for pa, pb in zip(
             getattr(a, module).parameters(), getattr(b, module).parameters(), strict=True
         ):
             assert torch.equal(pa, pb)
-    assert float(a.log_alpha.detach()) == float(b.log_alpha.detach()) != 0.0
+    log_alpha = float(a.temperature.log_alpha.detach())
+    assert log_alpha == float(b.temperature.log_alpha.detach()) != 0.0
     algo.stop()
     clone.stop()
 

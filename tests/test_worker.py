@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.policy import inference
 from flowrl.sample_batch import (
     ACTIONS,
@@ -144,11 +144,12 @@ def test_a_kept_batch_is_never_overwritten_and_a_dropped_one_is_reused():
 def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=100)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
         policy = workers.local_worker.policy
-        assert "optimizer" in vars(policy), "the learner's optimiser was built while they started"
-        for p in policy.model.parameters():
+        built = vars(workers.learner)
+        assert "optimizers" in built, "the learner's optimiser was built while they started"
+        for p in policy.module.parameters():
             p.data.add_(1.0)
         workers.sync_weights()
         remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
@@ -171,7 +172,7 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
 def test_dead_worker_is_replaced_with_current_weights(ray_session):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2)
-    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
         dead = workers.remote_workers[0]
         ray.kill(dead)
@@ -194,23 +195,20 @@ def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
     batch = worker.sample()
     seen = []
 
-    class Spy(PPOPolicy):
+    class Spy(PPOLearner):
         def loss(self, b):
             seen.append(set(b))
             return super().loss(b)
 
-    spy = Spy(worker.env.single_observation_space, worker.env.single_action_space, worker.config)
-    spy.learn_on_batch(batch, minibatch_size=64)
-    assert seen and all(keys == set(PPOPolicy.loss_columns) for keys in seen)
+    Spy(worker.policy, worker.config).learn_on_batch(batch, minibatch_size=64)
+    assert seen and all(keys == set(PPOLearner.loss_columns) for keys in seen)
 
-    class ReadsMore(PPOPolicy):
+    class ReadsMore(PPOLearner):
         def loss(self, b):
             return super().loss(b)[0] + b[TERMINATEDS].float().mean(), {}
 
-    more = ReadsMore(worker.env.single_observation_space, worker.env.single_action_space,
-                     worker.config)  # fmt: skip
     with pytest.raises(KeyError, match=r"terminateds.*loss_columns"):
-        more.learn_on_batch(batch)
+        ReadsMore(worker.policy, worker.config).learn_on_batch(batch)
 
 
 def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_always():
@@ -219,8 +217,9 @@ def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_alwa
     spaces = worker.env.single_observation_space, worker.env.single_action_space
     losses = {}
     for coeff in (0.0, 0.5):
-        policy = PPOPolicy(*spaces, worker.config.replace(entropy_coeff=coeff))
+        config = worker.config.replace(entropy_coeff=coeff)
+        policy = PPOPolicy(*spaces, config)
         policy.set_weights(worker.policy.get_weights())
-        losses[coeff], stats = policy.loss(batch)
+        losses[coeff], stats = PPOLearner(policy, config).loss(batch)
         assert stats["entropy"] > 0
     torch.testing.assert_close(losses[0.5], losses[0.0] - 0.5 * stats["entropy"])

@@ -16,7 +16,6 @@ from flowrl.ops.replay import (
     StoreToReplayBuffer,
     TrainingIntensity,
     UpdatePriorities,
-    UpdateTargets,
 )
 from flowrl.ops.rollouts import (
     AsyncGradients,
@@ -25,7 +24,7 @@ from flowrl.ops.rollouts import (
     ParallelRollouts,
     StandardizeFields,
 )
-from flowrl.ops.train import ApplyGradients, TrainOneStep
+from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateKL, UpdateTargets
 
 __all__ = [
     "ApplyGradients",
@@ -49,6 +48,7 @@ __all__ = [
     "StoreToReplayBuffer",
     "TrainOneStep",
     "TrainingIntensity",
+    "UpdateKL",
     "UpdatePriorities",
     "UpdateTargets",
 ]

@@ -13,12 +13,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from flowrl.context import NUM_TARGET_UPDATES, STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.replay import BATCH_INDEXES, ReplayBuffer, SampleShard, shard_of
 from flowrl.sample_batch import SampleBatch
@@ -194,43 +194,6 @@ class UpdatePriorities(Operator):
         for s in np.unique(shards):
             rows = shards == s
             self._target[s].update_priorities.remote(indexes[rows], priorities[rows])
-        return item
-
-
-class UpdateTargets(Operator):
-    """Copies the online network into the target network once ``period`` env steps
-    (trained, or sampled when ``by="sampled"``) have passed since the last copy, or, with
-    ``tau``, blends it in softly after every item (Polyak averaging).
-
-    Example:
-        >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
-    """
-
-    def __init__(
-        self,
-        update_fn: Callable[[float], None],
-        *,
-        period: int = 0,
-        tau: float | None = None,
-        by: str = "trained",
-    ) -> None:
-        if (tau is None) == (period <= 0):
-            raise ValueError("give either period > 0 (hard copies) or tau (soft updates)")
-        if by not in ("trained", "sampled"):
-            raise ValueError(f"by must be trained or sampled, got {by!r}")
-        self._update_fn = update_fn
-        self.period, self.tau, self.by = period, tau, by
-        self._last = 0
-
-    def __call__(self, item: Any) -> Any:
-        if self.tau is not None:
-            self._update_fn(self.tau)
-            return item
-        steps = self.context.counters[STEPS_TRAINED if self.by == "trained" else STEPS_SAMPLED]
-        if steps - self._last >= self.period:
-            self._update_fn(1.0)
-            self._last = steps
-            self.context.counters[NUM_TARGET_UPDATES] += 1
         return item
 
 

@@ -1,4 +1,5 @@
-"""Learning operators: TrainOneStep (minibatch SGD on the local worker) and ApplyGradients.
+"""Learning operators: TrainOneStep (minibatch SGD on the learner), ApplyGradients, and the
+periodic updates a plan shows as steps of its own: UpdateTargets and UpdateKL.
 
 Example:
     >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
@@ -7,11 +8,20 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from flowrl.context import LEARN, LEARNER_INFO, STEPS_TRAINED, SYNC
+from flowrl.context import (
+    LEARN,
+    LEARNER_INFO,
+    NUM_TARGET_UPDATES,
+    STEPS_SAMPLED,
+    STEPS_TRAINED,
+    SYNC,
+    PlanContext,
+)
 from flowrl.iter import Operator
 from flowrl.ops.rollouts import Gradients
 from flowrl.sample_batch import SampleBatch
@@ -90,3 +100,77 @@ class ApplyGradients(Operator):
             with self.context.span(SYNC):
                 self._workers.sync_weights([self.context.current_actor])
         return info
+
+
+class UpdateTargets(Operator):
+    """Copies the online network into the target network once ``period`` env steps
+    (trained, or sampled when ``by="sampled"``) have passed since the last copy, or, with
+    ``tau``, blends it in softly after every item (Polyak averaging).
+
+    Example:
+        >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        update_fn: Callable[[float], None],
+        *,
+        period: int = 0,
+        tau: float | None = None,
+        by: str = "trained",
+    ) -> None:
+        if (tau is None) == (period <= 0):
+            raise ValueError("give either period > 0 (hard copies) or tau (soft updates)")
+        if by not in ("trained", "sampled"):
+            raise ValueError(f"by must be trained or sampled, got {by!r}")
+        self._update_fn = update_fn
+        self.period, self.tau, self.by = period, tau, by
+        self._last = 0  # the steps counted at the last copy; checkpoints keep it
+
+    def bind(self, context: PlanContext) -> None:
+        super().bind(context)
+        context.register_checkpointable("update_targets", self)
+
+    def get_state(self) -> dict[str, int]:
+        return {"last": self._last}
+
+    def set_state(self, state: dict[str, int]) -> None:
+        self._last = state["last"]
+
+    def __call__(self, item: Any) -> Any:
+        if self.tau is not None:
+            self._update_fn(self.tau)
+            return item
+        steps = self.context.counters[STEPS_TRAINED if self.by == "trained" else STEPS_SAMPLED]
+        if steps - self._last >= self.period:
+            self._update_fn(1.0)
+            self._last = steps
+            self.context.counters[NUM_TARGET_UPDATES] += 1
+        return item
+
+
+class UpdateKL(Operator):
+    """Adapts the KL penalty's weight from each trained batch's mean KL (the learner's
+    ``kl`` statistic), through ``update_fn`` (:meth:`flowrl.losses.AdaptiveKL.update`), and
+    reports the new weight as ``learner/kl_coeff``. Takes and passes on ``(batch, stats)``.
+
+    Example:
+        >>> from flowrl.losses import AdaptiveKL
+        >>> kl = AdaptiveKL(coeff=0.2, target=0.01)
+        >>> update = UpdateKL(kl.update)
+        >>> update.bind(PlanContext())
+        >>> _ = update(([], {"kl": 0.05}))
+        >>> round(kl.coeff, 2)
+        0.3
+    """
+
+    def __init__(self, update_fn: Callable[[float], float]) -> None:
+        self._update_fn = update_fn
+
+    def __call__(self, item: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+        _, stats = item
+        coeff = self._update_fn(float(stats["kl"]))
+        info = self.context.info.get(LEARNER_INFO)
+        if info is not None:
+            info["kl_coeff"] = coeff
+        return item
