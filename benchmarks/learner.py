@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowrl.policy import adam
+from flowrl.learner import adam
 
 from common import interleaved, print_table, ratio_spread, steady, write_results
 
@@ -36,22 +36,22 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def ppo(seconds: float, rounds: int) -> list[dict]:
-    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
     from flowrl.distributions import Categorical
     from flowrl.sample_batch import SampleBatch
 
     cfg = PPOConfig(device="cpu")
     batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
-    policy = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
+    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
     per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
 
     def flowrl_step() -> int:
-        policy.learn_on_batch(
+        learner.learn_on_batch(
             SampleBatch(batch), num_sgd_iter=cfg.num_sgd_iter, minibatch_size=cfg.sgd_minibatch_size
         )
         return per_call
 
-    model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu").model
+    model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu").module
     opt = adam(model.parameters(), cfg.lr, eps=1e-5)
     tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
     rng = np.random.default_rng(0)
@@ -64,7 +64,7 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
                 mb = {
                     k: v[order[start : start + cfg.sgd_minibatch_size]] for k, v in tensors.items()
                 }
-                logits, values = model(mb["obs"])
+                logits, values, _ = model(mb["obs"])
                 dist = Categorical(logits)
                 ratio = (dist.log_prob(mb["actions"]) - mb["action_logp"]).exp()
                 adv = mb["advantages"]
@@ -81,7 +81,7 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
 
 
 def dqn(seconds: float, rounds: int) -> list[dict]:
-    from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
+    from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
     from flowrl.sample_batch import SampleBatch
 
     cfg = DQNConfig(device="cpu")
@@ -95,22 +95,22 @@ def dqn(seconds: float, rounds: int) -> list[dict]:
         "terminateds": np.zeros(n, bool),
         "discounts": np.full(n, cfg.gamma**cfg.n_step, np.float32),
     }
-    policy = DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
+    learner = DQNLearner(DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
 
     def flowrl_step() -> int:
-        policy.learn_on_batch(SampleBatch(batch))
+        learner.learn_on_batch(SampleBatch(batch))
         return 1
 
-    other = DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu")
-    model, target = other.model, other.target
+    other = DQNLearner(DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
+    model, target = other.module, other.target
     opt = adam(model.parameters(), cfg.lr, eps=1e-5)
     t = {k: torch.from_numpy(v) for k, v in batch.items()}
 
     def plain_step() -> int:
-        q = model(t["obs"]).gather(1, t["actions"][:, None]).squeeze(1)
+        q = model(t["obs"]).dist_inputs.gather(1, t["actions"][:, None]).squeeze(1)
         with torch.no_grad():
-            best = model(t["next_obs"]).argmax(1, keepdim=True)
-            next_q = target(t["next_obs"]).gather(1, best).squeeze(1)
+            best = model(t["next_obs"]).dist_inputs.argmax(1, keepdim=True)
+            next_q = target(t["next_obs"]).dist_inputs.gather(1, best).squeeze(1)
             y = t["rewards"] + t["discounts"] * (1.0 - t["terminateds"].float()) * next_q
         loss = F.smooth_l1_loss(q, y)
         opt.zero_grad(set_to_none=True)

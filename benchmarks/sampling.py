@@ -84,7 +84,7 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
     def step() -> int:
         nonlocal obs, resetting
         with torch.inference_mode():
-            logits, _ = model(torch.from_numpy(obs))
+            logits = model(torch.from_numpy(obs)).dist_inputs
             actions = dist_cls(logits).sample().numpy()
         obs, _, terminated, truncated, _ = env.step(actions)
         transitions = num_envs - int(resetting.sum())
