@@ -19,15 +19,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from flowrl.config import ActorCriticConfig
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner
+from flowrl.core.config import ActorCriticConfig
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS
+from flowrl.learning.learner import Learner
+from flowrl.learning.policy import ActorCriticPolicy
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
-from flowrl.policy import ActorCriticPolicy
-from flowrl.presets import ATARI, Preset
-from flowrl.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -45,7 +45,7 @@ class A3CConfig(ActorCriticConfig):
     min_time_s_per_iteration: float = 0.5
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

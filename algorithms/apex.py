@@ -23,8 +23,11 @@ from typing import Any, ClassVar
 import torch
 
 from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy, q_and_targets
-from flowrl.config import param
-from flowrl.iter import LocalIterator
+from flowrl.core.config import param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
+from flowrl.learning.policy import inference
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
 from flowrl.ops import (
     BroadcastWeights,
     Concurrently,
@@ -40,13 +43,10 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
-from flowrl.policy import inference
-from flowrl.postprocessing import DISCOUNTS, NEXT_OBS
-from flowrl.presets import ATARI, Preset
 from flowrl.replay import PRIORITIES, make_replay
-from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -105,7 +105,7 @@ class ApexConfig(DQNConfig):
     learner_queue_size: int = param(4, "replayed batches waiting for the learner", ge=1)
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

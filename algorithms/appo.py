@@ -31,15 +31,15 @@ from flowrl.algorithms.impala import (
     learner_thread,
     masked_mean,
 )
-from flowrl.config import ClippedSurrogateConfig, param
-from flowrl.iter import LocalIterator
-from flowrl.losses import AdaptiveKL, clipped_surrogate
+from flowrl.core.config import ClippedSurrogateConfig, param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import ACTIONS, OBS
+from flowrl.learning.losses import AdaptiveKL, clipped_surrogate
+from flowrl.learning.policy import Policy
 from flowrl.ops import Concurrently, Dequeue, StandardMetricsReporting, UpdateKL, UpdateTargets
-from flowrl.policy import Policy
-from flowrl.presets import ATARI, Preset
-from flowrl.sample_batch import ACTIONS, OBS
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -56,7 +56,7 @@ class APPOConfig(IMPALAConfig, ClippedSurrogateConfig):
     target_update_frequency: int = param(2, "trained batches between target copies", ge=1)
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

@@ -24,19 +24,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flowrl.config import param
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner
-from flowrl.models import QNetwork
+from flowrl.core.config import param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
+from flowrl.learning.learner import Learner
+from flowrl.learning.models import QNetwork
+from flowrl.learning.policy import Policy, inference
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.ops import UpdateTargets
-from flowrl.plans import replay_plan
-from flowrl.policy import Policy, inference
-from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
-from flowrl.presets import ATARI, Preset
+from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
-from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -64,7 +64,7 @@ class DQNConfig(ReplayConfig):
     min_env_steps_per_iteration: int = 1_000
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

@@ -5,7 +5,7 @@ Workers sample without waiting for learning: fragments arrive as they complete, 
 concatenated into train batches and handed to a learner thread, which trains on them with
 V-trace, an off-policy correction for the lag between the workers' policy and its own.
 After each update the learner's weights go to the worker whose fragment arrives next.
-Fragments travel as whole time-major sequences (``flowrl.postprocessing.to_sequences``).
+Fragments travel as whole time-major sequences (``flowrl.learning.postprocessing.to_sequences``).
 
 Example:
     >>> from flowrl import Algorithm
@@ -22,9 +22,21 @@ from typing import Any, ClassVar
 
 import torch
 
-from flowrl.config import ActorCriticConfig, param
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner
+from flowrl.core.config import ActorCriticConfig, param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import (
+    ACTIONS,
+    LOGP,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    Fragment,
+    SampleBatch,
+)
+from flowrl.learning.learner import Learner
+from flowrl.learning.policy import Policy
+from flowrl.learning.postprocessing import VALID, to_sequences, vtrace
 from flowrl.ops import (
     BroadcastWeights,
     ConcatBatches,
@@ -36,21 +48,9 @@ from flowrl.ops import (
     ParallelRollouts,
     StandardMetricsReporting,
 )
-from flowrl.policy import Policy
-from flowrl.postprocessing import VALID, to_sequences, vtrace
-from flowrl.presets import ATARI, Preset
-from flowrl.sample_batch import (
-    ACTIONS,
-    LOGP,
-    OBS,
-    REWARDS,
-    TERMINATEDS,
-    TRUNCATEDS,
-    Fragment,
-    SampleBatch,
-)
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -85,7 +85,7 @@ class IMPALAConfig(ActorCriticConfig):
     replay_buffer_num_slots: int = param(100, "batches kept for replay", ge=1)
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

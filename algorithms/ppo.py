@@ -19,21 +19,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from flowrl.config import ActorCriticConfig, ClippedSurrogateConfig, param
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner
-from flowrl.losses import AdaptiveKL, clipped_surrogate, explained_variance
-from flowrl.ops import (
-    ConcatBatches,
-    ParallelRollouts,
-    StandardizeFields,
-    StandardMetricsReporting,
-    TrainOneStep,
-    UpdateKL,
-)
-from flowrl.policy import ActorCriticPolicy, Policy
-from flowrl.presets import ATARI, MUJOCO, Preset
-from flowrl.sample_batch import (
+from flowrl.core.config import ActorCriticConfig, ClippedSurrogateConfig, param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import (
     ACTIONS,
     ADVANTAGES,
     LOGP,
@@ -42,8 +30,20 @@ from flowrl.sample_batch import (
     VF_PREDS,
     SampleBatch,
 )
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.learning.learner import Learner
+from flowrl.learning.losses import AdaptiveKL, clipped_surrogate, explained_variance
+from flowrl.learning.policy import ActorCriticPolicy, Policy
+from flowrl.ops import (
+    ConcatBatches,
+    ParallelRollouts,
+    StandardizeFields,
+    StandardMetricsReporting,
+    TrainOneStep,
+    UpdateKL,
+)
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import ATARI, MUJOCO, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -62,7 +62,7 @@ class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
     num_sgd_iter: int = param(6, "epochs over each train batch", ge=1)
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         ATARI,

@@ -29,21 +29,26 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.config import Config, ConfigError, param
-from flowrl.distributions import Categorical, Distribution, SquashedGaussian, distribution_for
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner, Optimized
-from flowrl.models import ActorNetwork, TwinQ
-from flowrl.module import ActingModule
+from flowrl.core.config import Config, ConfigError, param
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
+from flowrl.learning.distributions import (
+    Categorical,
+    Distribution,
+    SquashedGaussian,
+    distribution_for,
+)
+from flowrl.learning.learner import Learner, Optimized
+from flowrl.learning.models import ActorNetwork, TwinQ
+from flowrl.learning.module import ActingModule
+from flowrl.learning.policy import Policy, bounds, inference
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.ops import UpdateTargets
-from flowrl.plans import replay_plan
-from flowrl.policy import Policy, bounds, inference
-from flowrl.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
-from flowrl.presets import MUJOCO, Preset
+from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
-from flowrl.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
-from flowrl.spec import AlgorithmSpec
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.presets import MUJOCO, Preset
+from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
@@ -77,7 +82,7 @@ class SACConfig(ReplayConfig):
     min_env_steps_per_iteration: int = 1_000
 
 
-# Settings known to learn these env families, under the user's own values (flowrl.presets)
+# Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
     Preset(
         MUJOCO,

@@ -34,7 +34,7 @@ ROUND = 2048  # PPO's train batch: one round of sampling
 def time_to_reward(layout: tuple[int, int] | None, seed: int, target: float) -> dict:
     """One ``flowrl train`` run in a fresh process; ``layout`` None is auto."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "flowrl.cli", "train", "ppo", "--env", "CartPole-v1"]
+        cmd = [sys.executable, "-m", "flowrl", "train", "ppo", "--env", "CartPole-v1"]
         cmd += ["--seed", str(seed), "--stop-reward", str(target)]
         cmd += ["--no-progress", "--output", f"{tmp}/run"]
         if layout is None:
@@ -107,8 +107,8 @@ def sampling_only(workers, config):
 def pong(rounds: int, seconds: float) -> dict:
     from sampling import FlowrlRollouts
 
-    from flowrl.algorithm import Algorithm, build_config, get_algorithm
-    from flowrl.autotune import choose_layout
+    from flowrl.diagnostics.autotune import choose_layout
+    from flowrl.run.algorithm import Algorithm, build_config, get_algorithm
 
     env = "ALE/Pong-v5"
     spec = get_algorithm("ppo")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.tables import print_table  # noqa: F401  (the scripts print their tables with it)
+from flowrl.core.tables import print_table  # noqa: F401  (the scripts print their tables with it)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -117,7 +117,7 @@ def rllib_environment(config: Any, env_id: str) -> Any:
     """An RLlib AlgorithmConfig set to ``env_id`` as flowrl runs it. Atari ids get RLlib's
     own Atari wrappers (84x84 grey, 4 stacked, frame skip 4) and the Nature CNN trunk
     (valid padding) with a 512-unit head, as flowrl's model."""
-    from flowrl.envs import is_atari
+    from flowrl.rollout.envs import is_atari
 
     if not is_atari(env_id):
         return config.environment(env_id)
@@ -138,7 +138,7 @@ def _rllib_atari(env_config: dict) -> Any:
     import gymnasium as gym
     from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
 
-    from flowrl.envs import check_env_id
+    from flowrl.rollout.envs import check_env_id
 
     check_env_id(env_config["env_id"])  # registers the ALE envs in the runner process
     env = gym.make(env_config["env_id"], frameskip=1, repeat_action_probability=0.25)

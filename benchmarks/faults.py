@@ -52,7 +52,7 @@ def kills_trial(
     import ray
 
     from flowrl import Algorithm
-    from flowrl.runner import StopCriteria, run
+    from flowrl.run.runner import StopCriteria, run
 
     rng = random.Random(seed)
     settings = {} if algo_name == "ppo" else {"min_time_s_per_iteration": ASYNC_ITERATION_S}
@@ -131,7 +131,7 @@ def sigkill_trial(trial: int, mid_checkpoint: bool) -> dict:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = sorted(p.name for p in ckpts.iterdir()) if ckpts.is_dir() else []
-    from flowrl import checkpoints
+    from flowrl.run import checkpoints
 
     latest = checkpoints.latest(run_dir)  # what --resume will take; --stop-iters is absolute
     resumed_at = latest.meta["iteration"]

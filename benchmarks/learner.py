@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowrl.learner import adam
+from flowrl.learning.learner import adam
 
 from common import interleaved, print_table, ratio_spread, steady, write_results
 
@@ -37,8 +37,8 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def ppo(seconds: float, rounds: int) -> list[dict]:
     from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-    from flowrl.distributions import Categorical
-    from flowrl.sample_batch import SampleBatch
+    from flowrl.core.sample_batch import SampleBatch
+    from flowrl.learning.distributions import Categorical
 
     cfg = PPOConfig(device="cpu")
     batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
@@ -82,7 +82,7 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
 
 def dqn(seconds: float, rounds: int) -> list[dict]:
     from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
-    from flowrl.sample_batch import SampleBatch
+    from flowrl.core.sample_batch import SampleBatch
 
     cfg = DQNConfig(device="cpu")
     rng = np.random.default_rng(0)

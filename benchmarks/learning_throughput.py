@@ -33,7 +33,7 @@ ATARI_SETTINGS = {"envs_per_worker": 4, "fragment": 50, "train_batch": 500}
 
 def flowrl_window(env_id: str, workers: int, warmup: float, seconds: float) -> dict:
     from flowrl import Algorithm
-    from flowrl.envs import is_atari
+    from flowrl.rollout.envs import is_atari
 
     settings = {"num_workers": workers}
     if is_atari(env_id):
@@ -55,7 +55,7 @@ def rllib_window(env_id: str, workers: int, warmup: float, seconds: float) -> di
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from flowrl.envs import is_atari
+    from flowrl.rollout.envs import is_atari
 
     config = IMPALAConfig().debugging(seed=0)
     if is_atari(env_id):

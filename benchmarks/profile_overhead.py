@@ -43,8 +43,8 @@ class Training:
 
 def per_item_ns(profile: bool, items: int = 200_000) -> float:
     """Nanoseconds per item of a five-step chain over plain items."""
-    from flowrl.iter import LocalIterator
-    from flowrl.profile import Profiler
+    from flowrl.core.iter import LocalIterator
+    from flowrl.diagnostics.profiler import Profiler
 
     plan = LocalIterator.from_items(range(10), repeat=True)
     for _ in range(5):

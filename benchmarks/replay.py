@@ -12,8 +12,8 @@ import argparse
 
 import numpy as np
 
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
-from flowrl.sample_batch import SampleBatch
 
 from common import print_table, time_per_call, write_results
 

@@ -56,7 +56,7 @@ def rllib_fragment(workers: int, envs: int) -> int:
 def policy_for(env):
     """PPO's default network for the env's spaces (the same for every contender)."""
     from flowrl.algorithms.ppo import PPOConfig
-    from flowrl.models import ActorCritic
+    from flowrl.learning.models import ActorCritic
 
     hiddens = PPOConfig.model_hiddens
     return ActorCritic(env.single_observation_space, env.single_action_space, hiddens=hiddens)
@@ -70,8 +70,8 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
     (on a random CartPole policy about one step in 20)."""
     import torch
 
-    from flowrl.distributions import distribution_for
-    from flowrl.envs import make_vector_env
+    from flowrl.learning.distributions import distribution_for
+    from flowrl.rollout.envs import make_vector_env
 
     torch.set_num_threads(1)
     # one thread, as a rollout worker's Atari env with its one reserved CPU
@@ -147,7 +147,7 @@ class FlowrlRollouts:
     ) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
         from flowrl.ops import ParallelRollouts
-        from flowrl.worker import WorkerSet
+        from flowrl.rollout.worker import WorkerSet
 
         config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
                            rollout_fragment_length=fragment)  # fmt: skip

@@ -70,7 +70,7 @@ print("RESULT", ret >= reward, steps, time.time() - train_start, ret)
 
 def defaults(algo: str) -> Any:
     """``algo``'s config with its defaults."""
-    from flowrl.algorithm import get_algorithm
+    from flowrl.run.algorithm import get_algorithm
 
     return get_algorithm(algo).config_cls()
 

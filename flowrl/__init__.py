@@ -14,44 +14,44 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flowrl.algorithm import Algorithm, get_algorithm, list_algorithms
-    from flowrl.config import Config, ConfigError, param
-    from flowrl.context import PlanContext
-    from flowrl.envs import register_env
-    from flowrl.inference import export_policy, load_policy
-    from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator
-    from flowrl.learner import Learner
-    from flowrl.module import ActingModule, ActingOutput
-    from flowrl.policy import Policy
-    from flowrl.sample_batch import SampleBatch
-    from flowrl.spec import AlgorithmSpec
-    from flowrl.worker import RolloutWorker, WorkerSet
+    from flowrl.apps.inference import export_policy, load_policy
+    from flowrl.core.config import Config, ConfigError, param
+    from flowrl.core.context import PlanContext
+    from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
+    from flowrl.core.sample_batch import SampleBatch
+    from flowrl.learning.learner import Learner
+    from flowrl.learning.module import ActingModule, ActingOutput
+    from flowrl.learning.policy import Policy
+    from flowrl.rollout.envs import register_env
+    from flowrl.rollout.worker import RolloutWorker, WorkerSet
+    from flowrl.run.algorithm import Algorithm, get_algorithm, list_algorithms
+    from flowrl.run.spec import AlgorithmSpec
 
 # name -> the module that defines it, imported on first use: a process that needs only a
 # light part (a replay shard actor: numpy and its buffer) never imports torch
 _HOMES = {
-    "Algorithm": "flowrl.algorithm",
-    "get_algorithm": "flowrl.algorithm",
-    "list_algorithms": "flowrl.algorithm",
-    "Config": "flowrl.config",
-    "ConfigError": "flowrl.config",
-    "param": "flowrl.config",
-    "PlanContext": "flowrl.context",
-    "register_env": "flowrl.envs",
-    "export_policy": "flowrl.inference",
-    "load_policy": "flowrl.inference",
-    "LocalIterator": "flowrl.iter",
-    "NotReady": "flowrl.iter",
-    "Operator": "flowrl.iter",
-    "ParallelIterator": "flowrl.iter",
-    "Learner": "flowrl.learner",
-    "ActingModule": "flowrl.module",
-    "ActingOutput": "flowrl.module",
-    "Policy": "flowrl.policy",
-    "SampleBatch": "flowrl.sample_batch",
-    "AlgorithmSpec": "flowrl.spec",
-    "RolloutWorker": "flowrl.worker",
-    "WorkerSet": "flowrl.worker",
+    "Algorithm": "flowrl.run.algorithm",
+    "get_algorithm": "flowrl.run.algorithm",
+    "list_algorithms": "flowrl.run.algorithm",
+    "Config": "flowrl.core.config",
+    "ConfigError": "flowrl.core.config",
+    "param": "flowrl.core.config",
+    "PlanContext": "flowrl.core.context",
+    "register_env": "flowrl.rollout.envs",
+    "export_policy": "flowrl.apps.inference",
+    "load_policy": "flowrl.apps.inference",
+    "LocalIterator": "flowrl.core.iter",
+    "NotReady": "flowrl.core.iter",
+    "Operator": "flowrl.core.iter",
+    "ParallelIterator": "flowrl.core.iter",
+    "Learner": "flowrl.learning.learner",
+    "ActingModule": "flowrl.learning.module",
+    "ActingOutput": "flowrl.learning.module",
+    "Policy": "flowrl.learning.policy",
+    "SampleBatch": "flowrl.core.sample_batch",
+    "AlgorithmSpec": "flowrl.run.spec",
+    "RolloutWorker": "flowrl.rollout.worker",
+    "WorkerSet": "flowrl.rollout.worker",
 }
 
 

@@ -119,7 +119,7 @@ def test_ensure_ray_joins_the_cluster_ray_address_names(
     """With RAY_ADDRESS set, Ray joins that cluster (passing num_cpus there is an error)."""
     import ray
 
-    from flowrl.algorithm import ensure_ray
+    from flowrl.run.algorithm import ensure_ray
 
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -136,7 +136,7 @@ def test_ensure_ray_joins_the_cluster_ray_address_names(
 
 @pytest.mark.parametrize("algo", ["ppo", "a3c", "dqn", "sac"])
 def test_in_process_overrides_keep_every_config_out_of_ray(algo):
-    from flowrl.algorithm import get_algorithm
+    from flowrl.run.algorithm import get_algorithm
 
     config_cls = get_algorithm(algo).config_cls
     busy = {"num_workers": 2}
@@ -191,7 +191,7 @@ def test_atari_frames_train_through_the_cnn_and_stay_uint8():
 
 @pytest.mark.ray
 def test_training_survives_a_dead_worker(ray_session):
-    from flowrl.runner import StopCriteria
+    from flowrl.run.runner import StopCriteria
 
     algo = Algorithm("ppo", env="CartPole-v1", seed=0, **{**FAST, "num_workers": 2})
     before = algo.train()

@@ -9,11 +9,11 @@ import torch
 
 from flowrl import Algorithm
 from flowrl.algorithms.apex import ApexConfig, ApexPolicy
-from flowrl.context import WEIGHT_BROADCASTS
+from flowrl.core.context import WEIGHT_BROADCASTS
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.replay import PRIORITIES, PrioritizedSampler, ReplayBuffer
-from flowrl.runner import StopCriteria
-from flowrl.sample_batch import SampleBatch
-from flowrl.worker import RolloutWorker
+from flowrl.rollout.worker import RolloutWorker
+from flowrl.run.runner import StopCriteria
 
 OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from flowrl import Algorithm
-from flowrl.autotune import Costs, best_layout, predict
-from flowrl.cli import main
+from flowrl.apps.cli import main
+from flowrl.diagnostics.autotune import Costs, best_layout, predict
 
 
 def costs(sample_us: float, learn_us: float, *, thread: bool = False, cpus: int = 2, **kw):

@@ -117,8 +117,8 @@ def test_evaluate_a_run_dir(run_dir):
 def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):
     """Evaluation runs in the process: an Ape-X checkpoint's replay actors and rollout
     workers are not started (Ray, pointed at an address where nothing listens, would fail)."""
-    from flowrl.algorithm import Algorithm
-    from flowrl.checkpoints import META_FILE
+    from flowrl.run.algorithm import Algorithm
+    from flowrl.run.checkpoints import META_FILE
 
     with Algorithm("dqn", env="CartPole-v1", num_workers=0) as algo:
         ckpt = algo.save(tmp_path / "apex")

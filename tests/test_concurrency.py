@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from flowrl import Algorithm
-from flowrl.context import LEARNER_INFO, STEPS_TRAINED, WEIGHT_BROADCASTS, PlanContext
-from flowrl.iter import LocalIterator, NotReady
+from flowrl.core.context import LEARNER_INFO, STEPS_TRAINED, WEIGHT_BROADCASTS, PlanContext
+from flowrl.core.iter import LocalIterator, NotReady
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
     BroadcastWeights,
     Concurrently,
@@ -20,7 +21,6 @@ from flowrl.ops import (
     LearnerThreadError,
     MixInReplay,
 )
-from flowrl.sample_batch import SampleBatch
 
 
 class FakeWorker:

@@ -8,7 +8,7 @@ import pytest
 
 from flowrl import list_algorithms
 from flowrl.algorithms.ppo import PPOConfig
-from flowrl.config import Config, ConfigError, parse_set_value
+from flowrl.core.config import Config, ConfigError, parse_set_value
 
 
 def test_values_are_coerced_to_field_types():

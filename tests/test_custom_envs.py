@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from flowrl import Algorithm, ConfigError, register_env
-from flowrl.envs import make_vector_env
+from flowrl.rollout.envs import make_vector_env
 
 FLOWRL = str(Path(sys.executable).parent / "flowrl")
 TESTS = Path(__file__).parent

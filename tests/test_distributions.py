@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from flowrl.distributions import Categorical
+from flowrl.learning.distributions import Categorical
 
 
 def test_categorical_samples_follow_the_softmax_probabilities():

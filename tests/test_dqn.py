@@ -93,7 +93,7 @@ def test_buffer_checkpoints_need_a_local_buffer():
 
 @pytest.mark.ray
 def test_replay_buffer_survives_a_dead_rollout_worker(ray_session):
-    from flowrl.runner import StopCriteria
+    from flowrl.run.runner import StopCriteria
 
     algo = Algorithm("dqn", env="CartPole-v1", seed=0, store_buffer_in_checkpoints=True,
                      **{**SMALL, "num_workers": 2})  # fmt: skip

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from flowrl import Algorithm
-from flowrl.checkpoints import BEST, load
-from flowrl.cli import main
-from flowrl.config import ConfigError
-from flowrl.evaluation import EVAL_RETURN_MEAN, episode_stats
-from flowrl.runner import StopCriteria, run
+from flowrl.apps.cli import main
+from flowrl.core.config import ConfigError
+from flowrl.run.checkpoints import BEST, load
+from flowrl.run.evaluation import EVAL_RETURN_MEAN, episode_stats
+from flowrl.run.runner import StopCriteria, run
 
 
 def test_episode_stats_on_plain_episodes():

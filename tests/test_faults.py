@@ -23,11 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from flowrl import Algorithm, checkpoints
-from flowrl.checkpoints import META_FILE, STATE_FILE, CheckpointError
-from flowrl.config import ConfigError
-from flowrl.learner import NonFiniteError
-from flowrl.runner import FailureBudget, StopCriteria, run
+from flowrl import Algorithm
+from flowrl.core.config import ConfigError
+from flowrl.learning.learner import NonFiniteError
+from flowrl.run import checkpoints
+from flowrl.run.checkpoints import META_FILE, STATE_FILE, CheckpointError
+from flowrl.run.runner import FailureBudget, StopCriteria, run
 
 QUICK = {"num_workers": 0, "num_envs_per_worker": 2, "train_batch_size": 128}
 
@@ -76,7 +77,7 @@ def test_resume_cuts_the_logs_back_to_the_checkpoint_and_drops_a_torn_line(ppo_r
     ],
 )
 def test_resume_refuses_another_algo_env_output_or_model(args, message, ppo_run, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     assert main([*args, "--resume", str(ppo_run), "--num-workers", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -87,7 +88,7 @@ def test_progress_csv_widens_when_a_column_appears(tmp_path):
     """Columns that appear later (a learner's stats once learning starts) are kept."""
     import csv
 
-    from flowrl.logger import RunLogger
+    from flowrl.run.logger import RunLogger
 
     log = RunLogger(tmp_path / "run")
     log.log({"iteration": 1, "env_steps_sampled": 10})
@@ -174,7 +175,7 @@ def test_a_nan_from_the_env_stops_the_run_and_keeps_the_good_checkpoint(env, mes
 
 
 def test_a_nan_from_the_env_is_exit_1_and_one_line_from_the_command(tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     args = ["--env", "fault_envs:NanReward-v0", "--num-workers", "0", "--no-progress"]
     assert main(["train", "ppo", *args, "--output", str(tmp_path / "run")]) == 1
@@ -315,7 +316,7 @@ def test_an_env_that_always_raises_ends_the_run_once_the_budget_is_spent(ray_ses
 
 
 def test_an_env_that_raises_in_process_is_exit_1_and_one_line(tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     args = ["--env", "fault_envs:RaiseAfter-v0", "--num-workers", "0", "--no-progress"]
     assert main(["train", "ppo", *args, "--output", str(tmp_path / "run")]) == 1
@@ -328,7 +329,7 @@ def test_an_env_that_raises_in_process_is_exit_1_and_one_line(tmp_path, capsys):
 def test_a_train_call_that_hangs_in_the_process_is_reported(caplog):
     from types import SimpleNamespace
 
-    from flowrl.runner import _train_with_recovery
+    from flowrl.run.runner import _train_with_recovery
 
     slow = SimpleNamespace(
         config=SimpleNamespace(sample_timeout_s=0.2), train=lambda: time.sleep(0.6) or {}
@@ -341,7 +342,7 @@ NODE_REMOVAL = """
 import ray
 from ray.cluster_utils import Cluster
 from flowrl import Algorithm
-from flowrl.runner import StopCriteria, run
+from flowrl.run.runner import StopCriteria, run
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
 nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]
@@ -396,7 +397,7 @@ def test_a_removed_node_does_not_end_the_run():
 def test_what_was_silently_accepted_or_a_traceback_is_one_line(args, message, capsys):
     """The inputs this issue found accepted or answered with a traceback (in-process:
     tests/test_cli.py runs the older cases through the installed script)."""
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -414,7 +415,7 @@ def test_what_was_silently_accepted_or_a_traceback_is_one_line(args, message, ca
     ],
 )
 def test_an_unwritable_output_file_is_one_line(command, ppo_run, tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     args = [a.format(run=ppo_run, tmp=tmp_path) for a in command]
     assert main(args) == 2
@@ -445,7 +446,7 @@ def test_workers_may_share_cpus_on_purpose(ray_session):
 
 
 def test_an_unreachable_ray_address_from_the_environment_fails_fast(monkeypatch, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     start = time.monotonic()
@@ -466,7 +467,7 @@ def _plan_file(tmp_path: Path, body: str) -> Path:
 
 
 def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     plan = _plan_file(tmp_path, "return None")
     assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 2
@@ -474,7 +475,7 @@ def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
 
 
 def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     plan = _plan_file(tmp_path, "raise ValueError('my plan is broken')")
     assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 1

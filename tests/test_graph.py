@@ -7,9 +7,9 @@ import pytest
 
 from flowrl import Algorithm
 from flowrl.algorithms import NAMES
-from flowrl.cli import main
-from flowrl.graph import plan_graph
-from flowrl.iter import LocalIterator
+from flowrl.apps.cli import main
+from flowrl.core.iter import LocalIterator
+from flowrl.diagnostics.graph import plan_graph
 from flowrl.ops import Concurrently
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

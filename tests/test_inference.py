@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from flowrl import Algorithm, load_policy
-from flowrl.checkpoints import CheckpointError
-from flowrl.cli import main
-from flowrl.inference import export_policy
+from flowrl.apps.cli import main
+from flowrl.apps.inference import export_policy
+from flowrl.run.checkpoints import CheckpointError
 
 CASES = {
     "ppo-discrete": ("ppo", {"env": "CartPole-v1", "train_batch_size": 256}),

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.context import PlanContext
-from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.core.context import PlanContext
+from flowrl.core.iter import LocalIterator, NotReady, Operator
 
 ints = st.lists(st.integers(-100, 100), max_size=40)
 

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from flowrl.algorithm import list_algorithms
-from flowrl.config import Config
-from flowrl.context import LEARNER_INFO, STEPS_TRAINED
-from flowrl.iter import LocalIterator
-from flowrl.learner import Learner, NonFiniteError, Optimized
-from flowrl.losses import AdaptiveKL
+from flowrl.core.config import Config
+from flowrl.core.context import LEARNER_INFO, STEPS_TRAINED
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import SampleBatch
+from flowrl.learning.learner import Learner, NonFiniteError, Optimized
+from flowrl.learning.losses import AdaptiveKL
+from flowrl.learning.policy import Policy
 from flowrl.ops import UpdateKL, UpdateTargets
-from flowrl.policy import Policy
-from flowrl.sample_batch import SampleBatch
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run.algorithm import list_algorithms
 
 SPACES = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowrl import Algorithm
-from flowrl.runner import StopCriteria
+from flowrl.run.runner import StopCriteria
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from flowrl.models import InputMajorLinear, NatureCNN
+from flowrl.learning.models import InputMajorLinear, NatureCNN
 
 
 def test_input_major_linear_is_a_linear_layer_with_the_weight_transposed():

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from flowrl import Algorithm
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-from flowrl.config import Config
-from flowrl.normalization import Normalizer, RunningMeanStd
-from flowrl.sample_batch import OBS, REWARDS
-from flowrl.worker import RolloutWorker, WorkerSet
+from flowrl.core.config import Config
+from flowrl.core.sample_batch import OBS, REWARDS
+from flowrl.learning.normalization import Normalizer, RunningMeanStd
+from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
 BOX = gym.spaces.Box(-np.inf, np.inf, (3,))
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
-from flowrl.iter import LocalIterator
+from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
     ApplyGradients,
     AsyncGradients,
@@ -17,8 +18,7 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
-from flowrl.sample_batch import SampleBatch
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
 
 
 def test_concat_batches_emits_once_enough_steps_are_buffered():

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from flowrl.iter import Operator, ParallelIterator, ParallelIteratorWorker
+from flowrl.core.iter import Operator, ParallelIterator, ParallelIteratorWorker
 
 pytestmark = pytest.mark.ray
 

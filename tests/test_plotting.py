@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowrl.cli import main
-from flowrl.logger import RunLogger
-from flowrl.plotting import group_by_config, mean_and_band
+from flowrl.apps.cli import main
+from flowrl.apps.plotting import group_by_config, mean_and_band
+from flowrl.run.logger import RunLogger
 
 
 def fake_run(path, seed, lr=0.001, slope=1.0):

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.postprocessing import compute_gae
+from flowrl.learning.postprocessing import compute_gae
 
 
 def reference_gae(rewards, values, terminated, truncated, last_value, gamma, lam):
@@ -85,8 +85,8 @@ def reference_n_step(obs, rewards, terminated, truncated, last_obs, n, gamma):
 
 @given(st.integers(1, 20), st.integers(1, 3), st.integers(1, 5), st.integers(0, 2**31 - 1))
 def test_n_step_matches_reference_loop(steps, envs, n, seed):
-    from flowrl.postprocessing import n_step_transitions
-    from flowrl.sample_batch import Fragment
+    from flowrl.core.sample_batch import Fragment
+    from flowrl.learning.postprocessing import n_step_transitions
 
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(steps, envs, 2)).astype(np.float32)

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from flowrl.algorithm import build_config, get_algorithm, list_algorithms
-from flowrl.cli import main
-from flowrl.presets import ATARI, MUJOCO, env_family, preset_for
+from flowrl.apps.cli import main
+from flowrl.run.algorithm import build_config, get_algorithm, list_algorithms
+from flowrl.run.presets import ATARI, MUJOCO, env_family, preset_for
 
 PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.presets]
 
@@ -71,7 +71,10 @@ def test_train_says_which_preset_it_uses(tmp_path):
     args = ["train", "ppo", "--env", "Hopper-v5", "--stop-iters", "1", "--no-progress"]
     args += ["--output", str(tmp_path / "run")]
     out = subprocess.run(
-        [sys.executable, "-m", "flowrl.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "flowrl", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "with the mujoco preset for ppo" in out.stdout

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from flowrl import Algorithm
-from flowrl.context import LEARN, SAMPLE, SYNC
-from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.core.context import LEARN, SAMPLE, SYNC
+from flowrl.core.iter import LocalIterator, NotReady, Operator
+from flowrl.diagnostics.profiler import Profile, Profiler, Row
 from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep
-from flowrl.profile import Profile, Profiler, Row
 
 
 def sleeping_source(seconds: float, role: str | None = SAMPLE) -> LocalIterator[int]:
@@ -185,7 +185,7 @@ def test_the_bottleneck_line_is_right_on_plans_built_for_it(ray_session, plan, o
 
 
 def test_cli_train_profile_prints_a_table_and_the_bottleneck(tmp_path, capsys):
-    from flowrl.cli import main
+    from flowrl.apps.cli import main
 
     args = ["train", "ppo", "--num-workers", "0", "--stop-iters", "3", "--no-progress"]
     assert main([*args, "--profile", "--output", str(tmp_path / "run")]) == 0

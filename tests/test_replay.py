@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.replay import PrioritizedSampler, ReplayBuffer
 from flowrl.replay.segment_tree import MinTree, SumTree
-from flowrl.sample_batch import SampleBatch
 
 
 def rows(start, n):

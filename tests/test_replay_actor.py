@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from flowrl import Algorithm
-from flowrl.iter import LocalIterator
+from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import Concurrently, Replay, StoreToReplayBuffer, UpdatePriorities
 from flowrl.replay import (
     PrioritizedSampler,
@@ -15,7 +16,6 @@ from flowrl.replay import (
     create_replay_actors,
     shard_of,
 )
-from flowrl.sample_batch import SampleBatch
 
 
 def rows(start, n):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowrl.context import STEPS_SAMPLED, STEPS_TRAINED, PlanContext
-from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, PlanContext
+from flowrl.core.iter import LocalIterator, NotReady, Operator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
     Concurrently,
     Replay,
@@ -17,7 +18,6 @@ from flowrl.ops import (
     UpdateTargets,
 )
 from flowrl.replay import PrioritizedSampler, ReplayBuffer
-from flowrl.sample_batch import SampleBatch
 
 
 def items(xs):

@@ -11,7 +11,7 @@ import torch
 
 from flowrl import Algorithm, ConfigError
 from flowrl.algorithms.sac import soft_q_target
-from flowrl.distributions import SquashedGaussian
+from flowrl.learning.distributions import SquashedGaussian
 
 SMALL = dict(num_workers=0, learning_starts=64, min_env_steps_per_iteration=200,
              train_batch_size=32, training_intensity=32, model_hiddens=(32, 32))  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.sample_batch import ArrayPool, Fragment, SampleBatch
+from flowrl.core.sample_batch import ArrayPool, Fragment, SampleBatch
 
 sizes = st.lists(st.integers(0, 30), min_size=1, max_size=5)
 

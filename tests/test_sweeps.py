@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from flowrl.cli import main
-from flowrl.config import ConfigError
-from flowrl.sweeps import RESTORES, parse_grid, sweep
+from flowrl.apps.cli import main
+from flowrl.apps.sweeps import RESTORES, parse_grid, sweep
+from flowrl.core.config import ConfigError
 
 FAST = {"num_workers": 0, "train_batch_size": 256, "sgd_minibatch_size": 64, "num_sgd_iter": 2}
 
@@ -79,7 +79,10 @@ def test_tune_command_prints_a_table_of_its_trials(tmp_path):
     args += ["--stop-iters", "2", "--num-workers", "0", "--output", str(tmp_path)]
     args += ["--set", "train_batch_size=256"]
     out = subprocess.run(
-        [sys.executable, "-m", "flowrl.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "flowrl", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:3]  # the header, then a row each

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from flowrl import Algorithm
-from flowrl.cli import main
-from flowrl.runner import StopCriteria, run
-from flowrl.tracking import MLflowTracker, WandbTracker, local_store, make_trackers
+from flowrl.apps.cli import main
+from flowrl.run.runner import StopCriteria, run
+from flowrl.run.tracking import MLflowTracker, WandbTracker, local_store, make_trackers
 
 
 def short_run(tmp_path, trackers, iters=3):
@@ -54,7 +54,7 @@ def test_wandb_offline_holds_every_iteration_and_the_summary(tmp_path, monkeypat
 
 
 def test_several_trackers_at_once_and_unknown_ones_refused(tmp_path, monkeypatch):
-    from flowrl.config import ConfigError
+    from flowrl.core.config import ConfigError
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     trackers = make_trackers(

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.postprocessing import VALID, to_sequences, vtrace
-from flowrl.sample_batch import OBS, Fragment
+from flowrl.core.sample_batch import OBS, Fragment
+from flowrl.learning.postprocessing import VALID, to_sequences, vtrace
 
 
 def reference(log_rhos, rewards, values, terminated, truncated, gamma, lam, clip_rho, clip_c):

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-from flowrl.policy import inference
-from flowrl.sample_batch import (
+from flowrl.core.sample_batch import (
     ACTIONS,
     ADVANTAGES,
     LOGP,
@@ -19,7 +18,8 @@ from flowrl.sample_batch import (
     TERMINATEDS,
     TRUNCATEDS,
 )
-from flowrl.worker import RolloutWorker, WorkerSet
+from flowrl.learning.policy import inference
+from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
 
 def local_worker(**overrides):

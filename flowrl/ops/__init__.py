@@ -9,7 +9,7 @@ from flowrl.ops.concurrency import (
     LearnerThreadError,
 )
 from flowrl.ops.metrics import CollectMetrics, OncePerIteration, StandardMetricsReporting
-from flowrl.ops.replay import (
+from flowrl.ops.replay_ops import (
     MixInReplay,
     Replay,
     SamplingLead,

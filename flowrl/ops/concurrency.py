@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from flowrl.context import (
+from flowrl.core.context import (
     LEARNER_INFO,
     STEPS_TRAINED,
     SYNC,
@@ -24,10 +24,10 @@ from flowrl.context import (
     PlanContext,
     TimerStat,
 )
-from flowrl.iter import LocalIterator, NotReady, Operator
+from flowrl.core.iter import LocalIterator, NotReady, Operator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops.train import scalar_stats
-from flowrl.sample_batch import SampleBatch
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ import math
 import time
 from typing import Any
 
-from flowrl.config import Config
-from flowrl.context import (
+from flowrl.core.config import Config
+from flowrl.core.context import (
     ENV_STEPS_PER_S,
     EPISODE_LEN_MEAN,
     EPISODE_RETURN_MEAN,
@@ -26,8 +26,8 @@ from flowrl.context import (
     WORKER_RESTARTS,
     PlanContext,
 )
-from flowrl.iter import LocalIterator, Operator
-from flowrl.worker import Episode, WorkerSet
+from flowrl.core.iter import LocalIterator, Operator
+from flowrl.rollout.worker import Episode, WorkerSet
 
 
 class OncePerIteration(Operator):

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
-from flowrl.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
-from flowrl.sample_batch import ArrayPool, SampleBatch
-from flowrl.worker import WorkerSet
+from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
+from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
+from flowrl.core.sample_batch import ArrayPool, SampleBatch
+from flowrl.rollout.worker import WorkerSet
 
 Gradients = tuple[list[np.ndarray], dict[str, float]]
 

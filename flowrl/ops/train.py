@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.context import (
+from flowrl.core.context import (
     LEARN,
     LEARNER_INFO,
     NUM_TARGET_UPDATES,
@@ -22,10 +22,10 @@ from flowrl.context import (
     SYNC,
     PlanContext,
 )
-from flowrl.iter import Operator
+from flowrl.core.iter import Operator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops.rollouts import Gradients
-from flowrl.sample_batch import SampleBatch
-from flowrl.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet
 
 
 def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -151,11 +151,11 @@ class UpdateTargets(Operator):
 
 class UpdateKL(Operator):
     """Adapts the KL penalty's weight from each trained batch's mean KL (the learner's
-    ``kl`` statistic), through ``update_fn`` (:meth:`flowrl.losses.AdaptiveKL.update`), and
+    ``kl`` statistic), through ``update_fn`` (:meth:`flowrl.learning.losses.AdaptiveKL.update`), and
     reports the new weight as ``learner/kl_coeff``. Takes and passes on ``(batch, stats)``.
 
     Example:
-        >>> from flowrl.losses import AdaptiveKL
+        >>> from flowrl.learning.losses import AdaptiveKL
         >>> kl = AdaptiveKL(coeff=0.2, target=0.01)
         >>> update = UpdateKL(kl.update)
         >>> update.bind(PlanContext())

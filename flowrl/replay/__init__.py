@@ -4,7 +4,7 @@
   and the samplers on it (:class:`UniformSampler`, :class:`PrioritizedSampler`).
 - :mod:`flowrl.replay.segment_tree`: the sum and min trees prioritized sampling uses.
 - :mod:`flowrl.replay.actor`: :class:`ReplayActor`, one shard of a buffer in a Ray actor.
-- :mod:`flowrl.replay.config`: :class:`ReplayConfig`, the settings off-policy algorithms
+- :mod:`flowrl.replay.replay_config`: :class:`ReplayConfig`, the settings off-policy algorithms
   share, and :func:`make_replay`, the storage they describe.
 
 Example:
@@ -28,7 +28,7 @@ from flowrl.replay.buffer import (
     ReplayBuffer,
     UniformSampler,
 )
-from flowrl.replay.config import ReplayConfig, make_buffer, make_replay
+from flowrl.replay.replay_config import ReplayConfig, make_buffer, make_replay
 
 __all__ = [
     "BATCH_INDEXES",

@@ -4,7 +4,7 @@ A sharded buffer spreads storage and sampling over several processes (Ape-X's la
 Each shard owns a :class:`~flowrl.replay.ReplayBuffer`; the row indexes it hands out are
 global: ``local * num_shards + shard_index``, so :func:`shard_of` routes new priorities back
 to the shard a row came from, even after batches from several shards were concatenated.
-A shard is also the shard of a :class:`~flowrl.iter.ParallelIterator` whose every item is
+A shard is also the shard of a :class:`~flowrl.core.iter.ParallelIterator` whose every item is
 the shard itself, so :func:`flowrl.ops.Replay` samples shards through ``gather_async``.
 
 Example:
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.iter import NotReady, ParallelIteratorWorker
+from flowrl.core.iter import NotReady, ParallelIteratorWorker
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.replay.buffer import BATCH_INDEXES, ReplayBuffer
-from flowrl.sample_batch import SampleBatch
 
 
 def shard_of(indexes: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.ndarray]:

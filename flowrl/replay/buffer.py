@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.replay.segment_tree import MinTree, SumTree
-from flowrl.sample_batch import SampleBatch
 
 BATCH_INDEXES = "batch_indexes"
 WEIGHTS = "weights"

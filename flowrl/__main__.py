@@ -1,0 +1,8 @@
+"""``python -m flowrl``: the ``flowrl`` command line."""
+
+import sys
+
+from flowrl.apps.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""The ``flowrl`` command: train, tune, evaluate, export, plot, list.
+
+Exit codes: 0 done (a Ctrl-C stop included), 2 bad usage or config (one line, no
+traceback), 1 failure during training.
+
+Example:
+    $ flowrl train ppo --env CartPole-v1
+    $ flowrl evaluate runs/ppo_CartPole-v1_20261121-130000 --episodes 10
+    $ flowrl list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from flowrl.core.config import ConfigError, parse_set_value
+from flowrl.core.tables import print_table
+from flowrl.diagnostics.graph import FORMATS
+from flowrl.run.logger import check_output_file
+from flowrl.run.runner import sigint_ignored
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage in one line with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
+
+
+def _num_workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``train``, ``tune`` and ``plan`` share: the algorithm, env and config flags."""
+    parser.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
+    parser.add_argument(
+        "--env",
+        help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
+        "(default: the config's, CartPole-v1)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=_num_workers,
+        help="remote rollout workers; 0: no Ray; auto (train's default unless the config or "
+        "its preset sets them, or --address names a cluster): measure and pick the fastest "
+        "layout",
+    )
+    parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument("--config", help="JSON or TOML file of config values")
+    parser.add_argument(
+        "--set",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config values (repeatable)",
+    )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``train`` and ``tune`` share: the config flags and the stop flags."""
+    _add_config_arguments(parser)
+    parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
+    parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
+    parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
+    _add_run_arguments(train)
+    train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
+    train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
+    train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
+    train.add_argument("--address", help="address of a running Ray cluster to join")
+    train.add_argument(
+        "--video",
+        action="store_true",
+        help="record the evaluation episodes as MP4s in OUTPUT/videos (needs evaluation_interval)",
+    )
+    train.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        choices=("mlflow", "wandb"),
+        help="also send the run to MLflow or wandb (repeatable; the tracking extra)",
+    )
+    train.add_argument(
+        "--mlflow-uri", help="MLflow tracking URI (default: ./mlruns, a local store)"
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--profile",
+        action="store_true",
+        help="record where the plan's time goes (timers/* results) and print a table and "
+        "the bottleneck at the end",
+    )
+    train.set_defaults(func=cmd_train)
+
+    plan = sub.add_parser(
+        "plan",
+        help="print or draw an algorithm's execution plan as a graph, without training",
+        description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
+    )
+    _add_config_arguments(plan)
+    plan.add_argument("--format", choices=FORMATS, default="text")
+    plan.add_argument("--out", help="write to this file (needed for png)")
+    plan.set_defaults(func=cmd_plan)
+
+    tune = sub.add_parser(
+        "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
+    )
+    _add_run_arguments(tune)
+    tune.add_argument(
+        "--grid",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=[V1,V2]",
+        help="values to try for a config key, as a JSON list (repeatable: every combination)",
+    )
+    tune.add_argument("--num-samples", type=int, default=1, help="trials per grid point")
+    tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
+    tune.add_argument(
+        "--perturbation-interval", type=int, default=2, help="PBT: iterations between exploits"
+    )
+    tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
+    tune.set_defaults(func=cmd_tune, checkpoint_every=0)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    export = sub.add_parser(
+        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
+    )
+    export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--out", required=True, help="the model file to write")
+    export.set_defaults(func=cmd_export)
+
+    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    plot.add_argument("--out", required=True, help="the PNG to write")
+    plot.set_defaults(func=cmd_plot)
+
+    list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
+    list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
+    list_.add_argument("--env", help="show the values a run on this env would use (presets)")
+    list_.set_defaults(func=cmd_list)
+    return parser
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Config values from a JSON or TOML file; a ConfigError names what is wrong."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        if path.endswith(".toml"):
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys to values")
+    return data
+
+
+def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict[str, Any]:
+    """The config values of the command line; ``output`` is where ``--video`` records."""
+    values = read_config_file(args.config) if args.config else {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
+        values[key.strip()] = parse_set_value(value)
+    flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
+    flags["num_envs_per_worker"] = args.num_envs_per_worker
+    values.update({k: v for k, v in flags.items() if v is not None})
+    if output is not None and getattr(args, "video", False):
+        values["evaluation_video_dir"] = str(output / "videos")
+    if getattr(args, "profile", False):
+        values["profile"] = True
+    return values
+
+
+def _stop_criteria(args: argparse.Namespace) -> Any:
+    from flowrl.run.runner import StopCriteria
+
+    for name in ("stop_timesteps", "stop_iters"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.stop_time is not None and not (math.isfinite(args.stop_time) and args.stop_time > 0):
+        raise ConfigError(f"--stop-time must be a number of seconds > 0, got {args.stop_time}")
+    if args.stop_reward is not None and not math.isfinite(args.stop_reward):
+        raise ConfigError(f"--stop-reward must be a finite number, got {args.stop_reward}")
+    if args.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    return StopCriteria(
+        reward=args.stop_reward,
+        timesteps=args.stop_timesteps,
+        time_s=args.stop_time,
+        iters=args.stop_iters,
+    )
+
+
+def _default_output(algo: str, env: str) -> Path:
+    name = Path(algo.split(":")[0]).stem if ":" in algo else algo
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}_{env.replace('/', '-').replace(':', '-')}_{stamp}"
+
+
+def _warn_skipped(ckpt: Any) -> None:
+    for reason in ckpt.skipped:
+        print(f"flowrl: skipped a checkpoint: {reason}", file=sys.stderr)
+
+
+def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The algorithm restored from the newest loadable checkpoint of the run to continue,
+    after checking that the command names the same algorithm, env and directory."""
+    from flowrl.run import checkpoints
+    from flowrl.run.algorithm import Algorithm, get_algorithm
+
+    output = Path(args.resume)
+    if args.output and Path(args.output).resolve() != output.resolve():
+        raise ConfigError(f"--resume continues the run in {output}; drop --output {args.output}")
+    ckpt = checkpoints.latest(output)
+    saved_algo, saved_env = ckpt.meta["algo"], ckpt.meta["config"].get("env")
+    if get_algorithm(args.algo).name != saved_algo:
+        raise ConfigError(f"--resume {output} holds a {saved_algo} run, not {args.algo}")
+    if args.env and args.env != saved_env:
+        raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
+    _warn_skipped(ckpt)
+    values = _config_values(args, output)
+    algo = Algorithm.from_checkpoint(ckpt, address=args.address, **values)
+    print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
+    return algo, output
+
+
+def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
+    """Whether nothing chose the workers (no flag, config file, --set or preset) and no
+    cluster is named: then ``flowrl train`` picks them itself (``auto``)."""
+    from flowrl.run.algorithm import get_algorithm, preset_values
+
+    if "num_workers" in values or args.address or os.environ.get("RAY_ADDRESS"):
+        return False
+    return "num_workers" not in preset_values(get_algorithm(args.algo), values)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from flowrl.run.algorithm import Algorithm, get_algorithm
+    from flowrl.run.logger import check_new_run_dir
+    from flowrl.run.presets import preset_for
+    from flowrl.run.runner import describe_error, run
+    from flowrl.run.tracking import make_trackers
+
+    stop = _stop_criteria(args)
+    if args.mlflow_uri and "mlflow" not in args.logger:
+        raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
+    if args.resume:
+        algo, output = _resume(args)
+    else:
+        if args.output:
+            output = Path(args.output)
+            check_new_run_dir(output)  # before Ray starts
+        else:
+            env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
+            output = _default_output(args.algo, env)
+        values = _config_values(args, output)
+        if _layout_is_unset(args, values):
+            values["num_workers"] = "auto"
+        algo = Algorithm(args.algo, values, address=args.address)
+    if algo.layout is not None:
+        print(f"flowrl: {algo.layout.reason}")
+    print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
+    preset = preset_for(algo.spec, algo.config.env) if algo.config.preset else None
+    if preset is not None and not args.resume:
+        print(
+            f"flowrl: with the {preset.family} preset for {algo.spec.name} (flowrl list "
+            f"{algo.spec.name} --env {algo.config.env} shows it; --set preset=false drops it)"
+        )
+    try:
+        trackers = make_trackers(args.logger, run_dir=output, mlflow_uri=args.mlflow_uri)
+        summary = run(
+            algo,
+            stop=stop,
+            output_dir=output,
+            checkpoint_every=args.checkpoint_every,
+            progress=not args.no_progress,
+            trackers=trackers,
+        )
+        if args.profile:
+            print(f"flowrl: where the time went\n{algo.profile()}")
+    except ConfigError:
+        raise
+    except Exception as e:
+        where = output / "error.txt"
+        print(f"flowrl: error: {describe_error(e)}; traceback in {where}", file=sys.stderr)
+        return 1
+    finally:
+        algo.stop()
+    ret = summary["episode_return_mean"]
+    print(
+        f"flowrl: stopped by {summary['stopped_by']} after {summary['env_steps_sampled']} env "
+        f"steps, {summary['time_total_s']:.1f} s: episode_return_mean {ret:.1f} "
+        f"(best {summary['best_episode_return_mean']:.1f}); checkpoint {summary['checkpoint']}"
+    )
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from flowrl.apps.sweeps import parse_grid, sweep, trial_rows
+    from flowrl.rollout.envs import check_env_id
+    from flowrl.run.algorithm import get_algorithm
+
+    stop = _stop_criteria(args)
+    grid = parse_grid(args.grid)
+    if not grid:
+        raise ConfigError("flowrl tune needs at least one --grid KEY=[V1,V2,...]")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
+    if args.perturbation_interval < 1:
+        raise ConfigError(f"--perturbation-interval must be >= 1, got {args.perturbation_interval}")
+    spec = get_algorithm(args.algo)
+    fixed = _config_values(args)
+    config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
+    check_env_id(config.env)
+    output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
+    print(
+        f"flowrl: sweeping {spec.name} on {config.env} over {', '.join(grid)}; writing to {output}"
+    )
+    results = sweep(
+        args.algo,
+        grid,
+        fixed=fixed,
+        stop=stop.for_config(config).thresholds(),
+        storage=output,
+        num_samples=args.num_samples,
+        scheduler=args.scheduler,
+        perturbation_interval=args.perturbation_interval,
+    )
+    rows = trial_rows(results, list(grid))
+    print_table(rows)
+    failed = sum(1 for row in rows if row["error"])
+    print(f"flowrl: {len(rows)} trials, {failed} failed; Tune's results in {output / 'tune'}")
+    return 1 if failed else 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowrl.run import checkpoints
+    from flowrl.run.algorithm import Algorithm
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    ckpt = checkpoints.resolve(args.checkpoint)
+    _warn_skipped(ckpt)
+    algo = Algorithm.from_checkpoint(ckpt, in_process=True)
+    try:
+        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video)
+    finally:
+        algo.stop()
+    print(
+        f"{algo.spec.name} on {algo.config.env} ({ckpt.path}): episode_return_mean "
+        f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "
+        f"(min {res['episode_return_min']:.1f}, max {res['episode_return_max']:.1f}, "
+        f"mean length {res['episode_len_mean']:.1f})"
+    )
+    if args.video:
+        print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from flowrl.run.algorithm import Algorithm
+
+    if args.format == "png" and not args.out:
+        raise ConfigError("--format png writes an image: add --out FILE.png")
+    out = check_output_file(args.out) if args.out else None
+    algo = Algorithm(args.algo, _config_values(args))
+    try:
+        shown = algo.graph().format(args.format)
+    finally:
+        algo.stop()
+    if out is not None:
+        if isinstance(shown, bytes):
+            out.write_bytes(shown)
+        else:
+            out.write_text(shown + "\n")
+        print(f"flowrl: wrote the plan of {algo.spec.name} to {out} ({args.format})")
+    else:
+        print(shown)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from flowrl.apps.inference import export_policy
+    from flowrl.run import checkpoints
+
+    check_output_file(args.out)
+    ckpt = checkpoints.resolve(args.checkpoint)
+    _warn_skipped(ckpt)
+    out = export_policy(ckpt, args.out, format=args.format)
+    print(f"flowrl: wrote the greedy policy of {ckpt.path} to {out} ({args.format})")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from flowrl.apps.plotting import plot_runs
+
+    check_output_file(args.out)
+    out = plot_runs(args.runs, args.out)
+    print(f"flowrl: wrote the curves of {len(args.runs)} runs to {out}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from flowrl.rollout.envs import check_env_id
+    from flowrl.run.algorithm import build_config, get_algorithm, list_algorithms, preset_values
+    from flowrl.run.presets import preset_for
+
+    if args.env and not args.algo:
+        raise ConfigError("--env shows one algorithm's settings: flowrl list ALGO --env ID")
+    if args.algo:
+        spec = get_algorithm(args.algo)
+        if args.env:
+            check_env_id(args.env)
+        print(f"{spec.name}: {spec.summary}\n")
+        preset_keys: set[str] = set()
+        values = {}
+        if args.env:
+            preset_keys = set(preset_values(spec, {"env": args.env}))
+            values = build_config(spec, {"env": args.env}).to_dict()
+            preset = preset_for(spec, args.env)
+            if preset is None:
+                print(f"{args.env}: no preset for {spec.name}; the defaults below apply\n")
+            else:
+                print(f"{args.env}: the {preset.family} preset (* below): {preset.source}\n")
+        for name, default, doc in spec.config_cls.docs():
+            value = values.get(name, default)
+            mark = "*" if name in preset_keys else " "
+            print(f" {mark}{name:<28} {value!s:<14} {doc}")
+        return 0
+    for spec in list_algorithms():
+        print(f"{spec.name:<8} {spec.summary}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``flowrl`` console script."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if os.getcwd() not in sys.path:  # --env mymodule:MyEnv, as python -m would import it
+        sys.path.insert(0, os.getcwd())
+    args = build_parser().parse_args(argv)
+    ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"flowrl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before training began (a Ctrl-C in training checkpoints)
+        print("flowrl: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:  # a user plan or env that raises while being built, say
+        from flowrl.run.runner import describe_error
+
+        print(f"flowrl: error: {describe_error(e)}", file=sys.stderr)
+        return 1
+    finally:
+        if not ray_was_up:
+            _shutdown_ray()
+
+
+def _shutdown_ray() -> None:
+    """Stop the Ray this command started, with Ctrl-C ignored meanwhile: a second Ctrl-C
+    inside Ray's shutdown crashed the process (segfault) and left Ray's agents running."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with sigint_ignored():
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Learning curves: return against env steps and wall-clock, runs that differ only in seed
+drawn as their mean with a 95% confidence band.
+
+Example:
+    >>> plot_runs(["runs/ppo_seed0", "runs/ppo_seed1"], "curves.png")  # doctest: +SKIP
+    PosixPath('curves.png')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowrl.core.config import ConfigError
+
+X_AXES = (("env_steps_sampled", "env steps"), ("time_total_s", "wall-clock (s)"))
+Y = "episode_return_mean"
+
+
+def read_run(run_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run directory's config.json and result.jsonl rows (a torn last line skipped)."""
+    run_dir = Path(run_dir)
+    try:
+        meta = json.loads((run_dir / "config.json").read_text())
+        lines = (run_dir / "result.jsonl").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{run_dir} is not a run directory ({e})") from None
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return meta, rows
+
+
+def group_by_config(runs: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Runs whose algorithm and config differ only in ``seed``, by a label naming what
+    sets their group apart (the algorithm and env, and config values that differ)."""
+    keyed = {}
+    for name, meta in runs.items():
+        config = {k: v for k, v in meta.get("config", {}).items() if k != "seed"}
+        keyed[name] = (meta.get("algo"), config)
+    varying = {
+        k
+        for _, config in keyed.values()
+        for k in config
+        if len({json.dumps(c.get(k), sort_keys=True) for _, c in keyed.values()}) > 1
+    }
+    groups: dict[str, list[str]] = {}
+    for name, (algo, config) in keyed.items():
+        label = " ".join(
+            [f"{algo} {config.get('env')}", *(f"{k}={config.get(k)}" for k in sorted(varying))]
+        )
+        groups.setdefault(label, []).append(name)
+    return groups
+
+
+def mean_and_band(
+    curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The curves interpolated onto a shared x grid (up to where the shortest ends), their
+    mean and the half-width of a 95% confidence interval of the mean (0 for one curve)."""
+    end = min(x[-1] for x, _ in curves)
+    start = max(x[0] for x, _ in curves)
+    grid = np.linspace(start, end, points) if end > start else np.array([end])
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    mean = ys.mean(axis=0)
+    if len(curves) == 1:
+        return grid, mean, np.zeros_like(mean)
+    return grid, mean, 1.96 * ys.std(axis=0, ddof=1) / np.sqrt(len(curves))
+
+
+def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
+    """Draw ``run_dirs``' returns against env steps and wall-clock into the PNG ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs, rows = {}, {}
+    for run_dir in run_dirs:
+        meta, result_rows = read_run(run_dir)
+        points = [r for r in result_rows if isinstance(r.get(Y), int | float)]
+        if not points:
+            raise ConfigError(f"{run_dir} has no result with {Y} yet")
+        runs[str(run_dir)], rows[str(run_dir)] = meta, points
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, names in group_by_config(runs).items():
+        for ax, (key, _) in zip(axes, X_AXES, strict=True):
+            curves = [
+                (np.array([r[key] for r in rows[n]]), np.array([r[Y] for r in rows[n]]))
+                for n in names
+            ]
+            grid, mean, band = mean_and_band(curves)
+            seeds = f" ({len(names)} seeds)" if len(names) > 1 else ""
+            (line,) = ax.plot(grid, mean, label=label + seeds)
+            if len(names) > 1:
+                ax.fill_between(grid, mean - band, mean + band, alpha=0.25, color=line.get_color())
+    for ax, (_, xlabel) in zip(axes, X_AXES, strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("episode return (mean)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,183 @@
+"""Sweeps on Ray Tune: any flowrl algorithm or plan file as a Tune trainable.
+
+:class:`FlowrlTrainable` is a class trainable with save and restore, so schedulers that
+checkpoint and clone trials (PBT) work; each trial also writes flowrl's own run files
+(result.jsonl, progress.csv, TensorBoard) under ``TRIAL_DIR/flowrl``. A trial asks Tune for
+one CPU plus its rollout workers' (``num_workers x num_cpus_per_worker``), so trials share
+the machine's CPUs as their configs need. :func:`sweep` runs a grid (and samples) and
+returns Tune's ResultGrid; ``flowrl tune`` is its command.
+
+Example:
+    >>> from ray import tune
+    >>> grid = sweep("ppo", {"lr": [1e-3, 3e-4]}, fixed={"num_workers": 0},
+    ...              stop={"training_iteration": 2}, storage=Path("sweeps"))  # doctest: +SKIP
+    >>> [r.metrics["episode_return_mean"] for r in grid]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from flowrl.core.config import ConfigError
+from flowrl.run.algorithm import Algorithm, get_algorithm
+from flowrl.run.logger import RunLogger
+from flowrl.run.runner import run_meta
+
+ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
+METRIC = "episode_return_mean"
+RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
+SCHEDULERS = ("fifo", "asha", "pbt")
+
+
+class FlowrlTrainable(tune.Trainable):
+    """A flowrl :class:`~flowrl.run.algorithm.Algorithm` stepped by Tune: one ``train()`` per
+    Tune iteration, its checkpoints Tune's."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        values = {k: v for k, v in config.items() if k != ALGO_KEY}
+        self.algo = Algorithm(config[ALGO_KEY], values)
+        self.restores = 0
+        self.run_log: RunLogger | None = None
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> tune.PlacementGroupFactory:
+        spec = get_algorithm(config[ALGO_KEY])
+        defaults = spec.config_cls()
+        workers = config.get("num_workers", defaults.num_workers)
+        per_worker = config.get("num_cpus_per_worker", defaults.num_cpus_per_worker)
+        return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": per_worker}] * workers)
+
+    def step(self) -> dict[str, Any]:
+        result = self.algo.train()
+        if self.run_log is None:
+            self.run_log = self._open_run_log()
+        self.run_log.log(result)
+        return {**result, RESTORES: self.restores}
+
+    def _open_run_log(self) -> RunLogger:
+        """flowrl's run files for this trial: continued from a restored checkpoint's
+        iteration, or started afresh."""
+        directory = Path(self.logdir) / "flowrl"
+        iteration = self.algo.iteration - 1  # the result about to be logged is new
+        if iteration == 0 and directory.exists():
+            shutil.rmtree(directory)  # a trial started again from scratch
+        steps = self.algo.plan.context.counters.get("env_steps_sampled", 0)
+        log = RunLogger(directory, resume_iteration=iteration, resume_env_steps=steps)
+        log.write_json("config.json", run_meta(self.algo))
+        return log
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self.algo.save(Path(checkpoint_dir) / "flowrl")
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        self.algo.restore(Path(checkpoint) / "flowrl")
+        self.restores += 1
+        if self.run_log is not None:  # cut back to the restored iteration on the next step
+            self.run_log.close()
+            self.run_log = None
+
+    def cleanup(self) -> None:
+        if self.run_log is not None:
+            self.run_log.close()
+        self.algo.stop()
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``key=[v1,v2]`` items (JSON lists) as ``{key: [v1, v2]}``; a ConfigError names a
+    bad one."""
+    import json
+
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        try:
+            values = json.loads(text) if sep else None
+        except ValueError:
+            values = None
+        if not key or not isinstance(values, list) or not values:
+            raise ConfigError(f"--grid expects KEY=[V1,V2,...] (a JSON list), got '{item}'")
+        grid[key.strip()] = values
+    return grid
+
+
+def sweep(
+    algo: str,
+    grid: Mapping[str, list[Any]],
+    *,
+    fixed: Mapping[str, Any] | None = None,
+    stop: Mapping[str, float] | None = None,
+    storage: Path,
+    name: str = "tune",
+    num_samples: int = 1,
+    scheduler: str = "fifo",
+    perturbation_interval: int = 2,
+) -> tune.ResultGrid:
+    """Train ``algo`` once per combination of ``grid`` values (times ``num_samples``) on
+    ``fixed`` config values, until Tune's ``stop`` (result keys and thresholds); results
+    under ``storage/name``. ``scheduler="pbt"`` runs Population Based Training over the
+    grid's values every ``perturbation_interval`` iterations."""
+    spec = get_algorithm(algo)
+    known = spec.config_cls.__dataclass_fields__
+    for key in [*grid, *(fixed or {})]:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{key}' for {spec.name}")
+    space = {**(fixed or {}), ALGO_KEY: algo}
+    space.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
+    chosen = None  # fifo: Tune's default
+    if scheduler == "asha":
+        chosen = tune.schedulers.ASHAScheduler(time_attr="training_iteration")
+    elif scheduler == "pbt":
+        chosen = tune.schedulers.PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=perturbation_interval,
+            hyperparam_mutations={key: list(values) for key, values in grid.items()},
+            synch=True,
+        )
+    tuner = tune.Tuner(
+        FlowrlTrainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric=METRIC, mode="max", num_samples=num_samples, scheduler=chosen
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(Path(storage).resolve()),
+            stop=dict(stop or {}),
+            # PBT exploits recent checkpoints of other trials: keep a few more for it
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_at_end=True, num_to_keep=5 if scheduler == "pbt" else 2
+            ),
+            # flowrl's run files, written to each trial's local directory, go to storage too
+            sync_config=tune.SyncConfig(sync_artifacts=True),
+            verbose=0,
+        ),
+    )
+    return tuner.fit()
+
+
+def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per trial: its swept values, iterations, env steps, last and best return."""
+    rows = []
+    for result in grid:
+        metrics = result.metrics or {}
+        history = result.metrics_dataframe
+        best = history[METRIC].max() if history is not None and METRIC in history else None
+        rows.append(
+            {
+                "trial": metrics.get("trial_id", "?"),
+                **{key: result.config.get(key) for key in keys},
+                "iterations": metrics.get("training_iteration"),
+                "env_steps": metrics.get("env_steps_sampled"),
+                METRIC: metrics.get(METRIC),
+                "best": best,
+                "error": type(result.error).__name__ if result.error else "",
+            }
+        )
+    return rows

@@ -1,0 +1,326 @@
+"""Typed, validated algorithm configs.
+
+Each algorithm subclasses :class:`Config` (a dataclass). Every field is declared with
+:func:`param`: a default, a one-line doc and its allowed range. Construction validates and
+coerces every field and raises :class:`ConfigError` with a message that names the field.
+
+Example:
+    >>> Config(lr=1e-3).lr
+    0.001
+    >>> Config.from_dict({"num_workers": "3"}).num_workers
+    3
+    >>> Config(gamma=2.0)
+    Traceback (most recent call last):
+    ...
+    flowrl.core.config.ConfigError: gamma must be <= 1, got 2.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import inspect
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+C = TypeVar("C", bound="Config")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used: unknown key, wrong type or value out of range."""
+
+
+def param(
+    default: Any,
+    doc: str,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    min_len: int | None = None,
+) -> Any:
+    """Declare a config field with its doc and allowed range (``min_len``: the fewest
+    items a list field takes)."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
+    if isinstance(default, dict):  # each config gets its own copy
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _to_bool(value: Any) -> Any:
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    return _INVALID
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value.replace("_", ""))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else _INVALID
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return _INVALID
+
+
+def _to_str(value: Any) -> Any:
+    return value if isinstance(value, str) else _INVALID
+
+
+_INVALID = object()
+_MissingType = type(dataclasses.MISSING)
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Convert ``value`` to the field type ``tp`` or raise a ConfigError naming the field."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(name, value, inner)
+    if tp is dict or origin is dict:
+        return _to_dict(name, value)
+    if origin is tuple:
+        if isinstance(value, str):
+            value = _split_list(name, value)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} expects a list, got {value!r}")
+        return tuple(_coerce(name, v, typing.get_args(tp)[0]) for v in value)
+    convert = _SCALARS.get(tp)
+    if convert is None:
+        return value
+    out = convert(value)
+    if out is _INVALID:
+        raise ConfigError(f"{name} expects {_type_name(tp)}, got {value!r}")
+    return out
+
+
+def _to_dict(name: str, value: Any) -> dict[str, Any]:
+    """A mapping with string keys, or its JSON text (``'{"size": 8}'``)."""
+    if isinstance(value, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f'{name} expects a mapping such as {{"size": 8}}, got {value!r}')
+    return dict(value)
+
+
+def _split_list(name: str, text: str) -> list[str]:
+    """``"32,32"`` or ``"[32, 32]"`` as items; a half-written list is an error, not a guess."""
+    inner = text.strip()
+    if inner.startswith("[") != inner.endswith("]"):
+        raise ConfigError(f"{name} expects a list such as [64, 64], got {text!r}")
+    inner = inner.strip("[]").strip()
+    items = [v.strip() for v in inner.split(",")] if inner else []
+    if any(not v for v in items):
+        raise ConfigError(f"{name} expects a list such as [64, 64], got {text!r}")
+    return items
+
+
+def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
+    values = value if isinstance(value, tuple) else (value,)
+    if meta.get("min_len") is not None and len(values) < meta["min_len"]:
+        raise ConfigError(f"{name} needs at least {meta['min_len']} item(s), got {list(values)}")
+    for v in values:
+        if v is None:
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{name} must be a finite number, got {v!r}")
+        if meta.get("ge") is not None and v < meta["ge"]:
+            raise ConfigError(f"{name} must be >= {meta['ge']}, got {value!r}")
+        if meta.get("gt") is not None and v <= meta["gt"]:
+            raise ConfigError(f"{name} must be > {meta['gt']}, got {value!r}")
+        if meta.get("le") is not None and v > meta["le"]:
+            raise ConfigError(f"{name} must be <= {meta['le']}, got {value!r}")
+        if meta.get("choices") is not None and v not in meta["choices"]:
+            raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}, got {v!r}")
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+@dataclasses.dataclass
+class Config:
+    """Settings every algorithm shares. Subclasses add their own fields with
+    :func:`param`; one that only changes an inherited default says the new value alone
+    (``lr: float = 1e-3``) and keeps the field's doc and range.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class MyConfig(Config):
+        ...     lr: float = 1e-3
+        ...     horizon: int = param(10, "steps looked ahead", ge=1)
+        >>> MyConfig().lr, MyConfig.doc("lr")
+        (0.001, 'learning rate (Adam)')
+        >>> MyConfig(lr=-1.0)
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: lr must be > 0, got -1.0
+    """
+
+    algo_name: ClassVar[str] = "custom"
+    default_stop_timesteps: ClassVar[int] = 1_000_000
+    #: the fewest rollout workers ``num_workers="auto"`` may choose
+    auto_min_workers: ClassVar[int] = 0
+
+    env: str = param(
+        "CartPole-v1", "gymnasium id (ALE/... for Atari), module:ClassOrFactory or registered name"
+    )
+    # param gives each config its own copy of a dict default
+    env_config: dict[str, Any] = param({}, "keyword arguments for the env's creator")  # noqa: RUF009
+    num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
+    num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
+    rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
+    num_cpus_per_worker: float = param(1.0, "CPUs Ray reserves for each worker", ge=0)
+    sample_timeout_s: float = param(
+        120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
+    )
+    seed: int = param(0, "seed for envs, torch and sampling", ge=0, le=2**31 - 1)
+    gamma: float = param(0.99, "discount factor", ge=0, le=1)
+    lr: float = param(5e-4, "learning rate (Adam)", gt=0)
+    grad_clip: float = param(0.5, "max global gradient norm; 0 turns clipping off", ge=0)
+    model_hiddens: tuple[int, ...] = param(
+        (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
+    )
+    device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    learner_threads: int = param(
+        0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
+    )
+    preset: bool = param(
+        True, "use the algorithm's settings for Atari or MuJoCo envs under your own values"
+    )
+    normalize_observations: bool = param(
+        False, "feed the policy observations scaled by their running mean and std"
+    )
+    normalize_rewards: bool = param(
+        False, "divide rewards by the running std of the discounted return"
+    )
+    normalize_clip: float = param(10.0, "clip normalised observations and rewards to +-this", gt=0)
+    evaluation_interval: int = param(
+        0, "iterations between greedy evaluations (own worker with Ray); 0: none", ge=0
+    )
+    evaluation_episodes: int = param(10, "episodes per evaluation", ge=1)
+    evaluation_video_dir: str = param(
+        "", "write each evaluation's episodes as MP4s under DIR/iteration_N; '': none"
+    )
+    metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
+    min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
+    min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)
+    profile: bool = param(
+        False, "record each operator's time, items and queue depths (timers/* in results)"
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A plain new default for an inherited field keeps that field's doc and range."""
+        super().__init_subclass__(**kwargs)
+        inherited: dict[str, dataclasses.Field] = {}
+        for base in reversed(cls.__mro__[1:]):  # every base's fields, the nearest winning
+            inherited.update(getattr(base, "__dataclass_fields__", {}))
+        for name in inspect.get_annotations(cls):
+            value = cls.__dict__.get(name, dataclasses.MISSING)
+            if name in inherited and not isinstance(value, dataclasses.Field | _MissingType):
+                meta = inherited[name].metadata
+                setattr(cls, name, dataclasses.field(default=value, metadata=meta))
+
+    @property
+    def uses_ray(self) -> bool:
+        """Whether the plan needs Ray (remote workers or other actors)."""
+        return self.num_workers > 0
+
+    @classmethod
+    def in_process(cls) -> dict[str, Any]:
+        """The overrides that keep a plan of this config out of Ray (see :attr:`uses_ray`)."""
+        return {"num_workers": 0}
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = _coerce(f.name, getattr(self, f.name), hints[f.name])
+            _check_range(f.name, value, f.metadata)
+            object.__setattr__(self, f.name, value)
+        if self.evaluation_video_dir and not self.evaluation_interval:
+            raise ConfigError(
+                "evaluation_video_dir records the evaluation episodes: set evaluation_interval too"
+            )
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """Build from a mapping, rejecting keys the config does not have."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"unknown config key '{key}' for {cls.algo_name}{hint}")
+        return cls(**data)
+
+    def replace(self: C, **changes: Any) -> C:
+        """A validated copy with ``changes`` applied."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        out = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+    @classmethod
+    def docs(cls) -> list[tuple[str, Any, str]]:
+        """``(name, default, doc)`` for every field."""
+        return [(f.name, _default(f), f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def doc(cls, name: str) -> str:
+        """The one-line doc of field ``name``."""
+        return cls.__dataclass_fields__[name].metadata.get("doc", "")
+
+
+@dataclasses.dataclass
+class ActorCriticConfig(Config):
+    """Settings of policies trained on advantages with a value baseline (see
+    :class:`flowrl.learning.policy.ActorCriticPolicy`)."""
+
+    gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
+    vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
+    entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
+
+
+@dataclasses.dataclass
+class ClippedSurrogateConfig(Config):
+    """Settings of a clipped surrogate objective with an optional adaptive KL penalty (see
+    :class:`flowrl.learning.policy.ClippedSurrogate`)."""
+
+    clip_param: float = param(0.2, "surrogate clip range around the old policy", gt=0)
+    kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)
+    kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
+
+
+def parse_set_value(text: str) -> Any:
+    """A ``--set key=value`` value: JSON when it parses (numbers, true, lists), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text

@@ -1,0 +1,770 @@
+"""Lazy dataflow iterators: :class:`LocalIterator` in one process, :class:`ParallelIterator`
+over Ray actors (one shard per actor).
+
+Transforms return new iterators and append themselves to the name, so ``print(plan)``
+shows the whole pipeline. Nothing runs until the last iterator of a chain is pulled; an
+iterator is built (and so consumed) once: use :meth:`LocalIterator.duplicate` to fan out.
+
+Example:
+    >>> it = LocalIterator.from_items([1, 2, 3, 4]).for_each(lambda x: x * 10).batch(2)
+    >>> it.take(2)
+    [[10, 20], [30, 40]]
+    >>> print(it)
+    LocalIterator[items].for_each(<lambda>).batch(2)
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+from flowrl.core.context import IDLE, PlanContext
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+# build(context, timeout) -> iterator. timeout None blocks; 0 asks sources not to block.
+BuildFn = Callable[[PlanContext, "float | None"], Iterator[Any]]
+
+
+class _Sentinel:
+    """A named singleton that keeps its identity through pickling (and so through Ray)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+    def __reduce__(self) -> str:
+        return self._name
+
+
+NotReady = _Sentinel("NotReady")
+"""Yielded by a non-blocking source that has nothing yet; every transform passes it on."""
+
+_END = _Sentinel("_END")
+
+logger = logging.getLogger(__name__)
+_DRAIN_TIMEOUT_S = 60.0  # how long a closed gather_async waits for its requests in flight
+
+
+class Operator:
+    """Base class of transforms that use the plan's shared :class:`PlanContext`.
+
+    The context is bound when the plan is built (``self.context``); an operator instance
+    belongs to one plan. Its public attributes are its settings and name it in
+    ``print(plan)``; handles it holds (workers, buffers, callbacks) start with ``_``.
+
+    Example:
+        >>> class CountItems(Operator):
+        ...     def __call__(self, item):
+        ...         self.context.counters["items"] += 1
+        ...         return item
+    """
+
+    context: PlanContext
+    # what its time counts as in a profile's bottleneck line: "sample", "learn" or None
+    role: str | None = None
+    # a queue, buffer or learner thread it hands items to (an edge of the plan's graph)
+    sends_to: Any = None
+
+    def bind(self, context: PlanContext) -> None:
+        bound = self.__dict__.get("context")
+        if bound is not None and bound is not context:
+            raise ValueError(f"{self!r} already belongs to another plan; make a new one")
+        self.context = context
+
+    def __repr__(self) -> str:
+        settings = [
+            f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "context"
+        ]
+        return f"{type(self).__name__}({', '.join(settings)})"
+
+
+class PlanNode:
+    """What the plan's graph (:mod:`flowrl.diagnostics.graph`) and profile
+    (:mod:`flowrl.diagnostics.profiler`) read from an iterator: the iterators it pulls
+    from, the function it applies, its label, what its time counts as (``role``), a queue
+    or buffer a source takes its items from, and whether it is an internal step both skip
+    (``hidden``)."""
+
+    def _init_node(
+        self,
+        parents: Sequence[Any],
+        op: Any,
+        label: str,
+        role: str | None = None,
+        receives_from: Any = None,
+    ) -> None:
+        self.parents = tuple(parents)
+        self.op = op
+        self.label = label
+        self.role = role if role is not None else getattr(op, "role", None)
+        self.receives_from = receives_from
+        self.hidden = False
+
+
+def walk(plan: PlanNode) -> list[Any]:
+    """Every iterator ``plan`` pulls from, directly or not, each once, parents first.
+
+    Example:
+        >>> it = LocalIterator.from_items([1]).for_each(abs)
+        >>> [node.label for node in walk(it)]
+        ['LocalIterator[items]', 'for_each(abs)']
+    """
+    order: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(node: Any) -> None:
+        if id(node) not in seen:
+            seen.add(id(node))
+            for parent in node.parents:
+                visit(parent)
+            order.append(node)
+
+    visit(plan)
+    return order
+
+
+def _describe(fn: Any) -> str:
+    if isinstance(fn, Operator):
+        return repr(fn)
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+def _bind(fn: Any, context: PlanContext) -> None:
+    if isinstance(fn, Operator):
+        fn.bind(context)
+
+
+class LocalIterator(PlanNode, Generic[T]):
+    """A lazy, pull-based iterator over the items of one process.
+
+    Example:
+        >>> LocalIterator.from_items(range(6)).filter(lambda x: x % 2 == 0).take(3)
+        [0, 2, 4]
+    """
+
+    def __init__(
+        self,
+        build: BuildFn,
+        *,
+        context: PlanContext | None = None,
+        name: str = "LocalIterator",
+        parents: Sequence[Any] = (),
+        op: Any = None,
+        label: str | None = None,
+        role: str | None = None,
+        receives_from: Any = None,
+    ) -> None:
+        self._build_fn = build
+        self.context = context if context is not None else PlanContext()
+        self.name = name
+        self._built = False
+        self._it: Iterator[T] | None = None
+        self._init_node(parents, op, label or name, role, receives_from)
+
+    # -- sources -------------------------------------------------------------------------
+    @classmethod
+    def from_items(cls, items: Iterable[T], *, repeat: bool = False) -> LocalIterator[T]:
+        """Iterate over ``items`` (forever, cycling, when ``repeat``)."""
+        items = list(items)
+        return cls(
+            lambda ctx, timeout: itertools.cycle(items) if repeat else iter(items),
+            name="LocalIterator[items]",
+        )
+
+    @classmethod
+    def from_generator(cls, make: Callable[[], Iterable[T]], *, name: str) -> LocalIterator[T]:
+        """Iterate over what ``make()`` returns, called when the plan is built."""
+        return cls(lambda ctx, timeout: iter(make()), name=name)
+
+    # -- building and pulling ------------------------------------------------------------
+    def build(self, context: PlanContext, timeout: float | None) -> Iterator[T]:
+        """Build the chain under ``context``; parents are built by their children."""
+        if self._built:
+            raise RuntimeError(
+                f"{self.name} is already being consumed; use duplicate() to read it twice"
+            )
+        self._built = True
+        it = iter(self._build_fn(context, timeout))
+        if hasattr(it, "close"):  # a union's inputs and a gather's requests end with the plan
+            context.on_close(it.close)
+        if context.profiler is not None and not self.hidden:
+            it = context.profiler.timed(self, it)
+        return it
+
+    def __iter__(self) -> LocalIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._it is None:
+            self._it = self.build(self.context, None)
+        return next(self._it)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        """Stop pulling: close every iterator the chain built, not only those reached
+        through this one's generator (a union's inputs too); a ``gather_async`` source
+        waits for the requests it has in flight, so its actors are idle afterwards.
+        Closing twice is harmless.
+
+        Example:
+            >>> it = LocalIterator.from_items([1, 2, 3]); next(it); it.close()
+            1
+        """
+        if self._it is not None and hasattr(self._it, "close"):
+            self._it.close()
+        self.context.close()
+
+    def _derive(
+        self,
+        gen: Callable[[Iterator[Any], PlanContext], Iterator[U]],
+        suffix: str,
+        op: Any = None,
+    ):
+        parent = self
+
+        def build(ctx: PlanContext, timeout: float | None) -> Iterator[U]:
+            return gen(parent.build(ctx, timeout), ctx)
+
+        name = f"{self.name}.{suffix}"
+        return LocalIterator(
+            build, context=self.context, name=name, parents=(self,), op=op, label=suffix
+        )
+
+    # -- transforms ----------------------------------------------------------------------
+    def for_each(self, fn: Callable[[T], U]) -> LocalIterator[U]:
+        """Apply ``fn`` to every item."""
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[U]:
+            _bind(fn, ctx)
+            for item in it:
+                yield item if item is NotReady else fn(item)
+
+        return self._derive(gen, f"for_each({_describe(fn)})", op=fn)
+
+    def filter(self, fn: Callable[[T], bool]) -> LocalIterator[T]:
+        """Keep the items for which ``fn`` is true."""
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
+            _bind(fn, ctx)
+            for item in it:
+                if item is NotReady or fn(item):
+                    yield item
+
+        return self._derive(gen, f"filter({_describe(fn)})", op=fn)
+
+    def gate(self, is_open: Callable[[], bool]) -> LocalIterator[T]:
+        """Pull from upstream only while ``is_open()`` is true; ``NotReady`` while it is
+        false, without pulling. A source that sends requests when pulled (such as
+        :meth:`ParallelIterator.gather_async`) sends none while the gate is shut.
+
+        Example:
+            >>> shut_once = iter([True, False, True])
+            >>> it = LocalIterator.from_items([1, 2]).gate(lambda: next(shut_once))
+            >>> [next(it), next(it), next(it)]
+            [1, NotReady, 2]
+        """
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
+            _bind(is_open, ctx)
+            while True:
+                if not is_open():
+                    yield NotReady
+                    continue
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                yield item
+
+        return self._derive(gen, f"gate({_describe(is_open)})", op=is_open)
+
+    def combine(self, fn: Callable[[T], Iterable[U]]) -> LocalIterator[U]:
+        """Apply ``fn`` (which returns a list) to every item and flatten the lists."""
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[U]:
+            _bind(fn, ctx)
+            for item in it:
+                if item is NotReady:
+                    yield item
+                else:
+                    yield from fn(item)
+
+        return self._derive(gen, f"combine({_describe(fn)})", op=fn)
+
+    def flatten(self) -> LocalIterator[Any]:
+        """Turn a stream of lists into a stream of their elements."""
+
+        def gen(it: Iterator[Any], ctx: PlanContext) -> Iterator[Any]:
+            for item in it:
+                if item is NotReady:
+                    yield item
+                else:
+                    yield from item
+
+        return self._derive(gen, "flatten()")
+
+    def batch(self, n: int) -> LocalIterator[list[T]]:
+        """Group items into lists of ``n``."""
+        if n < 1:
+            raise ValueError(f"batch size must be >= 1, got {n}")
+
+        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[list[T]]:
+            buf: list[T] = []
+            for item in it:
+                if item is NotReady:
+                    yield item
+                    continue
+                buf.append(item)
+                if len(buf) == n:
+                    yield buf
+                    buf = []
+
+        return self._derive(gen, f"batch({n})")
+
+    def take(self, n: int) -> list[T]:
+        """Pull the next ``n`` items (skipping NotReady) and return them as a list."""
+        out: list[T] = []
+        while len(out) < n:
+            try:
+                item = next(self)
+            except StopIteration:
+                break
+            if item is not NotReady:
+                out.append(item)
+        return out
+
+    def duplicate(self, n: int) -> list[LocalIterator[T]]:
+        """Return ``n`` iterators that each see every item of this one.
+
+        Items wait in a per-copy queue until that copy reads them, so copies that are
+        read at very different rates buffer the difference.
+        """
+        queues: list[collections.deque[T]] = [collections.deque() for _ in range(n)]
+        shared: dict[str, Iterator[T]] = {}
+        parent = self
+
+        def make(i: int) -> BuildFn:
+            def build(ctx: PlanContext, timeout: float | None) -> Iterator[T]:
+                if "it" not in shared:
+                    shared["it"] = parent.build(ctx, timeout)
+                while True:
+                    if not queues[i]:
+                        try:
+                            item = next(shared["it"])
+                        except StopIteration:
+                            return
+                        if item is NotReady:
+                            yield item
+                            continue
+                        for q in queues:
+                            q.append(item)
+                    yield queues[i].popleft()
+
+            return build
+
+        return [
+            LocalIterator(
+                make(i),
+                context=self.context,
+                name=f"{self.name}.duplicate[{i}]",
+                parents=(self,),
+                label=f"duplicate[{i}]",
+            )
+            for i in range(n)
+        ]
+
+    def union(
+        self,
+        *others: LocalIterator[Any],
+        deterministic: bool = False,
+        round_robin_weights: Sequence[int | str] | None = None,
+    ) -> LocalIterator[Any]:
+        """Merge this iterator with ``others`` into one stream.
+
+        ``deterministic=False`` (async): pull from whichever input has an item ready.
+        ``deterministic=True``: round robin, ``round_robin_weights[i]`` items from input
+        ``i`` per round (``"*"``: as many as are ready). A round that produced nothing
+        yields ``NotReady`` so the consumer gets control back.
+        """
+        children = [self, *others]
+        if round_robin_weights is not None:
+            deterministic = True
+            weights = list(round_robin_weights)
+            if len(weights) != len(children):
+                raise ValueError(f"{len(weights)} round_robin_weights for {len(children)} inputs")
+            for w in weights:
+                if w != "*" and not (isinstance(w, int) and w >= 1):
+                    raise ValueError(f"round_robin weight must be an int >= 1 or '*', got {w!r}")
+        else:
+            weights = [1] * len(children)
+
+        def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
+            non_blocking = [not deterministic or w == "*" for w in weights]
+            its = [
+                c.build(ctx, 0.0 if nb else timeout)
+                for c, nb in zip(children, non_blocking, strict=True)
+            ]
+            active = dict(enumerate(its))
+            nap = _MIN_NAP_S
+            while active:
+                produced = yield from _union_round(active, weights)
+                if produced:
+                    nap = _MIN_NAP_S
+                elif active:
+                    if not deterministic and timeout is None:
+                        with ctx.span(IDLE):  # nothing ready anywhere: don't spin a core
+                            time.sleep(nap)
+                        nap = min(2 * nap, _MAX_NAP_S)
+                    yield NotReady
+
+        names = ", ".join(c.name for c in children)
+        mode = f"round_robin{list(weights)}" if deterministic else "async"
+        return LocalIterator(
+            build,
+            context=self.context,
+            name=f"Union[{mode}]({names})",
+            parents=children,
+            label=f"Union[{mode}]",
+        )
+
+
+# An idle async union naps between polls of its inputs, longer while none has an item: a
+# poll (one ray.wait per remote input) holds the GIL for ~0.25 ms, which a learner thread
+# in this process needs; 4 ms at most delays an item by less than a CartPole fragment takes.
+_MIN_NAP_S, _MAX_NAP_S = 0.0005, 0.004
+
+
+def _union_round(active: dict[int, Iterator[Any]], weights: list[int | str]):
+    """One round robin pass: up to ``weights[i]`` items from each active input (``"*"``:
+    until it is not ready). Drops exhausted inputs; returns whether anything was yielded."""
+    produced = False
+    for i, it in list(active.items()):
+        pulled = 0
+        while weights[i] == "*" or pulled < weights[i]:
+            try:
+                item = next(it)
+            except StopIteration:
+                del active[i]
+                break
+            if item is NotReady:
+                break
+            pulled += 1
+            produced = True
+            yield item
+    return produced
+
+
+class ParallelIteratorWorker:
+    """Mixin for Ray actors that serve as the shards of a :class:`ParallelIterator`.
+
+    Example:
+        >>> class Counter(ParallelIteratorWorker):
+        ...     def __init__(self):
+        ...         super().__init__(lambda: iter(range(3)))
+    """
+
+    def __init__(self, item_source: Callable[[], Iterable[Any]]) -> None:
+        self._item_source = item_source
+        self._par_it: LocalIterator[Any] | None = None
+
+    def par_iter_init(self, transforms: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Build this shard's local iterator with the transforms recorded by the driver."""
+        it = LocalIterator.from_generator(self._item_source, name="shard")
+        it.context.worker = self
+        for method, args in transforms:
+            it = getattr(it, method)(*args)
+        self._par_it = it
+
+    def par_iter_next(self) -> Any:
+        """The shard's next item, or the end marker once it is exhausted."""
+        if self._par_it is None:
+            raise RuntimeError("par_iter_init must be called before par_iter_next")
+        try:
+            return next(self._par_it)
+        except StopIteration:
+            return _END
+
+
+class _ItemShard(ParallelIteratorWorker):
+    def __init__(self, items: list[Any], repeat: bool) -> None:
+        super().__init__(lambda: itertools.cycle(items) if repeat else iter(items))
+
+
+class ParallelIterator(PlanNode, Generic[T]):
+    """An iterator split into shards, one per Ray actor; transforms run on the actors.
+
+    Example:
+        >>> it = ParallelIterator.from_items([1, 2, 3, 4], num_shards=2)  # doctest: +SKIP
+        >>> sorted(it.for_each(lambda x: x + 1).gather_sync().take(4))  # doctest: +SKIP
+        [2, 3, 4, 5]
+    """
+
+    def __init__(
+        self,
+        actors: Sequence[Any],
+        *,
+        name: str,
+        transforms: tuple[tuple[str, tuple[Any, ...]], ...] = (),
+        with_actor: bool = False,
+        before_requests: Callable[[PlanContext], Any] | None = None,
+        request_timeout_s: float = 0.0,
+        parents: Sequence[Any] = (),
+        op: Any = None,
+        label: str | None = None,
+        receives_from: Any = None,
+    ) -> None:
+        if not actors:
+            raise ValueError("a ParallelIterator needs at least one actor")
+        self.actors = list(actors)
+        self.name = name
+        self.transforms = transforms
+        self.with_actor = with_actor
+        self.before_requests = before_requests
+        self.request_timeout_s = request_timeout_s
+        # in the plan's graph: the shards' actors, then each transform on them
+        label = label or f"{len(self.actors)} x {name} (Ray actors)"
+        self._init_node(parents, op, label, receives_from=receives_from)
+
+    @classmethod
+    def from_actors(
+        cls,
+        actors: Sequence[Any],
+        *,
+        name: str = "ParallelIterator",
+        before_requests: Callable[[PlanContext], Any] | None = None,
+        request_timeout_s: float = 0.0,
+        receives_from: Any = None,
+    ) -> Any:
+        """Shards served by actors that mix in :class:`ParallelIteratorWorker`.
+        ``before_requests(context)`` runs before every round of requests to the actors
+        (ParallelRollouts sends weights the learner deferred with it). An actor whose
+        request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
+        pull fails with Ray's actor error and the runner replaces it (a hung env).
+        ``receives_from``: the buffer the actors serve, for the plan's graph."""
+        return cls(
+            actors,
+            name=name,
+            before_requests=before_requests,
+            request_timeout_s=request_timeout_s,
+            receives_from=receives_from,
+        )
+
+    @classmethod
+    def from_items(
+        cls, items: Iterable[T], *, num_shards: int = 2, repeat: bool = False
+    ) -> ParallelIterator[T]:
+        """Spread ``items`` over ``num_shards`` small actors (shard ``i`` gets ``items[i::n]``)."""
+        import ray
+
+        items = list(items)
+        actor_cls = ray.remote(num_cpus=0)(_ItemShard)
+        actors = [actor_cls.remote(items[i::num_shards], repeat) for i in range(num_shards)]
+        return cls(actors, name=f"ParallelIterator[items, shards={num_shards}]")
+
+    def __repr__(self) -> str:
+        return self.name
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.actors)
+
+    def _with(self, method: str, *args: Any, suffix: str) -> ParallelIterator[Any]:
+        return ParallelIterator(
+            self.actors,
+            name=f"{self.name}.{suffix}",
+            transforms=(*self.transforms, (method, args)),
+            with_actor=self.with_actor,
+            before_requests=self.before_requests,
+            request_timeout_s=self.request_timeout_s,
+            parents=(self,),
+            op=args[0] if args else None,
+            label=f"{suffix} on the actors",
+        )
+
+    def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
+        """Apply ``fn`` to every item, on the actors."""
+        return self._with("for_each", fn, suffix=f"for_each({_describe(fn)})")
+
+    def filter(self, fn: Callable[[T], bool]) -> ParallelIterator[T]:
+        """Keep the items for which ``fn`` is true, on the actors."""
+        return self._with("filter", fn, suffix=f"filter({_describe(fn)})")
+
+    def combine(self, fn: Callable[[T], Iterable[U]]) -> ParallelIterator[U]:
+        """for_each + flatten, on the actors."""
+        return self._with("combine", fn, suffix=f"combine({_describe(fn)})")
+
+    def flatten(self) -> ParallelIterator[Any]:
+        return self._with("flatten", suffix="flatten()")
+
+    def batch(self, n: int) -> ParallelIterator[list[T]]:
+        return self._with("batch", n, suffix=f"batch({n})")
+
+    def zip_with_source_actor(self) -> ParallelIterator[tuple[Any, T]]:
+        """Gathered items become ``(actor, item)`` pairs."""
+        out = self._with("for_each", _identity, suffix="zip_with_source_actor()")
+        out.with_actor = True
+        return out
+
+    def _start(self) -> None:
+        for actor in self.actors:
+            actor.par_iter_init.remote(list(self.transforms))
+
+    def _emit(self, actor: Any, item: Any) -> Any:
+        return (actor, item) if self.with_actor else item
+
+    def _before_requests(self, ctx: PlanContext) -> None:
+        if self.before_requests is not None:
+            self.before_requests(ctx)
+
+    def _wait(self, pending: dict[Any, tuple[Any, float]], num_returns: int, timeout: float | None):
+        """``ray.wait`` on the requests in ``pending`` (ref -> (actor, time sent)) for at
+        most ``timeout`` seconds (None: until ``num_returns`` are ready). With a request
+        timeout, every call also kills the actors whose requests passed it, whether or not
+        other requests are ready (a healthy worker must not keep a hung one alive), and a
+        blocking wait wakes for the oldest request's deadline. A killed actor's request
+        then resolves to an actor error, which the runner answers with a replacement."""
+        import ray
+
+        refs = list(pending)
+        if not self.request_timeout_s:
+            return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            oldest = min(sent for _, sent in pending.values())
+            wait_s = max(0.0, oldest + self.request_timeout_s - now)  # inf: all killed
+            if end is not None:
+                wait_s = min(wait_s, max(0.0, end - now))
+            ready, rest = ray.wait(
+                refs, num_returns=num_returns, timeout=None if math.isinf(wait_s) else wait_s
+            )
+            self._kill_late(pending, rest)
+            if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
+                return ready, rest
+
+    def _kill_late(self, pending: dict[Any, tuple[Any, float]], unanswered: list[Any]) -> None:
+        """Kill the actors of the ``unanswered`` requests sent ``request_timeout_s`` ago or
+        more (once each: their time sent becomes infinite)."""
+        import ray
+
+        now = time.monotonic()
+        for ref in unanswered:
+            actor, sent = pending[ref]
+            if now - sent < self.request_timeout_s or ray.wait([ref], timeout=0)[0]:
+                continue
+            logger.warning(
+                "%s: no answer from an actor in %.0f s; killing it so it is replaced",
+                self.name,
+                self.request_timeout_s,
+            )
+            ray.kill(actor, no_restart=True)
+            for other, (same, _) in pending.items():  # its other requests fail with it
+                if same is actor:
+                    pending[other] = (actor, math.inf)
+
+    def batch_across_shards(self) -> LocalIterator[list[T]]:
+        """One list per round holding the next item of every shard (a barrier)."""
+        import ray
+
+        def build(ctx: PlanContext, timeout: float | None) -> Iterator[list[Any]]:
+            self._start()
+            refs: list[Any] | None = None
+            while True:
+                if refs is None:  # submitted only once the consumer asks for more
+                    self._before_requests(ctx)
+                    refs = [a.par_iter_next.remote() for a in self.actors]
+                    now = time.monotonic()
+                    pending = {r: (a, now) for r, a in zip(refs, self.actors, strict=True)}
+                if timeout is not None or self.request_timeout_s:
+                    ready, _ = self._wait(pending, len(refs), timeout)
+                    if len(ready) < len(refs):
+                        yield NotReady
+                        continue
+                items, refs = ray.get(refs), None
+                if any(item is _END for item in items):
+                    return
+                yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
+
+        return self._gathered(build, "batch_across_shards()")
+
+    def gather_sync(self) -> LocalIterator[T]:
+        """One item from every shard per round, in shard order (a barrier per round)."""
+        rounds = self.batch_across_shards()
+        rounds.hidden = True  # one step in the graph and the profile
+        actors = self.actors
+
+        def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
+            for items in rounds.build(ctx, timeout):
+                if items is NotReady:
+                    yield items
+                    continue
+                for actor, item in zip(actors, items, strict=True):
+                    ctx.current_actor = actor
+                    yield item
+
+        return self._gathered(build, "gather_sync()", parent=rounds)
+
+    def gather_async(self, num_async: int = 1) -> LocalIterator[T]:
+        """Items in completion order, with ``num_async`` requests in flight per shard.
+
+        A shard's next request is sent when the consumer asks for the item after the one
+        it produced, so whatever the plan sent that actor meanwhile (new weights, say)
+        reaches it first. ``context.current_actor`` is the actor of the current item.
+        """
+        import ray
+
+        if num_async < 1:
+            raise ValueError(f"num_async must be >= 1, got {num_async}")
+
+        def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
+            self._start()
+            self._before_requests(ctx)
+            pending: dict[Any, tuple[Any, float]] = {}  # ref -> (actor, time sent)
+            for actor in self.actors:
+                for _ in range(num_async):
+                    pending[actor.par_iter_next.remote()] = (actor, time.monotonic())
+            resubmit = None
+            try:
+                while pending or resubmit is not None:
+                    if resubmit is not None:
+                        self._before_requests(ctx)
+                        pending[resubmit.par_iter_next.remote()] = (resubmit, time.monotonic())
+                        resubmit = None
+                    ready, _ = self._wait(pending, 1, timeout)
+                    if not ready:
+                        yield NotReady
+                        continue
+                    actor, _ = pending.pop(ready[0])
+                    item = ray.get(ready[0])
+                    if item is _END:
+                        continue
+                    resubmit = actor
+                    ctx.current_actor = actor
+                    yield self._emit(actor, item)
+            finally:  # closed early: let the requests in flight finish, so the actors go idle
+                # (unless Ray is already down: a wait then would start a new Ray)
+                if pending and ray.is_initialized():
+                    drain_s = min(_DRAIN_TIMEOUT_S, self.request_timeout_s or math.inf)
+                    ray.wait(list(pending), num_returns=len(pending), timeout=drain_s)
+
+        return self._gathered(build, f"gather_async(num_async={num_async})")
+
+    def _gathered(self, build: BuildFn, suffix: str, parent: Any = None) -> LocalIterator[Any]:
+        """The local end of the shards: items come to this process here."""
+        parents = (parent if parent is not None else self,)
+        return LocalIterator(build, name=f"{self.name}.{suffix}", parents=parents, label=suffix)
+
+
+def _identity(x: Any) -> Any:
+    return x

@@ -1,0 +1,366 @@
+"""The learner: loss, optimisers, target networks, gradient clipping, non-finite checks and
+the one minibatch SGD loop.
+
+A learner trains a :class:`~flowrl.learning.policy.Policy`'s acting module in place (on the
+policy's device). An algorithm subclasses :class:`Learner` and supplies :meth:`~Learner.loss`;
+one with several networks (SAC: actor, critics, temperature) also says which parameters
+each optimiser steps (:meth:`~Learner.optimized`) and returns one loss per optimiser. Rollout
+workers never build a learner (A3C's gradient workers do, for the loss alone).
+
+Example:
+    >>> class Reinforce(Learner):
+    ...     loss_columns = ("obs", "actions", "rewards")
+    ...
+    ...     def loss(self, batch):
+    ...         dist, _ = self.policy.distribution(batch["obs"])
+    ...         loss = -(dist.log_prob(batch["actions"]) * batch["rewards"]).mean()
+    ...         return loss, {"loss": loss.detach()}
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from flowrl.core.config import Config
+from flowrl.core.sample_batch import SampleBatch
+from flowrl.learning.losses import AdaptiveKL
+from flowrl.learning.policy import Policy, load_module_weights, module_weights
+
+Losses = torch.Tensor | dict[str, torch.Tensor]
+
+
+def _spend_read_only_warning() -> None:
+    """torch warns once per process when it wraps a read-only numpy array, which is what
+    Ray's object store hands out; the learner only reads such arrays. Spending that one
+    warning here, silenced, beats installing a process-wide warnings filter."""
+    array = np.zeros(1)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.from_numpy(array)
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or infinity reached training: the update that met it was not applied."""
+
+
+def adam(params: Any, lr: float, *, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel (one call per step for all parameters: several times
+    faster than the per-tensor loop for small models)."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: float) -> None:
+    """Load a saved optimiser state but keep the config's learning rate: a run resumed
+    (or a Tune trial restored) with another ``lr`` trains with it, not the saved one."""
+    optimizer.load_state_dict(state)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean of each statistic over several updates' ``stats``.
+
+    Example:
+        >>> mean_stats([{"loss": 1.0}, {"loss": 2.0}])
+        {'loss': 1.5}
+    """
+    if not stats:
+        return {}
+    out = {}
+    for key in stats[0]:
+        values = torch.stack([torch.as_tensor(s[key], dtype=torch.float32) for s in stats])
+        out[key] = float(values.mean())
+    return out
+
+
+@dataclass
+class Optimized:
+    """Parameters one Adam optimiser steps, with its learning rate and epsilon."""
+
+    params: list[torch.Tensor]
+    lr: float
+    eps: float = 1e-5
+
+
+class Learner:
+    """Trains ``policy``'s acting module: subclasses supply :meth:`loss`.
+
+    Example:
+        >>> from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+        >>> import gymnasium as gym
+        >>> policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig())
+        >>> learner = PPOLearner(policy, PPOConfig())
+        >>> list(learner.optimizers)
+        ['model']
+    """
+
+    #: The batch columns :meth:`loss` reads: the loop moves and slices only these for each
+    #: minibatch (all of the batch's columns when None).
+    loss_columns: ClassVar[tuple[str, ...] | None] = None
+    #: Minibatches are shuffled index sets of rows (or sequences) each pass; False: slices
+    #: in row order (replayed rows are a random sample already).
+    shuffle: ClassVar[bool] = True
+
+    def __init__(self, policy: Policy, config: Config) -> None:
+        self.policy, self.config = policy, config
+        self.module = policy.module
+        self.device = policy.device
+        self.rng = np.random.default_rng(config.seed)
+        self.num_updates = 0
+        #: (online, target) pairs that :meth:`update_targets` moves together
+        self.targets: list[tuple[nn.Module, nn.Module]] = []
+        #: the adaptive KL penalty's weight, for losses that have one (:class:`AdaptiveKL`)
+        self.kl: AdaptiveKL | None = None
+        _spend_read_only_warning()
+
+    @property
+    def sequence_length(self) -> int:
+        """Rows that belong together, in order (a V-trace learner's time steps of one env):
+        minibatches are made of whole sequences. 1: every row stands alone."""
+        return 1
+
+    # -- what a subclass supplies ----------------------------------------------------------
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
+        """The loss of a minibatch and a dict of detached statistics; with several
+        optimisers, one loss per optimiser name of :meth:`optimized`. A statistic with
+        one value per row (a TD error) comes back from :meth:`learn_on_batch` in row
+        order."""
+        raise NotImplementedError
+
+    def optimized(self) -> dict[str, Optimized]:
+        """What each optimiser steps, by name: by default one over the acting module."""
+        return {"model": Optimized(list(self.module.parameters()), self.config.lr)}
+
+    def batch_stats(self, batch: SampleBatch) -> dict[str, float]:
+        """Statistics of a whole train batch, beside the loss's (explained variance, say)."""
+        return {}
+
+    def target_of(self, module: nn.Module) -> nn.Module:
+        """A frozen copy of ``module`` that :meth:`update_targets` moves towards it; keep
+        it in an attribute (checkpoints save the learner's modules by attribute)."""
+        target = copy.deepcopy(module).requires_grad_(False)
+        self.targets.append((module, target))
+        return target
+
+    # -- optimisers ----------------------------------------------------------------------
+    @cached_property
+    def _optimized(self) -> dict[str, Optimized]:
+        return self.optimized()
+
+    @cached_property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """One Adam per :meth:`optimized` entry, built on first use: building one imports
+        torch's compiler stack (about 1.5 s)."""
+        return {name: adam(o.params, o.lr, eps=o.eps) for name, o in self._optimized.items()}
+
+    # -- the SGD loop --------------------------------------------------------------------
+    def learn_on_batch(
+        self, batch: SampleBatch, *, num_sgd_iter: int = 1, minibatch_size: int = 0
+    ) -> dict[str, Any]:
+        """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0).
+
+        The batch moves to the device once; minibatches are whole sequences (see
+        :attr:`sequence_length`), shuffled unless :attr:`shuffle` is False. Returns the
+        mean of each statistic, and per-row statistics in the batch's row order.
+        """
+        tensors = self._tensors(batch)
+        seq, rows = self.sequence_length, len(batch)
+        n = rows // seq
+        size = max(1, minibatch_size // seq) if 0 < minibatch_size < rows else n
+        steps = torch.arange(seq, device=self.device)
+        stats: list[dict[str, Any]] = []
+        per_row: dict[str, torch.Tensor] = {}
+        for _ in range(num_sgd_iter):
+            order = (
+                torch.from_numpy(self.rng.permutation(n)).to(self.device) if self.shuffle else None
+            )
+            for start in range(0, n, size):
+                if order is None:  # in order: slices are views, no gather
+                    idx: Any = slice(start * seq, (start + size) * seq)
+                    minibatch = tensors if size == n else {k: v[idx] for k, v in tensors.items()}
+                else:
+                    idx = order[start : start + size]
+                    if seq > 1:
+                        idx = (idx[:, None] * seq + steps).flatten()
+                    minibatch = {k: v[idx] for k, v in tensors.items()}
+                step = self._sgd_step(minibatch)
+                for key in [k for k, v in step.items() if torch.is_tensor(v) and v.ndim > 0]:
+                    value = step.pop(key)
+                    out = per_row.setdefault(key, value.new_zeros((rows, *value.shape[1:])))
+                    out[idx] = value
+                stats.append(step)
+        out_stats: dict[str, Any] = {**mean_stats(stats), **self.batch_stats(batch)}
+        return out_stats | {k: v.cpu().numpy() for k, v in per_row.items()}
+
+    def _order(self, n: int) -> torch.Tensor | None:
+        """A shuffled order of ``n`` rows (or sequences) for one pass, or None: in order."""
+        if not self.shuffle:
+            return None
+        return torch.from_numpy(self.rng.permutation(n)).to(self.device)
+
+    def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        keys = batch.keys() if self.loss_columns is None else self.loss_columns
+        return {k: torch.from_numpy(batch[k]).to(self.device) for k in keys}
+
+    def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """One step of every optimiser on the loss of ``batch``; returns its statistics."""
+        stats = self._gradients(batch)
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+        self.num_updates += 1
+        return stats
+
+    def _gradients(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Each optimiser's parameters get the gradient of their loss, clipped and checked
+        finite before any of them steps."""
+        optimizers = self.optimizers
+        for optimizer in optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+        losses, stats = self._loss(batch)
+        if isinstance(losses, torch.Tensor):  # one optimiser: plain backward
+            losses.backward()
+            losses = {name: losses for name in optimizers}
+        else:
+            names = list(losses)
+            for i, name in enumerate(names):
+                params = self._optimized[name].params
+                grads = torch.autograd.grad(
+                    losses[name], params, retain_graph=i < len(names) - 1, allow_unused=True
+                )
+                for p, g in zip(params, grads, strict=True):
+                    p.grad = g
+        for name, loss in losses.items():
+            norm = self.clip_gradients(self._optimized[name].params, loss, batch)
+            if self.config.grad_clip > 0:
+                stats["grad_norm" if name == "model" else f"{name}_grad_norm"] = norm
+        return stats
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
+        try:
+            return self.loss(batch)
+        except KeyError as e:
+            if self.loss_columns is None or not e.args or e.args[0] in batch:
+                raise
+            raise KeyError(
+                f"{e.args[0]!r}: the loss read a column that {type(self).__name__}.loss_columns "
+                f"{self.loss_columns} leaves out; add it there"
+            ) from None
+
+    def clip_gradients(
+        self,
+        params: list[torch.Tensor],
+        loss: torch.Tensor,
+        batch: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Clip the gradients of ``params`` to ``grad_clip`` (when set) and return their
+        global norm. A non-finite norm raises :class:`NonFiniteError`, before any optimiser
+        step, saying where it came from: the batch's columns, the loss, or the gradient."""
+        if self.config.grad_clip > 0:
+            norm = nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+        else:
+            norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        if not torch.isfinite(norm):
+            raise NonFiniteError(self._non_finite_source(loss, batch))
+        return norm.detach()
+
+    # -- gradients computed elsewhere (A3C) ------------------------------------------------
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Gradients of the loss on ``batch`` as numpy arrays (parameters are unchanged)."""
+        stats = self._gradients(self._tensors(batch))
+        grads = [
+            np.zeros(p.shape, np.float32) if p.grad is None else p.grad.cpu().numpy()
+            for p in self._params()
+        ]
+        return grads, mean_stats([stats])
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """One optimiser step with gradients computed elsewhere."""
+        for p, g in zip(self._params(), grads, strict=True):
+            p.grad = torch.tensor(g, device=self.device)  # copy: Ray arrays are read-only
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+        self.num_updates += 1
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for o in self._optimized.values() for p in o.params]
+
+    # -- periodic updates (operators of the plan call these) -------------------------------
+    @torch.no_grad()
+    def update_targets(self, tau: float = 1.0) -> None:
+        """target <- tau * online + (1 - tau) * target, for every target (tau=1: a copy)."""
+        for online, target in self.targets:
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+    # -- non-finite checks ---------------------------------------------------------------
+    def check_finite_weights(self) -> None:
+        """Raise :class:`NonFiniteError` when a weight of any network the learner trains is
+        NaN or infinite (checkpoints call it, so a bad update never overwrites good
+        weights on disk)."""
+        weight = self._non_finite_weight()
+        if weight is not None:
+            raise NonFiniteError(f"{type(self).__name__}: weight {weight} is non-finite")
+
+    def _non_finite_weight(self) -> str | None:
+        """The name of the first NaN or infinite weight of the learner's networks, if any."""
+        for attr, module in vars(self).items():
+            if isinstance(module, nn.Module):
+                for pname, p in module.named_parameters():
+                    if not bool(torch.isfinite(p).all()):
+                        return f"{attr}.{pname}"
+        return None
+
+    def _non_finite_source(self, loss: torch.Tensor, batch: dict[str, torch.Tensor] | None) -> str:
+        name = f"{type(self).__name__} (update {self.num_updates})"
+        weight = self._non_finite_weight()
+        if weight is not None:
+            return f"{name}: weight {weight} is non-finite before the update"
+        bad = [
+            k
+            for k, v in (batch or {}).items()
+            if v.is_floating_point() and not bool(torch.isfinite(v).all())
+        ]
+        if bad:
+            return f"{name}: non-finite values in the training batch's {', '.join(bad)}"
+        if not bool(torch.isfinite(loss).all()):
+            return (
+                f"{name}: the loss is {float(loss.detach().sum())} on a finite batch "
+                "(a learning rate or loss setting too large?)"
+            )
+        return f"{name}: the gradient is non-finite on a finite batch and loss"
+
+    # -- state ---------------------------------------------------------------------------
+    def _own_modules(self) -> dict[str, nn.Module]:
+        """The networks only the learner holds (targets, critics), by attribute."""
+        return {
+            k: v for k, v in vars(self).items() if isinstance(v, nn.Module) and v is not self.module
+        }
+
+    def get_state(self) -> dict[str, Any]:
+        """What a restore needs beyond the policy's weights: the learner's own networks,
+        optimisers, shuffling RNG, update count and KL weight."""
+        return {
+            "modules": {k: module_weights(m) for k, m in self._own_modules().items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "rng": self.rng.bit_generator.state,
+            "num_updates": self.num_updates,
+            "kl_coeff": None if self.kl is None else self.kl.coeff,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        for name, module in self._own_modules().items():
+            load_module_weights(module, state["modules"][name])
+        for name, optimizer in self.optimizers.items():
+            load_optimizer_state(optimizer, state["optimizers"][name], self._optimized[name].lr)
+        self.rng.bit_generator.state = state["rng"]
+        self.num_updates = state["num_updates"]
+        if self.kl is not None:
+            self.kl.coeff = state["kl_coeff"]

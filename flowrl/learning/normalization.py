@@ -1,0 +1,202 @@
+"""Observation and reward normalisation: running statistics kept by the workers, merged on
+the learner and sent back with the weights.
+
+With ``normalize_observations``, a policy sees ``clip((obs - mean) / std)`` where mean and
+std are those of every observation sampled so far; with ``normalize_rewards``, rewards are
+divided by the running std of the discounted return (as SB3's ``VecNormalize`` does), which
+keeps value targets near unit scale whatever the env's reward scale. Episode returns in the
+results stay the env's own.
+
+The statistics live in the policy's :class:`Normalizer`, so they travel with its weights
+(:meth:`~flowrl.learning.policy.Policy.get_weights`), are saved in checkpoints and applied when
+evaluating. Each rollout worker adds what it samples to its own copy and keeps the same
+additions apart (``unsent``); :meth:`~flowrl.rollout.worker.WorkerSet.collect_metrics` takes them
+from every worker once per iteration and merges them into the learner's copy, which the next
+weights carry back. Statistics are frozen while a fragment is sampled and updated at its end.
+
+Example:
+    >>> rms = RunningMeanStd(())
+    >>> rms.update(np.array([1.0, 2.0, 3.0]))
+    >>> other = RunningMeanStd(())
+    >>> other.update(np.array([4.0, 5.0]))
+    >>> rms.merge(other)
+    >>> float(rms.count), float(rms.mean), round(float(rms.var), 3)
+    (5.0, 3.0, 2.0)
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from flowrl.core.config import Config
+
+PREFIX = "normalizer/"
+EPSILON = 1e-8
+
+
+def moments(rows: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Count, mean and variance of ``rows`` along the first axis (no rows: count 0)."""
+    if not len(rows):
+        return 0, np.zeros(rows.shape[1:]), np.ones(rows.shape[1:])
+    return len(rows), rows.mean(axis=0), rows.var(axis=0)
+
+
+class RunningMeanStd:
+    """Count, mean and (population) variance of everything added, in float64; two of them
+    merge exactly (Chan et al.'s parallel update)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.count = 0.0
+        self.mean = np.zeros(shape)
+        self.var = np.ones(shape)
+
+    def update(self, rows: np.ndarray) -> None:
+        """Add ``rows`` (a batch along the first axis)."""
+        self.add_moments(*moments(rows))
+
+    def add_moments(self, count: float, mean: np.ndarray, var: np.ndarray) -> None:
+        """Add ``count`` samples with this mean and variance."""
+        if count <= 0:
+            return
+        total = self.count + count
+        delta = mean - self.mean
+        m2 = self.var * self.count + var * count + delta**2 * self.count * count / total
+        self.mean = self.mean + delta * count / total
+        self.var = m2 / total
+        self.count = total
+
+    def merge(self, other: RunningMeanStd) -> None:
+        self.add_moments(other.count, other.mean, other.var)
+
+    def std(self) -> np.ndarray:
+        return np.sqrt(self.var + EPSILON)
+
+    def state(self, prefix: str) -> dict[str, np.ndarray]:
+        return {
+            f"{prefix}count": np.array(self.count),
+            f"{prefix}mean": self.mean.copy(),
+            f"{prefix}var": self.var.copy(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray], prefix: str) -> RunningMeanStd:
+        rms = cls(np.shape(state[f"{prefix}mean"]))
+        rms.count = float(state[f"{prefix}count"])
+        rms.mean = np.array(state[f"{prefix}mean"], dtype=np.float64)
+        rms.var = np.array(state[f"{prefix}var"], dtype=np.float64)
+        return rms
+
+
+class Normalizer:
+    """A policy's observation and reward statistics (either may be off) and what this
+    process added since it last reported them (``unsent``).
+
+    Example:
+        >>> from flowrl.core.config import Config
+        >>> space = gym.spaces.Box(-10, 10, (2,))
+        >>> norm = Normalizer(space, Config(normalize_observations=True))
+        >>> norm.observe_fragment(np.array([[[1.0, 10.0]], [[3.0, 30.0]]]))
+        >>> norm.observations(np.array([[2.0, 20.0]]))
+        array([[0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, observation_space: gym.Space, config: Config) -> None:
+        self.clip, self.gamma = config.normalize_clip, config.gamma
+        shape = observation_space.shape
+        self.obs = RunningMeanStd(shape) if config.normalize_observations else None
+        self.ret = RunningMeanStd(()) if config.normalize_rewards else None
+        self._unsent = self._empty()
+        self._returns: np.ndarray | None = None  # each env's discounted return so far
+        self._obs_scale: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _empty(self) -> dict[str, RunningMeanStd]:
+        parts = {"obs": self.obs, "ret": self.ret}
+        return {k: RunningMeanStd(v.mean.shape) for k, v in parts.items() if v is not None}
+
+    @property
+    def enabled(self) -> bool:
+        return self.obs is not None or self.ret is not None
+
+    # -- applying ---------------------------------------------------------------------
+    def observations(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` normalised and clipped (float32); unchanged when observations are off."""
+        if self.obs is None:
+            return obs
+        if self._obs_scale is None:  # float32 once per change of the statistics, not per step
+            self._obs_scale = (
+                self.obs.mean.astype(np.float32),
+                1 / self.obs.std().astype(np.float32),
+            )
+        mean, inv_std = self._obs_scale
+        out = (obs - mean) * inv_std
+        return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32, copy=False)
+
+    # -- learning the statistics ------------------------------------------------------
+    def observe_fragment(self, raw_obs: np.ndarray) -> None:
+        """Add a fragment's raw ``[T, N, ...]`` observations."""
+        if self.obs is None:
+            return
+        self._add("obs", raw_obs.reshape(-1, *self.obs.mean.shape))
+        self._obs_scale = None
+
+    def _add(self, name: str, rows: np.ndarray) -> None:
+        """``rows`` into the statistics and into what is unsent, summarised once."""
+        summary = moments(rows)
+        getattr(self, name).add_moments(*summary)
+        self._unsent[name].add_moments(*summary)
+
+    def scale_rewards(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """A fragment's ``[T, N]`` rewards divided by the running std of the discounted
+        return (whose statistics its valid steps join); unchanged when rewards are off."""
+        if self.ret is None:
+            return rewards
+        if self._returns is None:
+            self._returns = np.zeros(rewards.shape[1])
+        returns = np.empty(rewards.shape)
+        for t in range(len(rewards)):
+            self._returns = self._returns * self.gamma + rewards[t]
+            returns[t] = self._returns
+            self._returns[done[t]] = 0.0
+        self._add("ret", returns[valid])
+        scaled = rewards / self.ret.std()
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    # -- moving the statistics between processes --------------------------------------
+    def take_unsent(self) -> dict[str, np.ndarray]:
+        """What was added here since the last call (empty when off), then forget it."""
+        out = {}
+        for name, rms in self._unsent.items():
+            out.update(rms.state(f"{PREFIX}{name}_"))
+        self._unsent = self._empty()
+        return out
+
+    def merge(self, unsent: dict[str, np.ndarray]) -> None:
+        """Add another process's :meth:`take_unsent` (the learner merges the workers')."""
+        for name, rms in (("obs", self.obs), ("ret", self.ret)):
+            if rms is not None and f"{PREFIX}{name}_count" in unsent:
+                rms.merge(RunningMeanStd.from_state(unsent, f"{PREFIX}{name}_"))
+        self._obs_scale = None
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """The statistics as ``normalizer/...`` arrays (empty when off)."""
+        out = {}
+        for name, rms in (("obs", self.obs), ("ret", self.ret)):
+            if rms is not None:
+                out.update(rms.state(f"{PREFIX}{name}_"))
+        return out
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Take the learner's statistics, plus what was added here and not yet sent."""
+        for name in ("obs", "ret"):
+            if getattr(self, name) is not None and f"{PREFIX}{name}_count" in state:
+                rms = RunningMeanStd.from_state(state, f"{PREFIX}{name}_")
+                rms.merge(self._unsent[name])
+                setattr(self, name, rms)
+        self._obs_scale = None
+
+
+def split_state(weights: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """``(model weights, normalizer state)`` of a :meth:`Policy.get_weights` dict."""
+    model = {k: v for k, v in weights.items() if not k.startswith(PREFIX)}
+    return model, {k: v for k, v in weights.items() if k.startswith(PREFIX)}

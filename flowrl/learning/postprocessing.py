@@ -1,0 +1,185 @@
+"""Return estimators on time-major rollout fragments (arrays shaped ``[T, num_envs]``).
+
+Rows come from gymnasium vector envs in NEXT_STEP autoreset mode: after a step that ends
+an episode, the env's next step only resets it. That step's observation is the episode's
+final observation, so its value estimate is exactly what a truncated episode bootstraps
+from; the step itself is masked out (``valid == False``) and never learned from.
+
+Example:
+    >>> r = np.ones((3, 1)); v = np.zeros((3, 1)); f = np.zeros((3, 1), bool)
+    >>> adv, targets = compute_gae(r, v, f, f, np.zeros(1), gamma=1.0, lam=1.0)
+    >>> adv[:, 0].tolist()
+    [3.0, 2.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from flowrl.core.sample_batch import (
+    ADVANTAGES,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    VALUE_TARGETS,
+    VF_PREDS,
+    Fragment,
+    SampleBatch,
+)
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    last_values: np.ndarray,
+    *,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalised advantage estimates and value targets over a ``[T, N]`` fragment.
+
+    ``values[t]`` is V(obs_t); the value after step ``t`` is ``values[t + 1]`` (for the last
+    step, ``last_values``). A terminated step bootstraps with 0, a truncated one with the
+    value of its final observation; neither lets advantages flow across the boundary.
+    """
+    num_steps = len(rewards)
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    not_terminated = 1.0 - terminateds.astype(np.float32)
+    continues = 1.0 - (terminateds | truncateds).astype(np.float32)
+    deltas = rewards + gamma * next_values * not_terminated - values
+    decay = (gamma * lam) * continues
+    advantages = deltas.astype(np.float32)  # A[t] = delta[t] + decay[t] * A[t + 1]
+    for t in reversed(range(num_steps - 1)):
+        advantages[t] += decay[t] * advantages[t + 1]
+    return advantages, (advantages + values).astype(np.float32)
+
+
+def add_advantages(
+    fragment: Fragment, last_values: np.ndarray, *, gamma: float, lam: float
+) -> SampleBatch:
+    """GAE advantages and value targets added to a fragment's columns, as training rows.
+
+    ``last_values`` are the value estimates of ``fragment.last_obs``.
+    """
+    cols = fragment.columns
+    cols[ADVANTAGES], cols[VALUE_TARGETS] = compute_gae(
+        cols[REWARDS],
+        cols[VF_PREDS],
+        cols[TERMINATEDS],
+        cols[TRUNCATEDS],
+        last_values,
+        gamma=gamma,
+        lam=lam,
+    )
+    return fragment.to_batch()
+
+
+NEXT_OBS = "next_obs"
+DISCOUNTS = "discounts"
+
+
+def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBatch:
+    """Off-policy training rows with ``n``-step returns from a time-major fragment.
+
+    Row ``t`` sums the rewards of steps ``t .. t+m-1`` discounted by gamma, where ``m <= n``
+    stops early at an episode end or at the end of the fragment. ``next_obs`` is the
+    observation after step ``t+m-1`` (the final observation when the episode ended),
+    ``terminateds`` says whether the episode terminated within those steps (no bootstrap),
+    and ``discounts`` is ``gamma ** m``, the factor on the bootstrap value.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    cols = fragment.columns
+    rewards, terminated = cols[REWARDS], cols[TERMINATEDS]
+    ended = terminated | cols[TRUNCATEDS]
+    obs_after = np.concatenate([cols[OBS][1:], fragment.last_obs[None]], axis=0)
+    steps, num_envs = rewards.shape
+    returns = np.zeros((steps, num_envs), np.float32)
+    done = np.zeros((steps, num_envs), bool)
+    length = np.zeros((steps, num_envs), np.int64)
+    for t in range(steps):
+        running = np.ones(num_envs, bool)  # still accumulating
+        for k in range(min(n, steps - t)):
+            returns[t] += running * gamma**k * rewards[t + k]
+            length[t] += running
+            done[t] |= running & terminated[t + k]
+            running &= ~ended[t + k]
+    last = np.arange(steps)[:, None] + length - 1
+    env = np.arange(num_envs)[None, :].repeat(steps, 0)
+    extra = {
+        REWARDS: returns,
+        NEXT_OBS: obs_after[last, env],
+        TERMINATEDS: done,
+        DISCOUNTS: (gamma**length).astype(np.float32),
+    }
+    keep = {k: v for k, v in cols.items() if k not in (REWARDS, TERMINATEDS, TRUNCATEDS)}
+    return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs, fragment.pool).to_batch()
+
+
+VALID = "valid"
+
+
+def to_sequences(fragment: Fragment) -> SampleBatch:
+    """A fragment as ``num_envs`` whole sequences for a learner that reads time-major
+    ``[T + 1, B]`` data (V-trace), rows env-major: row ``i * (T + 1) + t`` is step ``t`` of
+    env ``i``. Step ``T`` is a bootstrap step: its observation is ``last_obs``, the rest of
+    it zeros. ``valid`` marks the steps to learn from (not the reset steps of NEXT_STEP
+    autoreset, not the bootstrap step). Sequences of several fragments concatenate.
+
+    Example:
+        >>> cols = {"obs": np.zeros((3, 2, 4)), "rewards": np.ones((3, 2))}
+        >>> fragment = Fragment(cols, np.ones((3, 2), bool), last_obs=np.ones((2, 4)))
+        >>> batch = to_sequences(fragment)
+        >>> len(batch), batch["valid"].reshape(2, 4)[0].tolist()
+        (8, [True, True, True, False])
+    """
+    steps, num_envs = fragment.valid.shape
+    out = {}
+    for key, column in {**fragment.columns, VALID: fragment.valid}.items():
+        last = fragment.last_obs if key == OBS else np.zeros_like(column[:1][0])
+        seq = np.concatenate([column, last[None]], axis=0)  # [T + 1, N, ...]
+        out[key] = seq.swapaxes(0, 1).reshape(num_envs * (steps + 1), *column.shape[2:])
+    return SampleBatch(out)
+
+
+def vtrace(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float = 1.0,
+    clip_rho: float = 1.0,
+    clip_c: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018,
+    https://arxiv.org/abs/1802.01561) over time-major ``[T, B]`` steps.
+
+    ``log_rhos`` are log(target / behaviour) probabilities of the actions taken;
+    ``values`` is ``[T + 1, B]``: V(x_t) for every step and the value after the last one.
+    A terminated step bootstraps with 0, a truncated one with the value of its final
+    observation (the next row, in NEXT_STEP autoreset); neither lets a trace run across
+    the boundary. Returns ``vs`` (value targets, ``[T, B]``) and the advantages
+    ``rho_t (r_t + gamma vs_{t+1} - V(x_t))`` with ``vs_{t+1}`` replaced by ``V(x_{t+1})``
+    at an episode's end.
+    """
+    rhos = log_rhos.exp()
+    clipped_rhos = rhos.clamp(max=clip_rho)
+    cs = lam * rhos.clamp(max=clip_c)
+    alive = 1.0 - terminateds.to(values.dtype)
+    continues = 1.0 - (terminateds | truncateds).to(values.dtype)
+    next_values = values[1:]
+    deltas = clipped_rhos * (rewards + gamma * alive * next_values - values[:-1])
+    corrections = torch.zeros_like(values)  # vs_t - V(x_t); the last row stays 0
+    for t in reversed(range(len(rewards))):
+        corrections[t] = deltas[t] + gamma * continues[t] * cs[t] * corrections[t + 1]
+    vs = values[:-1] + corrections[:-1]
+    vs_next = next_values + continues * corrections[1:]
+    advantages = clipped_rhos * (rewards + gamma * alive * vs_next - values[:-1])
+    return vs, advantages

@@ -1,0 +1,58 @@
+"""Execution plans that several algorithms share, parametrised by what differs.
+
+Example:
+    >>> print(replay_plan.__doc__.splitlines()[0])
+    Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowrl.core.iter import LocalIterator
+from flowrl.ops import (
+    Concurrently,
+    ParallelRollouts,
+    Replay,
+    StandardMetricsReporting,
+    StoreToReplayBuffer,
+    TrainOneStep,
+    UpdatePriorities,
+    UpdateTargets,
+)
+from flowrl.replay import ReplayConfig, make_replay
+from flowrl.rollout.worker import WorkerSet
+
+
+def replay_plan(
+    workers: WorkerSet, config: ReplayConfig, update_targets: UpdateTargets
+) -> LocalIterator[dict[str, Any]]:
+    """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
+    targets; only the training branch reports. ``update_targets`` is the algorithm's own
+    (hard copies every so many steps, or soft updates after every SGD step).
+
+    Example:
+        >>> from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
+        >>> config = DQNConfig(learning_starts=100, min_env_steps_per_iteration=200)
+        >>> workers = WorkerSet(policy_cls=DQNPolicy, learner_cls=DQNLearner, config=config)
+        >>> update = UpdateTargets(workers.learner.update_targets, period=500)
+        >>> plan = replay_plan(workers, config, update)
+        >>> next(plan)["env_steps_trained"] > 0
+        True
+    """
+    buffer = workers.keep("replay", lambda: make_replay(config))  # survives a plan rebuild
+    store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
+        StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
+    )
+    replay_op = Replay(
+        buffer, batch_size=config.train_batch_size, learning_starts=config.learning_starts
+    ).for_each(TrainOneStep(workers))
+    if config.prioritized_replay:
+        replay_op = replay_op.for_each(UpdatePriorities(buffer))
+    train_op = Concurrently(
+        [store_op, replay_op.for_each(update_targets)],
+        mode="round_robin",
+        output_indexes=[1],
+        round_robin_weights=[1, config.replay_weight],
+    )
+    return StandardMetricsReporting(train_op, workers, config)

@@ -1,0 +1,2 @@
+"""Sampling: environments (vector envs, Atari, recording) and rollout workers
+(RolloutWorker, WorkerSet)."""

@@ -1,0 +1,321 @@
+"""Environment creation: gymnasium vector envs in NEXT_STEP autoreset mode.
+
+An env is named by a string, so that configs, checkpoints and Ray workers can carry it:
+
+- a gymnasium id (``CartPole-v1``), or ``module:EnvId-v0`` to import the module that
+  registers it first;
+- ``package.module:ClassOrFactory``: a ``gymnasium.Env`` subclass or a function returning
+  an env, imported by every process that builds one;
+- a name given to :func:`register_env` (the creator travels to Ray workers with them).
+
+The config's ``env_config`` is passed to the creator (or to ``gymnasium.make``) as keyword
+arguments. A registered vectorised implementation (CartPole's numpy one, say) is used when
+the env has one; otherwise a ``SyncVectorEnv`` of copies. Atari ids (``ALE/...``) use
+ale-py's native vector env with the standard preprocessing (84x84 grey frames, 4 stacked,
+frame skip 4).
+
+Example:
+    >>> env = make_vector_env("CartPole-v1", num_envs=4, seed=0)
+    >>> env.num_envs, env.single_action_space
+    (4, Discrete(2))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from flowrl.core.config import ConfigError
+
+EnvCreator = Callable[..., gym.Env]
+
+_REGISTERED: dict[str, EnvCreator] = {}
+
+
+class EnvError(RuntimeError):
+    """The env raised in ``step()`` on rollout worker ``worker_index`` (0: the local
+    worker). A remote worker whose env raised is replaced, within the run's failure budget
+    (:class:`flowrl.run.runner.FailureBudget`); in this process nothing can be, and the run ends.
+
+    Example:
+        >>> str(EnvError("env CartPole-v1 (worker 2) raised ValueError: boom", 2))
+        'env CartPole-v1 (worker 2) raised ValueError: boom'
+    """
+
+    def __init__(self, message: str, worker_index: int) -> None:
+        super().__init__(message, worker_index)  # both, so it pickles through Ray
+        self.message, self.worker_index = message, worker_index
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def register_env(name: str, creator: EnvCreator) -> str:
+    """Make ``creator`` trainable as ``env=name`` in this process and on its Ray workers.
+
+    ``creator`` is a ``gymnasium.Env`` subclass or a function returning an env; it is
+    called with the config's ``env_config`` as keyword arguments. Ray workers get the
+    creator itself (pickled with it, so one defined in a notebook works), not this
+    process's gymnasium registry. Returns ``name``.
+
+    Example:
+        >>> register_env("short-cartpole", lambda: gym.make("CartPole-v1", max_episode_steps=50))
+        'short-cartpole'
+        >>> make_vector_env("short-cartpole", num_envs=2, seed=0).num_envs
+        2
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"register_env needs a non-empty name, got {name!r}")
+    if not callable(creator):
+        raise ConfigError(f"register_env({name!r}) needs an env class or function, got {creator!r}")
+    _REGISTERED[name] = creator
+    return name
+
+
+def registered_creator(name: str) -> EnvCreator | None:
+    """The creator :func:`register_env` stored under ``name``, if any."""
+    return _REGISTERED.get(name)
+
+
+def env_name(env: str | EnvCreator) -> str:
+    """The config's ``env`` string for an id, an env class or a creator function.
+
+    A class or function that its module exports is named ``module:name``, which any
+    process can import; any other (one defined in a notebook or a function) is registered
+    under its own name with :func:`register_env`.
+    """
+    if isinstance(env, str):
+        return env
+    if not callable(env):
+        raise ConfigError(f"env must be an id, an env class or a function, got {env!r}")
+    module, name = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+    if module and module != "__main__" and name.isidentifier():
+        with contextlib.suppress(ImportError):
+            if getattr(importlib.import_module(module), name, None) is env:
+                return register_env(f"{module}:{name}", env)
+    return register_env(getattr(env, "__name__", None) or type(env).__name__, env)
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/")
+
+
+def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
+    """What ``env`` names: a creator (registered, or ``module:ClassOrFactory``) or a
+    gymnasium spec; a ConfigError that names the env otherwise."""
+    creator = _REGISTERED.get(env)
+    if creator is not None:
+        return creator
+    if is_atari(env):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    module_name, sep, name = env.rpartition(":")
+    if sep:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ConfigError(f"cannot import {module_name} for env {env}: {e}") from None
+        attr = getattr(module, name, None) if name.isidentifier() else None
+        if attr is not None:
+            if not callable(attr):
+                raise ConfigError(f"env {env} is {attr!r}, not an env class or function")
+            return attr
+    try:
+        return gym.spec(name if sep else env)
+    except gym.error.Error as e:
+        hint = ""
+        if not sep:
+            hint = " (your own env: module:ClassOrFactory, or flowrl.register_env first)"
+        raise ConfigError(f"unknown env id '{env}': {e}{hint}") from None
+
+
+def check_env_id(env: str) -> None:
+    """A ConfigError unless ``env`` names an env (see :func:`resolve_env`)."""
+    resolve_env(env)
+
+
+def make_vector_env(
+    env: str,
+    *,
+    num_envs: int,
+    seed: int,
+    num_threads: int = 0,
+    env_config: Mapping[str, Any] | None = None,
+) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode (seed it on reset).
+
+    ``env_config`` goes to the env's creator as keyword arguments. ``num_threads`` bounds
+    the threads of a natively threaded env (ale-py's Atari vector env); 0 leaves the
+    env's default, a thread per core. Observation and action spaces flowrl's policies
+    cannot take are a ConfigError naming the space.
+    """
+    target, kwargs = resolve_env(env), dict(env_config or {})
+    try:
+        if isinstance(target, gym.envs.registration.EnvSpec):
+            vec = _make_registered(env, target, num_envs, num_threads, kwargs)
+        else:
+            vec = _make_from_creator(env, target, num_envs, kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"{env} needs a package that is not installed: {e}") from None
+    mode = vec.metadata.get("autoreset_mode")
+    if mode is not None and getattr(mode, "name", str(mode)) != "NEXT_STEP":
+        raise ValueError(f"{env}: expected NEXT_STEP autoreset, got {mode}")
+    try:
+        check_spaces(env, vec.single_observation_space, vec.single_action_space)
+    except ConfigError:
+        vec.close()
+        raise
+    vec.action_space.seed(seed)
+    return vec
+
+
+def make_recording_env(
+    env: str,
+    *,
+    video_dir: str,
+    seed: int,
+    env_config: Mapping[str, Any] | None = None,
+    name_prefix: str = "eval",
+) -> gym.vector.VectorEnv:
+    """One env, as a vector env of one, that writes each of its episodes to ``video_dir``
+    as ``{name_prefix}-episode-{i}.mp4`` (gymnasium's ``RecordVideo``, so the ``video``
+    extra: moviepy, and pygame for the classic-control envs).
+
+    The env renders ``rgb_array`` frames: a creator gets ``render_mode="rgb_array"`` when
+    it takes it, and must render so otherwise. Atari ids get the preprocessing of
+    :func:`make_vector_env` from gymnasium's wrappers, which see the full-colour screen.
+    """
+    # pygame (classic-control rendering) opens a display and the sound card on init; a
+    # recording needs neither
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if not os.environ.get("DISPLAY"):  # MuJoCo renders off-screen through EGL, not a window
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    target, kwargs = resolve_env(env), dict(env_config or {})
+    fps = None
+    if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
+        one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
+        one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
+        one = gym.wrappers.FrameStackObservation(one, stack_size=4)
+        fps = one.metadata.get("render_fps", 60) // 4  # one frame per agent step
+    elif isinstance(target, gym.envs.registration.EnvSpec):
+        one = gym.make(target.id, render_mode="rgb_array", **kwargs)
+    else:
+        _check_signature(env, target, kwargs)
+        with contextlib.suppress(TypeError, ValueError):
+            inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
+            kwargs["render_mode"] = "rgb_array"
+        one = target(**kwargs)
+    if one.render_mode != "rgb_array":
+        one.close()
+        raise ConfigError(
+            f"env {env} cannot be recorded: it renders no rgb_array frames (render_mode "
+            f"{one.render_mode!r}; let its creator take render_mode='rgb_array')"
+        )
+    try:
+        one.reset(seed=seed)
+        one.render()  # a renderer's missing package (pygame) fails here, not mid-episode
+        one = gym.wrappers.RecordVideo(
+            one, video_dir, episode_trigger=lambda _: True, name_prefix=name_prefix, fps=fps
+        )
+    except gym.error.DependencyNotInstalled as e:
+        one.close()
+        raise ConfigError(
+            f"recording {env} needs a package that is not installed ({e}); "
+            'pip install "flowrl[video]"'
+        ) from None
+    except Exception as e:  # no OpenGL for MuJoCo, say
+        one.close()
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"env {env} cannot render frames here: {reason}") from None
+    check_spaces(env, one.observation_space, one.action_space)
+    vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    vec.action_space.seed(seed)
+    return vec
+
+
+# ale-py's vector env defaults, for the single Atari env a recording uses.
+_ATARI_SINGLE = {"repeat_action_probability": 0.0, "max_num_frames_per_episode": 108_000}
+
+
+def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> None:
+    """A ConfigError naming the space unless observations are a Box (vectors or images)
+    and actions Discrete or a 1-D Box, which flowrl's policies take."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ConfigError(
+            f"env {env} has observation space {obs_space}: flowrl's policies take Box "
+            "observations (flatten or one-hot others with a gymnasium wrapper)"
+        )
+    vector_box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+    if not (isinstance(action_space, gym.spaces.Discrete) or vector_box):
+        raise ConfigError(
+            f"env {env} has action space {action_space}: flowrl's policies take Discrete "
+            "or 1-D Box actions"
+        )
+
+
+def _make_registered(
+    env: str,
+    spec: gym.envs.registration.EnvSpec,
+    num_envs: int,
+    num_threads: int,
+    kwargs: dict[str, Any],
+) -> gym.vector.VectorEnv:
+    if is_atari(env):
+        from ale_py.vector_env import AtariVectorEnv
+
+        kwargs = {"reward_clipping": False, **kwargs}
+        return AtariVectorEnv(
+            game=_ale_game(env), num_envs=num_envs, num_threads=num_threads, **kwargs
+        )
+    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    try:
+        return gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"env {env} rejected env_config {kwargs}: {e}") from None
+
+
+def _make_from_creator(
+    env: str, creator: EnvCreator, num_envs: int, kwargs: dict[str, Any]
+) -> gym.vector.VectorEnv:
+    _check_signature(env, creator, kwargs)
+
+    def make_one() -> gym.Env:
+        one = creator(**kwargs)
+        if not isinstance(one, gym.Env):
+            raise ConfigError(f"env {env} made a {type(one).__name__}, not a gymnasium.Env")
+        return one
+
+    return gym.vector.SyncVectorEnv(
+        [make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
+    )
+
+
+def _check_signature(env: str, creator: EnvCreator, kwargs: dict[str, Any]) -> None:
+    """``env_config`` that the creator cannot take is a ConfigError, not a TypeError from
+    deep inside a worker."""
+    try:
+        inspect.signature(creator).bind(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
+    except ValueError:  # no signature to check (a builtin): the call itself will say
+        pass
+
+
+def _ale_game(env_id: str) -> str:
+    """``ALE/Pong-v5`` -> ``pong``."""
+    name = env_id.split("/", 1)[1].split("-")[0]
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def reward_threshold(env: str) -> float | None:
+    """The env's registered reward threshold, if it has one."""
+    target = resolve_env(env)
+    return target.reward_threshold if isinstance(target, gym.envs.registration.EnvSpec) else None

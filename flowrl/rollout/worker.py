@@ -1,0 +1,540 @@
+"""RolloutWorker (a vector env + a copy of the policy) and WorkerSet (local + N remote).
+
+A worker steps all its envs with one batched forward pass per step and returns
+post-processed :class:`SampleBatch` fragments. As a Ray actor it is also a shard of a
+:class:`~flowrl.core.iter.ParallelIterator` that yields one fragment per pull. A worker
+holds the policy's acting module; the local worker also builds the
+:class:`~flowrl.learning.learner.Learner` that trains it (remote workers only when a plan
+asks them for gradients).
+
+Example:
+    >>> from flowrl.core.config import Config
+    >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
+    >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from flowrl.core.config import Config
+from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
+from flowrl.core.iter import ParallelIteratorWorker
+from flowrl.core.sample_batch import (
+    ACTIONS,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    ArrayPool,
+    Fragment,
+)
+from flowrl.learning.learner import Learner, NonFiniteError
+from flowrl.learning.policy import Policy, Weights
+from flowrl.rollout.envs import (
+    EnvCreator,
+    EnvError,
+    make_recording_env,
+    make_vector_env,
+    register_env,
+    registered_creator,
+)
+
+logger = logging.getLogger(__name__)
+
+Episode = tuple[float, int]  # (return, length)
+T = TypeVar("T")
+
+
+def worker_seed(config: Config, worker_index: int) -> int:
+    return config.seed + 10_007 * worker_index
+
+
+class RolloutWorker(ParallelIteratorWorker):
+    """Samples experience from a gymnasium vector env with a local copy of the policy."""
+
+    def __init__(
+        self,
+        *,
+        policy_cls: type[Policy],
+        config: Config,
+        learner_cls: type[Learner] | None = None,
+        worker_index: int = 0,
+        device: str = "cpu",
+        env_creator: EnvCreator | None = None,
+    ) -> None:
+        super().__init__(self._fragments)
+        if env_creator is not None:  # the driver's register_env, in this process too
+            register_env(config.env, env_creator)
+        if worker_index > 0:
+            torch.set_num_threads(1)
+        self.config = config
+        self.worker_index = worker_index
+        self.learner_cls = learner_cls
+        seed = worker_seed(config, worker_index)
+        torch.manual_seed(seed)
+        # a remote worker's env threads stay within the CPUs Ray reserved for it
+        threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
+        self.env = make_vector_env(
+            config.env,
+            num_envs=config.num_envs_per_worker,
+            seed=seed,
+            num_threads=threads,
+            env_config=config.env_config,
+        )
+        self.policy = policy_cls(
+            self.env.single_observation_space,
+            self.env.single_action_space,
+            config,
+            device=device,
+            worker_index=worker_index,
+        )
+        self.obs, _ = self.env.reset(seed=seed)
+        n = self.env.num_envs
+        self._needs_reset = np.zeros(n, dtype=bool)
+        self._ep_return = np.zeros(n, dtype=np.float64)
+        self._ep_len = np.zeros(n, dtype=np.int64)
+        self._episodes: list[Episode] = []
+        self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
+        # held while a learner thread changes the policy: a checkpoint reads whole updates
+        self.lock = threading.Lock()
+        # seconds spent sampling and loading weights, reported when profiling
+        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
+
+    # -- sampling ------------------------------------------------------------------------
+    def _fragments(self):
+        while True:
+            yield self.sample()
+
+    def sample(self):
+        """One post-processed fragment: ``rollout_fragment_length`` steps of every env."""
+        start = time.perf_counter()
+        fragment = self.policy.postprocess(self.sample_fragment())
+        self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
+        return fragment
+
+    def sample_fragment(self) -> Fragment:
+        """``rollout_fragment_length`` raw steps of every env, time-major."""
+        steps = self.config.rollout_fragment_length
+        policy, env, obs, pool = self.policy, self.env, self.obs, self._pool
+        norm = policy.normalizer
+        raw_obs = None
+        if norm.obs is not None:  # normalised for the policy; the raw ones update the stats
+            raw_obs = pool.empty("raw_obs", (steps, *np.shape(obs)), obs.dtype)
+        cols: dict[str, np.ndarray] = {}
+        with torch.inference_mode():  # entered once per fragment, not once per step
+            for t in range(steps):
+                if raw_obs is not None:
+                    raw_obs[t] = obs
+                    obs = norm.observations(obs)
+                actions, extras = policy.compute_actions(obs)
+                try:
+                    next_obs, rewards, terminated, truncated, _ = env.step(
+                        policy.env_actions(actions)
+                    )
+                except Exception as e:  # the env's own fault: this worker is replaced
+                    # (with the env's traceback, so the error's last frame is the env's line)
+                    raise self._env_error(e).with_traceback(e.__traceback__) from e
+                row = (
+                    (OBS, obs),
+                    (ACTIONS, actions),
+                    (REWARDS, rewards),
+                    (TERMINATEDS, terminated),
+                    (TRUNCATEDS, truncated),
+                    *extras.items(),
+                )
+                if not cols:
+                    cols = {
+                        k: pool.empty(k, (steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row
+                    }
+                for k, v in row:
+                    cols[k][t] = v
+                obs = next_obs
+        self.obs = obs
+        self._check_finite(cols, obs)
+        # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
+        done = cols[TERMINATEDS] | cols[TRUNCATEDS]
+        valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
+        self._needs_reset = done[-1]
+        self._track_episodes(cols[REWARDS], done, valid)  # the env's own rewards
+        last_obs = norm.observations(obs)  # before the statistics change
+        if raw_obs is not None:
+            norm.observe_fragment(raw_obs)
+        cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid)
+        cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
+        return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool)
+
+    def _env_error(self, error: Exception) -> EnvError:
+        text = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        where = f"env {self.config.env} (worker {self.worker_index})"
+        return EnvError(f"{where} raised {reason}", self.worker_index)
+
+    def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
+        """NaN or infinite observations or rewards from the env stop the run here, where
+        their source is known (one vectorised check per fragment, not per step)."""
+        what = None
+        if not np.isfinite(cols[REWARDS]).all():
+            what = "reward"
+        elif np.issubdtype(cols[OBS].dtype, np.floating) and not (
+            np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
+        ):
+            what = "observation"
+        if what is not None:
+            where = f"env {self.config.env} (worker {self.worker_index})"
+            raise NonFiniteError(f"{where} returned a non-finite {what}")
+
+    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.
+
+        Once per fragment: running sums along time, and a Python step per finished episode.
+        """
+        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)
+        lengths = np.cumsum(valid, axis=0)
+        start_return, start_len = np.zeros(done.shape[1]), np.zeros(done.shape[1], np.int64)
+        for t, i in zip(*np.nonzero(done & valid), strict=True):
+            ep_return = self._ep_return[i] + returns[t, i] - start_return[i]
+            ep_len = self._ep_len[i] + lengths[t, i] - start_len[i]
+            self._episodes.append((float(ep_return), int(ep_len)))
+            self._ep_return[i], self._ep_len[i] = 0.0, 0
+            start_return[i], start_len[i] = returns[t, i], lengths[t, i]
+        self._ep_return += returns[-1] - start_return
+        self._ep_len += lengths[-1] - start_len
+
+    def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
+        """Episodes completed since the last call, as ``(return, length)``, what the
+        policy reports about its acting (:meth:`Policy.metrics`) with, when profiling, its
+        seconds sampling and loading weights so far, and the normalisation statistics
+        added since the last call (for the learner to merge)."""
+        episodes, self._episodes = self._episodes, []
+        metrics = self.policy.metrics()
+        if self.config.profile:
+            metrics = {**metrics, **self.busy_s}
+        return episodes, metrics, self.policy.normalizer.take_unsent()
+
+    # -- learning (used on the local worker, and by remote gradient workers) -------------
+    @cached_property
+    def learner(self) -> Learner:
+        """The learner that trains this worker's policy, built on first use: rollout
+        workers that only sample never build one."""
+        if self.learner_cls is None:
+            raise TypeError(f"worker {self.worker_index} was built without a learner class")
+        return self.learner_cls(self.policy, self.config)
+
+    def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
+        return self.learner.learn_on_batch(batch, **kwargs)
+
+    def compute_gradients(self, batch) -> tuple[list[np.ndarray], dict[str, float]]:
+        return self.learner.compute_gradients(batch)
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        self.learner.apply_gradients(grads)
+
+    def parameter_count(self) -> int:
+        """How many weights this worker holds in torch modules: its policy's, and its
+        learner's once built (a sampling worker holds the acting module alone)."""
+        seen: dict[int, int] = {}
+        owners = [self.policy, self.__dict__.get("learner")]
+        for owner in filter(None, owners):
+            for value in vars(owner).values():
+                if isinstance(value, torch.nn.Module):
+                    seen.update((id(p), p.numel()) for p in value.parameters())
+        return sum(seen.values())
+
+    def get_weights(self) -> Weights:
+        return self.policy.get_weights()
+
+    def set_env_steps_sampled(self, steps: int) -> None:
+        self.policy.set_env_steps_sampled(steps)
+
+    def set_weights(self, weights: Weights) -> None:
+        start = time.perf_counter()
+        self.policy.set_weights(weights)
+        self.busy_s[WORKER_WEIGHTS_S] += time.perf_counter() - start
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(
+        self,
+        episodes: int,
+        *,
+        explore: bool = False,
+        seed: int = 12345,
+        video_dir: str | None = None,
+    ) -> list[Episode]:
+        """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
+        with ``video_dir``, one at a time, each written there as an MP4."""
+        cfg = self.config
+        if video_dir:
+            n = 1
+            env = make_recording_env(
+                cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
+            )
+        else:
+            n = min(episodes, cfg.num_envs_per_worker)
+            env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
+        quota = np.array([len(range(i, episodes, n)) for i in range(n)])
+        obs, _ = env.reset(seed=seed)
+        ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
+        needs_reset = np.zeros(n, dtype=bool)
+        results: list[Episode] = []
+        while (quota > 0).any():
+            policy_obs = self.policy.normalizer.observations(obs)
+            actions, _ = self.policy.compute_actions(policy_obs, explore=explore)
+            obs, rewards, terminated, truncated, _ = env.step(self.policy.env_actions(actions))
+            counting = ~needs_reset & (quota > 0)
+            ret += rewards * counting
+            length += counting
+            finished = (terminated | truncated) & counting
+            for i in np.flatnonzero(finished):
+                results.append((float(ret[i]), int(length[i])))
+                quota[i] -= 1
+            ret[finished], length[finished] = 0.0, 0
+            needs_reset = terminated | truncated
+        env.close()
+        return results
+
+    def evaluate_with(
+        self, weights: Weights, episodes: int, video_dir: str | None = None
+    ) -> list[Episode]:
+        """:meth:`evaluate` with ``weights`` (an evaluation worker's one call)."""
+        self.set_weights(weights)
+        return self.evaluate(episodes, video_dir=video_dir)
+
+    def ping(self) -> int:
+        return self.worker_index
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _answers(actor: Any, timeout_s: float = 30) -> bool:
+    """Whether a remote worker answers a ping within ``timeout_s``."""
+    import ray
+
+    try:
+        ray.get(actor.ping.remote(), timeout=timeout_s)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+    return True
+
+
+class WorkerSet:
+    """One local worker (the learner, and the sampler when there are no remote workers)
+    and ``num_workers`` remote :class:`RolloutWorker` actors.
+
+    Example:
+        >>> from flowrl.core.config import Config
+        >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
+        >>> workers.remote_workers
+        []
+    """
+
+    def __init__(
+        self,
+        *,
+        policy_cls: type[Policy],
+        config: Config,
+        learner_cls: type[Learner] | None = None,
+    ) -> None:
+        self.config = config
+        self.policy_cls, self.learner_cls = policy_cls, learner_cls
+        self.local_worker = RolloutWorker(
+            policy_cls=policy_cls,
+            learner_cls=learner_cls,
+            config=config,
+            worker_index=0,
+            device=config.device,
+        )
+        if learner_cls is not None:  # built now: its networks take their seeds in order
+            _ = self.local_worker.learner
+        self._remote_cls: Any = None
+        self.remote_workers: list[Any] = []
+        if config.num_workers > 0:
+            import ray
+
+            self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+            self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
+            # the learner's optimisers, built while they start: the first build imports
+            # torch's compiler stack (~1.2 s), which otherwise delays the first update
+            if learner_cls is not None:
+                _ = self.local_worker.learner.optimizers
+            self._wait_until_up(self.remote_workers)
+            self.sync_weights()
+        self._pending_metrics: dict[Any, Any] = {}
+        self._kept: dict[str, Any] = {}
+        self._weights_deferred = False
+
+    @property
+    def learner(self) -> Learner:
+        """The learner, on the local worker: what training operators update."""
+        return self.local_worker.learner
+
+    def keep(self, name: str, make: Callable[[], T]) -> T:
+        """The object ``make()`` built the first time a plan asked for ``name``.
+
+        A plan is rebuilt after a dead rollout worker is replaced (see
+        :meth:`recreate_failed_workers`); what it gets from here, such as its replay
+        buffer or replay actors, carries over to the new plan instead of starting empty.
+
+        Example:
+            >>> buffer = workers.keep("replay", lambda: ReplayBuffer(50_000))  # doctest: +SKIP
+        """
+        if name not in self._kept:
+            self._kept[name] = make()
+        return self._kept[name]
+
+    def _make_remote(self, index: int, **options: Any) -> Any:
+        cls = self._remote_cls.options(**options) if options else self._remote_cls
+        return cls.remote(
+            policy_cls=self.policy_cls,
+            learner_cls=self.learner_cls,
+            config=self.config,
+            worker_index=index,
+            env_creator=registered_creator(self.config.env),
+        )
+
+    def make_evaluation_worker(self) -> Any:
+        """A remote worker for evaluation episodes only (index ``num_workers + 1``), up.
+        It works in short bursts, so it reserves no CPU: Ray places it even when the
+        rollout workers hold every CPU."""
+        actor = self._make_remote(self.config.num_workers + 1, num_cpus=0)
+        self._wait_until_up([actor])
+        return actor
+
+    def sync_weights(self, actors: list[Any] | None = None, *, weights_ref: Any = None) -> None:
+        """Put the local weights in the object store once (or use ``weights_ref``, weights
+        already put) and send them to ``actors`` (all remote workers by default) without
+        waiting."""
+        targets = self.remote_workers if actors is None else actors
+        if actors is None:
+            self._weights_deferred = False
+        if not targets:
+            return
+        import ray
+
+        ref = ray.put(self.local_worker.get_weights()) if weights_ref is None else weights_ref
+        for actor in targets:
+            actor.set_weights.remote(ref)
+
+    def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
+        """Tell ``actors`` (all remote workers by default) that the run has sampled
+        ``steps`` env steps (:meth:`Policy.set_env_steps_sampled`), without waiting: a
+        worker's next sample request comes after it."""
+        for actor in self.remote_workers if actors is None else actors:
+            actor.set_env_steps_sampled.remote(steps)
+
+    def defer_weight_sync(self) -> None:
+        """The local weights changed: send them to every remote worker, once, right before
+        the workers' next sample request (:meth:`flush_weights`). Updates that follow each
+        other with no sampling in between (DQN's SGD steps in one round) cost one send.
+
+        Example:
+            >>> workers.local_worker.learn_on_batch(batch)  # doctest: +SKIP
+            >>> workers.defer_weight_sync()  # doctest: +SKIP
+        """
+        self._weights_deferred = bool(self.remote_workers)
+
+    def flush_weights(self) -> bool:
+        """Send the weights deferred by :meth:`defer_weight_sync`, if any; returns whether
+        it sent them. ParallelRollouts and AsyncGradients call it before each round of
+        requests; call it yourself before sampling the remote workers directly."""
+        if not self._weights_deferred:
+            return False
+        self.sync_weights()
+        return True
+
+    def collect_metrics(
+        self, timeout_s: float = 0.05
+    ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
+        """Episodes finished on all workers since the last call, and each sampling
+        worker's policy metrics by worker index (those that answered in time).
+
+        A remote worker that is busy past ``timeout_s`` keeps its request pending and
+        reports on a later call, so nothing is lost and nobody waits for a long sample.
+        """
+        episodes, local_metrics, _ = self.local_worker.get_metrics()  # its own statistics
+        if not self.remote_workers:  # the local worker samples
+            return episodes, {0: local_metrics} if local_metrics else {}
+        import ray
+
+        for actor in self.remote_workers:
+            if actor not in self._pending_metrics:
+                self._pending_metrics[actor] = actor.get_metrics.remote()
+        refs = list(self._pending_metrics.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        ready_set = set(ready)
+        by_worker = {}
+        for index, actor in enumerate(self.remote_workers, start=1):
+            ref = self._pending_metrics.get(actor)
+            if ref in ready_set:
+                new, metrics, unsent = ray.get(ref)
+                if unsent:
+                    with self.local_worker.lock:
+                        self.local_worker.policy.normalizer.merge(unsent)
+                episodes.extend(new)
+                if metrics:
+                    by_worker[index] = metrics
+                del self._pending_metrics[actor]
+        return episodes, by_worker
+
+    def recreate_failed_workers(self, broken: Sequence[int] = ()) -> list[int]:
+        """Replace remote workers that no longer answer, and those of the indexes in
+        ``broken`` (their env raised: they answer, but their env cannot go on); returns
+        the indexes replaced."""
+        if not self.remote_workers:
+            return []
+        import ray
+
+        replaced = []
+        for i, actor in enumerate(self.remote_workers):
+            if i + 1 in broken:
+                ray.kill(actor, no_restart=True)
+            elif _answers(actor):
+                continue
+            logger.warning("rollout worker %d failed; starting a new one", i + 1)
+            self._pending_metrics.pop(actor, None)
+            self.remote_workers[i] = self._make_remote(i + 1)
+            replaced.append(i + 1)
+        if replaced:
+            new = [self.remote_workers[i - 1] for i in replaced]
+            self._wait_until_up(new)
+            self.sync_weights(new)
+        return replaced
+
+    @staticmethod
+    def _wait_until_up(actors: list[Any]) -> None:
+        """Block until ``actors`` are constructed (env and policy built), so a request
+        timeout (``sample_timeout_s``) measures sampling, not a worker's start."""
+        import ray
+
+        ray.get([actor.ping.remote() for actor in actors])
+
+    def revive_kept(self) -> dict[str, list[int]]:
+        """What plans kept and can revive itself (:class:`~flowrl.replay.ReplayShards`)
+        replaces its dead actors; returns the indexes replaced, by name."""
+        revived = {}
+        for name, kept in self._kept.items():
+            revive = getattr(kept, "revive", None)
+            if revive is not None and (dead := revive()):
+                revived[name] = dead
+        return revived
+
+    def stop(self) -> None:
+        """Close the local env and kill the remote actors; drop what plans kept."""
+        self.local_worker.close()
+        self._kept.clear()
+        if self.remote_workers:
+            import ray
+
+            for actor in self.remote_workers:
+                ray.kill(actor)
+            self.remote_workers = []

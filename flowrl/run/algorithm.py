@@ -1,0 +1,492 @@
+"""Algorithm: builds the workers and the execution plan, pulls one result per ``train()``.
+
+Example:
+    >>> import tempfile
+    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+    >>> result = algo.train()
+    >>> path = algo.save(tempfile.mkdtemp())
+    >>> algo.evaluate(episodes=5)["episodes"]
+    5
+    >>> Algorithm.from_checkpoint(path).iteration
+    1
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flowrl.core.config import Config, ConfigError
+from flowrl.core.context import ITERATION, STEPS_SAMPLED
+from flowrl.core.iter import LocalIterator, NotReady
+from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
+from flowrl.diagnostics.graph import PlanGraph, plan_graph
+from flowrl.diagnostics.profiler import Profile, Profiler
+from flowrl.learning.learner import Learner
+from flowrl.learning.policy import Policy, Weights
+from flowrl.rollout.envs import check_env_id, env_name, make_vector_env
+from flowrl.rollout.worker import WorkerSet
+from flowrl.run import checkpoints
+from flowrl.run.checkpoints import Checkpoint, CheckpointError
+from flowrl.run.evaluation import Evaluation, episode_stats
+from flowrl.run.presets import preset_for
+from flowrl.run.runner import run
+from flowrl.run.spec import AlgorithmSpec, Plan
+
+
+def list_algorithms() -> list[AlgorithmSpec]:
+    """The algorithms that ship with flowrl."""
+    from flowrl.algorithms import NAMES
+
+    return [get_algorithm(name) for name in NAMES]
+
+
+def get_algorithm(ref: str) -> AlgorithmSpec:
+    """An algorithm by name (``ppo``) or a user plan (``path/to/file.py:plan``)."""
+    if ":" in ref and ref.split(":", 1)[0].endswith(".py"):
+        return load_plan_file(ref)
+    from flowrl.algorithms import NAMES
+
+    if ref.lower() not in NAMES:
+        raise ConfigError(f"unknown algorithm '{ref}'; available: {', '.join(NAMES)}")
+    return importlib.import_module(f"flowrl.algorithms.{ref.lower()}").ALGORITHM
+
+
+def load_plan_file(ref: str) -> AlgorithmSpec:
+    """``file.py:plan``: the plan function of a user file, which also names the ``Config``,
+    ``Policy`` and ``Learner`` classes the plan runs with (its own, or imported from an
+    algorithm)."""
+    path_str, func_name = ref.rsplit(":", 1)
+    path = Path(path_str).resolve()
+    if not path.is_file():
+        raise ConfigError(f"plan file not found: {path_str}")
+    module_name = f"flowrl_user_plan_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ConfigError(f"cannot load plan file {path_str}: {type(e).__name__}: {e}") from None
+    plan = getattr(module, func_name, None)
+    if not callable(plan):
+        raise ConfigError(f"{path_str} has no function '{func_name}'")
+    bases = {"Config": Config, "Policy": Policy, "Learner": Learner}
+    classes = {name: getattr(module, name, None) for name in bases}
+    for name, base in bases.items():
+        cls = classes[name]
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigError(f"{path_str} must name a {name} class; {_plan_file_hint()}")
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import it by name
+    return AlgorithmSpec(
+        name=f"{path}:{func_name}",
+        summary=(plan.__doc__ or "user plan").strip().splitlines()[0],
+        config_cls=classes["Config"],
+        policy_cls=classes["Policy"],
+        learner_cls=classes["Learner"],
+        execution_plan=plan,
+    )
+
+
+def _plan_file_hint() -> str:
+    """How a plan file names an algorithm's classes, with the first shipped algorithm."""
+    from flowrl.algorithms import NAMES
+
+    spec = get_algorithm(NAMES[0])
+    imports = (
+        f"{spec.config_cls.__name__} as Config, {spec.policy_cls.__name__} as Policy, "
+        f"{spec.learner_cls.__name__} as Learner"
+    )
+    return f"to run with {spec.name}'s: from {spec.config_cls.__module__} import {imports}"
+
+
+def ensure_ray(address: str | None) -> None:
+    """Start Ray with this machine's CPUs unless it is already running, or join the
+    cluster at ``address`` (by default the ``RAY_ADDRESS`` environment variable's, as
+    ``ray.init`` reads it)."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:  # even with Ray up in this process: an address that is wrong says so
+        check_reachable(address)
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, logging_level="ERROR")
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR")
+
+
+def check_worker_cpus(config: Config, address: str | None = None) -> None:
+    """A ConfigError when the rollout workers reserve more CPUs than the Ray cluster has,
+    or, before a local Ray starts, this machine: Ray would never place them, and would
+    start worker processes while it waited. A cluster not joined yet is not checked.
+    Sharing CPUs on purpose is a fractional ``num_cpus_per_worker``.
+
+    Example:
+        >>> check_worker_cpus(Config(num_workers=10_000))
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: 10000 rollout workers reserve 10000 CPUs ...
+    """
+    per_worker = config.num_cpus_per_worker
+    need = config.num_workers * per_worker
+    ray_up = ray_running()
+    if not ray_up and (address or os.environ.get("RAY_ADDRESS")):
+        return
+    cpus = cluster_cpus()
+    if need <= cpus:
+        return
+    where = "the Ray cluster" if ray_up else "this machine"
+    raise ConfigError(
+        f"{config.num_workers} rollout workers reserve {need:g} CPUs (num_cpus_per_worker="
+        f"{per_worker:g} each), but {where} has {cpus}: use at most {int(cpus // per_worker)} "
+        f"workers, or set num_cpus_per_worker={cpus / config.num_workers:.3g} to share its "
+        "CPUs on purpose"
+    )
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A ConfigError unless something listens at a ``host:port`` cluster address (Ray
+    itself retries an unreachable address for many minutes); ``auto`` and ``ray://``
+    addresses are left to Ray.
+
+    Example:
+        >>> check_reachable("127.0.0.1:1")
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: cannot reach a Ray cluster at 127.0.0.1:1: ...
+    """
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(f"cannot reach a Ray cluster at {address}: {reason}") from None
+
+
+def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
+    """The config of ``spec`` from a Config or a mapping, with ``overrides`` applied; an env
+    given as a class or function becomes its name (see :func:`flowrl.rollout.envs.env_name`). A
+    mapping's values go over the algorithm's preset for the env (:mod:`flowrl.run.presets`)
+    unless they say ``preset=False``; a Config is taken as it is."""
+    if isinstance(config, Mapping) and "env" in config:
+        config = {**config, "env": env_name(config["env"])}
+    if "env" in overrides:
+        overrides["env"] = env_name(overrides["env"])
+    if isinstance(config, Config):
+        return config.replace(**overrides) if overrides else config
+    values = {**(config or {}), **overrides}
+    return spec.config_cls.from_dict({**preset_values(spec, values), **values})
+
+
+def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset's values that ``spec``'s config has, for the env ``values`` name (or
+    the config's default env); none when ``values`` turn presets off."""
+    if not values.get("preset", True):
+        return {}
+    env = values.get("env", spec.config_cls.__dataclass_fields__["env"].default)
+    preset = preset_for(spec, env) if isinstance(env, str) else None
+    if preset is None:
+        return {}
+    fields = spec.config_cls.__dataclass_fields__
+    return {k: v for k, v in preset.values.items() if k in fields}
+
+
+class Algorithm:
+    """An algorithm ready to train: its config, workers and execution plan.
+
+    ``algo`` is a name (``"ppo"``), a ``"file.py:plan"`` reference or an AlgorithmSpec;
+    ``plan`` replaces the algorithm's execution plan with your own function
+    ``plan(workers, config) -> LocalIterator[result dict]``.
+
+    Example:
+        >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=1)
+        >>> algo.train()["env_steps_sampled"] > 0
+        True
+        >>> algo.stop()
+    """
+
+    def __init__(
+        self,
+        algo: str | AlgorithmSpec,
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        address: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
+        self.layout: Layout | None = None  # what num_workers="auto" chose, and why
+        if is_auto(overrides) or (isinstance(config, Mapping) and is_auto(config)):
+            run = self._auto_layout(config, overrides, plan, address)
+            if isinstance(run, Algorithm):  # the in-process run that measured it goes on
+                layout, self.__dict__ = self.layout, run.__dict__
+                self.layout = layout
+                return
+            config, overrides = run, {}
+        self.config = build_config(self.spec, config, **overrides)
+        check_env_id(self.config.env)
+        if address and not self.config.uses_ray:
+            raise ConfigError(
+                f"address={address} joins a Ray cluster, but this config runs in-process "
+                "(num_workers=0): set num_workers > 0 or drop the address"
+            )
+        if self.config.uses_ray:
+            # a bad env or space fails here, before Ray starts
+            make_vector_env(
+                self.config.env, num_envs=1, seed=0, env_config=self.config.env_config
+            ).close()
+            check_worker_cpus(self.config, address)  # before a local Ray starts
+            ensure_ray(address)
+            check_worker_cpus(self.config, address)  # a cluster, once joined
+        torch.manual_seed(self.config.seed)
+        policy_cls, learner_cls = self.spec.classes(self.config)
+        self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls, config=self.config)
+        self._plan_fn = plan or self.spec.execution_plan
+        self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
+        if self.config.profile:  # before the first pull builds the plan
+            self.plan.context.profiler = Profiler()
+        self.evaluation = Evaluation(
+            self.workers,
+            interval=self.config.evaluation_interval,
+            episodes=self.config.evaluation_episodes,
+            video_dir=self.config.evaluation_video_dir,
+        )
+        self.last_result: dict[str, Any] | None = None
+        self._torch_threads = torch.get_num_threads()  # stop() gives them back
+        if self.config.learner_threads:  # on few cores, leave the rest to the workers
+            torch.set_num_threads(self.config.learner_threads)
+
+    def _auto_layout(
+        self, config: Any, overrides: dict[str, Any], plan: Plan | None, address: str | None
+    ) -> Any:
+        """``num_workers="auto"``: :func:`choose_layout` measures the plan and keeps the
+        layout in :attr:`layout`. Returns its in-process run when the layout is that
+        run's, else the config values with the layout. With a cluster ``address``, Ray
+        joins it first, so the layout is for the cluster's CPUs, with workers; an
+        algorithm's config may ask for more (``auto_min_workers``: Ape-X's 2)."""
+        values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
+        values.update(overrides)
+        del values["num_workers"]
+        if address:
+            ensure_ray(address)
+        self.layout, run = choose_layout(
+            self.spec,
+            build_config(self.spec, values),
+            algorithm_cls=type(self),
+            plan=plan,
+            envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
+            min_workers=max(1 if address else 0, self.spec.config_cls.auto_min_workers),
+        )
+        return run if run is not None else {**values, **self.layout.overrides()}
+
+    def __repr__(self) -> str:
+        return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
+
+    @property
+    def iteration(self) -> int:
+        return self.plan.context.counters[ITERATION]
+
+    def train(self) -> dict[str, Any]:
+        """Run the plan until it produces its next result, and return that result."""
+        while True:
+            try:
+                result = next(self.plan)
+            except StopIteration:
+                raise RuntimeError(f"the execution plan {self.plan} ended") from None
+            if result is not NotReady:
+                result.update(self.evaluation.step(self.iteration))
+                self.last_result = result
+                return result
+
+    def profile(self, *, since_start: bool = True) -> Profile:
+        """Where the plan's time went since it started (or in the last iteration): each
+        operator's share of wall-clock, items/s and NotReady count, queue depths and the
+        bottleneck (``print(algo.profile())``). Needs ``profile=True``.
+
+        Example:
+            >>> algo = Algorithm("ppo", num_workers=0, profile=True)
+            >>> _ = algo.train()
+            >>> algo.profile().bottleneck().split(":")[0] in (
+            ...     "sampling-bound", "learner-bound", "weight-sync-bound")
+            True
+            >>> algo.stop()
+        """
+        profiler = self.plan.context.profiler
+        if profiler is None:
+            raise ConfigError("this run is not profiled: create it with profile=True")
+        if since_start or profiler.last_window is None:
+            return profiler.profile()
+        return profiler.last_window
+
+    def graph(self) -> PlanGraph:
+        """The plan's operator graph (``print(algo.graph())``; ``to_mermaid()``,
+        ``to_dot()``, ``to_png()``; notebooks draw it).
+
+        Example:
+            >>> algo = Algorithm("ppo", num_workers=0)
+            >>> "TrainOneStep" in algo.graph().to_text()
+            True
+            >>> algo.stop()
+        """
+        return plan_graph(self.plan, title=f"{self.spec.name} on {self.config.env}")
+
+    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]:
+        """Replace dead remote workers, those of ``broken_workers`` (indexes of workers
+        whose env raised) and dead replay shards (recreated empty), and rebuild the plan;
+        returns what was replaced. Counters, weights and what the plan took from
+        :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
+        failed = self.workers.recreate_failed_workers(broken_workers)
+        new = [self.workers.remote_workers[i - 1] for i in failed]
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED], new)
+        replaced = [f"rollout worker {i}" for i in failed]
+        for name, indexes in self.workers.revive_kept().items():
+            replaced += [f"{name} actor {i}" for i in indexes]
+        self.plan.close()
+        context = self.plan.context
+        self.plan = self._build_plan()
+        self.plan.context = context
+        return replaced
+
+    def _build_plan(self) -> LocalIterator[dict[str, Any]]:
+        plan = self._plan_fn(self.workers, self.config)
+        if not isinstance(plan, LocalIterator):
+            name = getattr(self._plan_fn, "__name__", "the execution plan")
+            raise ConfigError(
+                f"{name} returned {type(plan).__name__}, not a LocalIterator of results "
+                "(end the plan with StandardMetricsReporting(...))"
+            )
+        return plan
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        """Train until a stop criterion holds; see :func:`flowrl.run.runner.run` for the options.
+
+        Example:
+            >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs"))  # doctest: +SKIP
+        """
+        return run(self, **kwargs)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
+        """Write a checkpoint directory (weights, optimiser, counters, config, and what the
+        plan registered, such as a replay buffer) atomically; returns it. Non-finite
+        weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
+        ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
+        local = self.workers.local_worker
+        with local.lock:  # not halfway through a learner thread's update
+            local.learner.check_finite_weights()
+            plan = self.plan.context.get_state()
+            policy_state = local.policy.get_state()
+            if weights is not None:
+                policy_state["weights"] = weights
+            state = {
+                "policy": policy_state,
+                "learner": local.learner.get_state(),
+                "plan": plan["plan_state"],
+                "torch_rng": torch.get_rng_state(),
+            }
+        meta = {
+            "algo": self.spec.name,
+            "config": self.config.to_dict(),
+            "iteration": self.iteration,
+            "counters": plan["counters"],
+        }
+        return checkpoints.write(path, state, meta)
+
+    def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
+        """Load a checkpoint written by :meth:`save` (a path or a loaded
+        :class:`~flowrl.run.checkpoints.Checkpoint`) into this algorithm; a checkpoint of
+        another algorithm or model size raises a CheckpointError."""
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = checkpoints.load(checkpoint)
+        if checkpoint.meta["algo"] != self.spec.name:
+            raise CheckpointError(
+                f"{checkpoint.path} is a {checkpoint.meta['algo']} checkpoint, not {self.spec.name}"
+            )
+        state = checkpoint.state
+        try:
+            self.workers.local_worker.policy.set_state(state["policy"])
+            self.workers.learner.set_state(state["learner"])
+            plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
+            self.plan.context.set_state(plan)
+            torch.set_rng_state(state["torch_rng"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            reason = checkpoints.error_reason(e)
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} does not fit this config ({reason})"
+            ) from None
+        self.workers.sync_weights()
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED])
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str] | Checkpoint,
+        *,
+        address: str | None = None,
+        in_process: bool = False,
+        **overrides: Any,
+    ) -> Algorithm:
+        """Rebuild an algorithm from a checkpoint alone: a checkpoint directory, a run
+        directory (its newest checkpoint that loads) or a loaded Checkpoint; ``overrides``
+        change its config. ``in_process`` drops its rollout workers and other actors
+        (replay shards), so Ray does not start: enough to evaluate it.
+
+        Example:
+            >>> path = "runs/dqn/checkpoints/checkpoint_000010"
+            >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
+        """
+        ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
+        meta = ckpt.meta
+        if in_process:
+            overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
+        # a checkpoint states its whole config: no preset fills a field it predates
+        config = {"preset": False, **meta["config"], **overrides}
+        algo = cls(meta["algo"], config, address=address)
+        try:
+            algo.restore(ckpt)
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
+
+    # -- evaluation and shutdown ---------------------------------------------------------
+    def evaluate(
+        self, episodes: int = 10, *, explore: bool = False, video_dir: str | None = None
+    ) -> dict[str, Any]:
+        """Mean return and length over ``episodes`` fresh episodes of the current policy;
+        with ``video_dir``, each episode is also written there as an MP4."""
+        if episodes < 1:
+            raise ConfigError(f"episodes must be >= 1, got {episodes}")
+        local = self.workers.local_worker
+        return episode_stats(local.evaluate(episodes, explore=explore, video_dir=video_dir))
+
+    def stop(self) -> None:
+        """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
+        itself stays up for the next algorithm)."""
+        self.plan.close()
+        self.evaluation.stop()
+        self.workers.stop()
+        if self.config.learner_threads == torch.get_num_threads():  # unless changed since
+            torch.set_num_threads(self._torch_threads)
+
+    def __enter__(self) -> Algorithm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,191 @@
+"""Checkpoints on disk: whole or absent, and safe to load from someone else.
+
+A checkpoint is a directory holding ``checkpoint.json`` (algorithm, config, iteration and
+counters, as JSON) and ``algorithm_state.pt`` (weights, optimiser state, replay rows: only
+tensors and plain containers, read with ``torch.load(weights_only=True)``, so loading runs
+no code from the file; numpy arrays travel as tensors). :func:`write` fills a hidden
+temporary directory and renames it into place, so a kill at any moment leaves the old
+checkpoints and either all of the new one or none of it. :func:`latest` takes the newest
+checkpoint of a run that loads, and says which newer ones it skipped and why.
+
+Example:
+    >>> import tempfile
+    >>> run_dir = Path(tempfile.mkdtemp())
+    >>> meta = {"algo": "ppo", "config": {}, "iteration": 3}
+    >>> path = write(checkpoint_dir(run_dir, 3), {"w": np.ones(2)}, meta)
+    >>> ckpt = latest(run_dir)
+    >>> ckpt.meta["iteration"], ckpt.state["w"].tolist(), ckpt.skipped
+    (3, [1.0, 1.0], [])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowrl.core.config import ConfigError
+
+#: The layout of what a checkpoint holds; a checkpoint of another version does not load.
+#: 2: the policy's weights and the learner's state apart (optimisers, targets, critics).
+FORMAT_VERSION = 2
+STATE_FILE = "algorithm_state.pt"
+META_FILE = "checkpoint.json"
+_ARRAY = "__ndarray__"  # marks a numpy array stored as a tensor
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that is missing, damaged or does not fit the algorithm."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: where it is, its JSON metadata and its state; ``skipped``
+    names newer checkpoints of the run that did not load, with the reason."""
+
+    path: Path
+    meta: dict[str, Any]
+    state: dict[str, Any]
+    skipped: list[str] = field(default_factory=list)
+
+
+#: A run's checkpoint of its best evaluation, beside the ``checkpoint_NNNNNN`` ones.
+BEST = "best"
+
+
+def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
+    """Where a run keeps the checkpoint of ``iteration``."""
+    return Path(run_dir) / "checkpoints" / f"checkpoint_{iteration:06d}"
+
+
+def _encode(value: Any) -> Any:
+    """Plain containers, numbers, strings and tensors only: arrays become tagged tensors,
+    numpy scalars Python numbers."""
+    if isinstance(value, np.ndarray):
+        # ascontiguousarray makes 0-d arrays 1-d: keep the shape
+        return {_ARRAY: torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_encode(v) for v in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_ARRAY}:
+            return value[_ARRAY].numpy()
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_decode(v) for v in value)
+    return value
+
+
+def error_reason(error: BaseException) -> str:
+    """An error's message cut to its first sentence (torch's run on for lines), or its
+    type when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0].split(". ")[0][:200] if text else type(error).__name__
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def write(path: str | os.PathLike[str], state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write a checkpoint directory atomically (a previous one at ``path`` is replaced);
+    returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*"):  # what a killed write left
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.mkdir()
+    torch.save(_encode(state), tmp / STATE_FILE)
+    meta = {**meta, "format_version": FORMAT_VERSION}
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    for name in (STATE_FILE, META_FILE):
+        _fsync_file(tmp / name)
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(path)
+    return path
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's JSON metadata, or a CheckpointError that names what is wrong."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    meta_path, state_path = path / META_FILE, path / STATE_FILE
+    if not meta_path.is_file() or not state_path.is_file():
+        raise CheckpointError(f"not a flowrl checkpoint (no {META_FILE} / {STATE_FILE}): {path}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"damaged checkpoint {path}: {META_FILE}: {e}") from None
+    if not isinstance(meta, dict) or not {"algo", "config"} <= set(meta):
+        raise CheckpointError(f"damaged checkpoint {path}: {META_FILE} lacks algo and config")
+    version = meta.get("format_version", 1)  # version 1 did not say
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}, but this flowrl reads version "
+            f"{FORMAT_VERSION}: load it with the flowrl release that wrote it, or train anew"
+        )
+    return meta
+
+
+def load(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read one checkpoint directory; a CheckpointError names what is missing or damaged."""
+    path = Path(path)
+    meta = read_meta(path)
+    try:
+        state = torch.load(path / STATE_FILE, weights_only=True, map_location="cpu")
+    except Exception as e:  # torch reports damage as several exception types
+        reason = error_reason(e)
+        raise CheckpointError(f"damaged checkpoint {path}: {STATE_FILE}: {reason}") from None
+    return Checkpoint(path, meta, _decode(state))
+
+
+def latest(run_dir: str | os.PathLike[str]) -> Checkpoint:
+    """The newest checkpoint of a run that loads (``skipped`` lists the newer ones that
+    did not, with the reason); a CheckpointError when none does."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise CheckpointError(f"run directory not found: {run_dir}")
+    found = sorted((run_dir / "checkpoints").glob("checkpoint_*"), reverse=True)
+    skipped = []
+    for path in found:
+        try:
+            ckpt = load(path)
+        except CheckpointError as e:
+            skipped.append(str(e))
+            continue
+        ckpt.skipped = skipped
+        return ckpt
+    if not skipped:
+        raise CheckpointError(f"no checkpoint in {run_dir / 'checkpoints'}")
+    raise CheckpointError(f"no checkpoint of {run_dir} loads; the newest: {skipped[0]}")
+
+
+def resolve(path: str | os.PathLike[str]) -> Checkpoint:
+    """A checkpoint directory, or the newest loadable checkpoint of a run directory."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if (path / META_FILE).exists() or (path / STATE_FILE).exists():
+        return load(path)
+    return latest(path)

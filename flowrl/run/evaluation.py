@@ -1,0 +1,111 @@
+"""Evaluation while training: greedy episodes every ``evaluation_interval`` iterations.
+
+With Ray, the episodes run on an evaluation worker of their own (a remote
+:class:`~flowrl.rollout.worker.RolloutWorker` that never samples for training), so training goes
+on meanwhile; an evaluation's results join the first training result after they arrive,
+with ``evaluation/iteration`` naming the iteration whose weights they scored. Without Ray
+the local worker runs them in place, between two iterations. A dead evaluation worker is
+replaced and its evaluation started again; training never waits for it. With
+``evaluation_video_dir``, each evaluation's episodes are written as MP4s under
+``DIR/iteration_N`` (on the evaluation worker's node).
+
+Example:
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("ppo", num_workers=0, evaluation_interval=1, evaluation_episodes=2)
+    >>> algo.train()["evaluation/episodes"]
+    2
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flowrl.learning.policy import Weights
+from flowrl.rollout.worker import Episode, WorkerSet
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "evaluation/"
+EVAL_RETURN_MEAN = PREFIX + "episode_return_mean"
+
+
+def episode_stats(episodes: list[Episode]) -> dict[str, float]:
+    """Count, mean/min/max return and mean length of ``(return, length)`` episodes."""
+    returns = [r for r, _ in episodes]
+    return {
+        "episodes": len(episodes),
+        "episode_return_mean": sum(returns) / len(returns),
+        "episode_return_min": min(returns),
+        "episode_return_max": max(returns),
+        "episode_len_mean": sum(n for _, n in episodes) / len(episodes),
+    }
+
+
+class Evaluation:
+    """Starts an evaluation every ``interval`` iterations (one at a time) and hands back
+    its results; keeps the weights it scored, for a best checkpoint."""
+
+    def __init__(
+        self, workers: WorkerSet, *, interval: int, episodes: int, video_dir: str = ""
+    ) -> None:
+        self.workers, self.interval, self.episodes = workers, interval, episodes
+        self.video_dir = video_dir
+        self._actor: Any = None
+        self._pending: tuple[Any, int, Weights] | None = None  # (ref, iteration, weights)
+        #: The weights the last finished evaluation scored.
+        self.scored_weights: Weights | None = None
+
+    def step(self, iteration: int) -> dict[str, Any]:
+        """``evaluation/...`` results that finished since the last call (empty if none);
+        starts the next evaluation when ``iteration`` is due and none is running."""
+        if self.interval <= 0:
+            return {}
+        out = self._collect()
+        if self._pending is None and iteration % self.interval == 0:
+            self._start(iteration)
+            if not self.workers.remote_workers:  # in-process: it has finished already
+                out = self._collect()
+        return out
+
+    def _start(self, iteration: int) -> None:
+        local = self.workers.local_worker
+        with local.lock:  # whole learner-thread updates only (get_weights copies)
+            weights = local.get_weights()
+        video_dir = f"{self.video_dir}/iteration_{iteration:06d}" if self.video_dir else None
+        if not self.workers.remote_workers:
+            episodes = local.evaluate(self.episodes, video_dir=video_dir)
+            self._pending = (episodes, iteration, weights)
+            return
+        if self._actor is None:
+            self._actor = self.workers.make_evaluation_worker()
+        ref = self._actor.evaluate_with.remote(weights, self.episodes, video_dir)
+        self._pending = (ref, iteration, weights)
+
+    def _collect(self) -> dict[str, Any]:
+        if self._pending is None:
+            return {}
+        handle, iteration, weights = self._pending
+        if self.workers.remote_workers:
+            import ray
+
+            if not ray.wait([handle], timeout=0)[0]:
+                return {}
+            try:
+                handle = ray.get(handle)
+            except ray.exceptions.RayActorError:
+                logger.warning("the evaluation worker died; starting a new one")
+                self._actor, self._pending = None, None
+                self._start(iteration)
+                return {}
+        self._pending, self.scored_weights = None, weights
+        stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
+        return {**stats, PREFIX + "iteration": iteration}
+
+    def stop(self) -> None:
+        if self._actor is not None:
+            import ray
+
+            ray.kill(self._actor)
+            self._actor = None

@@ -1,0 +1,172 @@
+"""The files a run writes: config.json, result.jsonl, progress.csv, TensorBoard events,
+summary.json.
+
+Example:
+    >>> import tempfile
+    >>> log = RunLogger(Path(tempfile.mkdtemp()) / "run")
+    >>> log.write_json("config.json", {"algo": "ppo"})
+    >>> log.log({"iteration": 1, "env_steps_sampled": 100, "episode_return_mean": 20.0})
+    >>> log.close()
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from flowrl.core.config import ConfigError
+from flowrl.run.tracking import metrics, step_of
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def check_new_run_dir(output_dir: Path) -> None:
+    """A new run's directory must be absent or empty, and writable; a ConfigError names
+    the problem and the way out."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"output {output_dir} is a file, not a directory")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ConfigError(
+            f"output directory {output_dir} is not empty: continue that run with "
+            f"--resume {output_dir}, or choose another --output"
+        )
+    try:
+        _probe_writable(output_dir)
+    except OSError as e:
+        raise ConfigError(f"cannot write to output directory {output_dir}: {e.strerror}") from None
+
+
+def check_output_file(path: str | Path) -> Path:
+    """``path`` as a file a command can write (its folder made where missing), checked
+    before the command's work begins; a ConfigError names the path and the reason.
+
+    Example:
+        >>> check_output_file("/proc/plan.txt")
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: cannot write /proc/plan.txt: No such file or directory
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(f"cannot write {out}: it is a directory; name a file")
+    try:
+        _probe_writable(out.parent)
+    except OSError as e:
+        raise ConfigError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+def _probe_writable(directory: Path) -> None:
+    """Make ``directory`` where missing and write (and remove) a file in it: OSError
+    when that cannot be done."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / ".flowrl-write-test"
+    probe.write_text("")
+    probe.unlink()
+
+
+def _whole_records(path: Path, last_iteration: int) -> list[str]:
+    """The lines of result.jsonl that parse (a torn last line does not) and belong to
+    iterations up to ``last_iteration``."""
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("iteration", 0) <= last_iteration:
+            kept.append(line)
+    return kept
+
+
+def _replace_file(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class RunLogger:
+    """Appends one whole line per result to result.jsonl and progress.csv, and writes the
+    same scalars to TensorBoard (step = env steps sampled).
+
+    A new run (``resume_iteration`` 0) needs an empty directory (see
+    :func:`check_new_run_dir`). A resumed one first cuts its logs back to the checkpoint's
+    iteration (the rows logged after it, and a torn last line, go; TensorBoard purges
+    the steps after ``resume_env_steps``), so every iteration appears once.
+    """
+
+    def __init__(
+        self, output_dir: Path, *, resume_iteration: int = 0, resume_env_steps: int = 0
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        if resume_iteration == 0:
+            check_new_run_dir(self.output_dir)
+        else:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._purge_step = resume_env_steps + 1 if resume_iteration else None
+        jsonl_path = self.output_dir / "result.jsonl"
+        kept = _whole_records(jsonl_path, resume_iteration)
+        _replace_file(jsonl_path, "".join(line + "\n" for line in kept))
+        self._jsonl = open(jsonl_path, "a")  # noqa: SIM115
+        self._csv: Any = None
+        self._csv_writer: csv.DictWriter[str] | None = None
+        self._rewrite_csv([json.loads(line) for line in kept])
+        self._tb: Any = None
+
+    def write_json(self, name: str, data: dict[str, Any]) -> None:
+        text = json.dumps({k: _jsonable(v) for k, v in data.items()}, indent=2)
+        (self.output_dir / name).write_text(text + "\n")
+
+    def log(self, result: dict[str, Any]) -> None:
+        clean = {k: _jsonable(v) for k, v in result.items()}
+        self._jsonl.write(json.dumps(clean) + "\n")  # one write per whole line
+        self._jsonl.flush()
+        self._write_csv(clean)
+        self._tensorboard(result)
+
+    def _write_csv(self, clean: dict[str, Any]) -> None:
+        if self._csv_writer is not None and clean.keys() <= set(self._csv_writer.fieldnames):
+            self._csv_writer.writerow(clean)
+            self._csv.flush()
+        else:  # a column appeared (learner stats once learning starts): widen the header
+            jsonl = (self.output_dir / "result.jsonl").read_text().splitlines()
+            self._rewrite_csv([json.loads(line) for line in jsonl])
+
+    def _rewrite_csv(self, rows: list[dict[str, Any]]) -> None:
+        """progress.csv afresh from ``rows``, its header every column they use."""
+        if self._csv is not None:
+            self._csv.close()
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        self._csv = open(self.output_dir / "progress.csv", "w", newline="")  # noqa: SIM115
+        self._csv_writer = None
+        if fields:
+            self._csv_writer = csv.DictWriter(self._csv, fieldnames=fields)
+            self._csv_writer.writeheader()
+            self._csv_writer.writerows(rows)
+        self._csv.flush()
+
+    def _tensorboard(self, result: dict[str, Any]) -> None:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.output_dir), purge_step=self._purge_step)
+        step = step_of(result)
+        for key, value in metrics(result).items():
+            self._tb.add_scalar(key, value, global_step=step)
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._jsonl.close()
+        self._csv.close()
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,61 @@
+"""Presets: settings known to learn a family of envs, applied under your own values.
+
+A run on an Atari id (``ALE/...``) or a gymnasium MuJoCo env gets its algorithm's preset for
+that family, when there is one, in place of the CartPole-sized defaults; anything you set
+yourself (``--set``, a config file, keyword arguments) still wins, and ``preset=false``
+turns presets off. ``flowrl list ALGO --env ID`` shows what a run would use. Atari ids also
+get ale-py's standard preprocessing and the Nature CNN whatever the preset (see
+:mod:`flowrl.rollout.envs` and :mod:`flowrl.learning.models`).
+
+Each algorithm file lists its presets (``PRESETS``, in its spec); each names where its
+numbers come from. Where the source schedules a value (a
+linearly decaying learning rate, say), the preset takes its starting value: flowrl has no
+schedules yet.
+
+Example:
+    >>> from flowrl.run.algorithm import get_algorithm
+    >>> preset_for(get_algorithm("ppo"), "ALE/Pong-v5").values["clip_param"]
+    0.1
+    >>> preset_for(get_algorithm("ppo"), "CartPole-v1") is None
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flowrl.rollout.envs import is_atari, resolve_env
+
+ATARI, MUJOCO = "atari", "mujoco"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """An algorithm's settings for a family of envs (``ATARI``, ``MUJOCO``), and where
+    they come from. An algorithm file lists its own in its
+    :class:`~flowrl.run.spec.AlgorithmSpec` (``presets=``)."""
+
+    family: str
+    source: str
+    values: dict[str, Any]
+
+
+def env_family(env: str) -> str | None:
+    """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, else None."""
+    if is_atari(env):
+        return ATARI
+    try:
+        target = resolve_env(env)
+    except Exception:  # an unknown env is reported where it is used, not here
+        return None
+    entry = getattr(target, "entry_point", None)
+    if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):
+        return MUJOCO
+    return None
+
+
+def preset_for(spec: Any, env: str) -> Preset | None:
+    """The preset of the algorithm ``spec`` (an AlgorithmSpec) for ``env``'s family."""
+    family = env_family(env)
+    return next((p for p in spec.presets if p.family == family), None)

@@ -1,0 +1,381 @@
+"""The training loop shared by the CLI and the Python API: stop criteria, logging,
+checkpoints, a progress bar, clean Ctrl-C, recovery from dead workers.
+
+Example:
+    >>> import tempfile
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+    >>> summary = run(algo, stop=StopCriteria(iters=2), output_dir=Path(tempfile.mkdtemp()))
+    >>> summary["stopped_by"], summary["iterations"]
+    ('iterations', 2)
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import signal
+import threading
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from flowrl.core.config import Config
+from flowrl.core.context import (
+    ENV_STEPS_PER_S,
+    EPISODE_RETURN_MEAN,
+    ITERATION,
+    STEPS_SAMPLED,
+    TIME_TOTAL_S,
+    WORKER_RESTARTS,
+)
+from flowrl.learning.learner import NonFiniteError
+from flowrl.learning.policy import Weights
+from flowrl.rollout.envs import EnvError, reward_threshold
+from flowrl.run.checkpoints import BEST, checkpoint_dir
+from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
+from flowrl.run.logger import RunLogger
+from flowrl.run.spec import AlgorithmSpec
+from flowrl.run.tracking import Tracker
+
+logger = logging.getLogger(__name__)
+
+
+class Trainable(Protocol):
+    """What the loop drives: :class:`flowrl.Algorithm` (named here only by its shape, so
+    this module, which ``Algorithm.run`` calls, does not import it back)."""
+
+    spec: AlgorithmSpec
+    config: Config
+    plan: Any
+    evaluation: Evaluation
+    last_result: dict[str, Any] | None
+
+    @property
+    def iteration(self) -> int: ...
+
+    def train(self) -> dict[str, Any]: ...
+
+    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]: ...
+
+    def save(self, path: Path, *, weights: Weights | None = None) -> Path: ...
+
+
+@dataclass
+class StopCriteria:
+    """Stop when any criterion is met: mean return, env steps, seconds, iterations.
+    ``reward`` judges the training return, or with ``on_evaluation`` the evaluation
+    return (:mod:`flowrl.run.evaluation`), which :func:`run` picks when the config evaluates."""
+
+    reward: float | None = None
+    timesteps: int | None = None
+    time_s: float | None = None
+    iters: int | None = None
+    on_evaluation: bool = False
+
+    @classmethod
+    def default_for(cls, config: Config) -> StopCriteria:
+        """The env's registered reward threshold and the algorithm's default step budget."""
+        return cls(reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps)
+
+    def for_config(self, config: Config) -> StopCriteria:
+        """These criteria for a run of ``config``: :meth:`default_for` it when empty, judged
+        on the evaluation return when it evaluates."""
+        stop = StopCriteria.default_for(config) if self.is_empty() else self
+        return dataclasses.replace(stop, on_evaluation=config.evaluation_interval > 0)
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in (self.reward, self.timesteps, self.time_s, self.iters))
+
+    def thresholds(self) -> dict[str, float]:
+        """The criteria as result keys and the values that stop a run (Ray Tune's ``stop``
+        takes this form); the evaluation return replaces the training return when
+        ``on_evaluation``."""
+        criteria = {
+            EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN: self.reward,
+            STEPS_SAMPLED: self.timesteps,
+            TIME_TOTAL_S: self.time_s,
+            ITERATION: self.iters,
+        }
+        return {key: value for key, value in criteria.items() if value is not None}
+
+    def reason(self, result: dict[str, Any]) -> str | None:
+        """The name of the first criterion ``result`` meets, or None."""
+        ret = result.get(EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN, math.nan)
+        if self.reward is not None and math.isfinite(ret) and ret >= self.reward:
+            return "reward"
+        if self.timesteps is not None and result[STEPS_SAMPLED] >= self.timesteps:
+            return "timesteps"
+        if self.time_s is not None and result[TIME_TOTAL_S] >= self.time_s:
+            return "time"
+        if self.iters is not None and result[ITERATION] >= self.iters:
+            return "iterations"
+        return None
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ctrl-C is ignored inside (in the main thread; elsewhere signals cannot be set):
+    cleanup that a second Ctrl-C would tear, such as the last checkpoint, completes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=stop.timesteps,
+        unit=" steps",
+        unit_scale=True,
+        disable=not enabled,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
+
+
+class FailureBudget:
+    """How many dead workers (or replay shards) a run survives, as a rate: ``burst`` at
+    once, and one more for every ``iterations_per_failure`` iterations that complete. A
+    worker killed every few iterations is replaced for as long as the run lasts; one that
+    dies on every try (a broken env) ends the run after ``burst`` replacements.
+
+    Example:
+        >>> budget = FailureBudget(burst=1, iterations_per_failure=2)
+        >>> budget.spend(), budget.spend()
+        (True, False)
+        >>> budget.earn(); budget.earn(); budget.spend()
+        True
+    """
+
+    def __init__(self, burst: int = 3, iterations_per_failure: float = 2.0) -> None:
+        self.burst = burst
+        self.iterations_per_failure = iterations_per_failure
+        self.tokens = float(burst)
+        self.spent = 0
+
+    def spend(self) -> bool:
+        """Count one failure; False when the budget is exhausted."""
+        self.spent += 1
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+    def earn(self) -> None:
+        """One iteration completed."""
+        self.tokens = min(self.burst, self.tokens + 1 / self.iterations_per_failure)
+
+
+def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, Any]:
+    """One ``train()``; a dead rollout worker or replay shard, or a remote worker whose env
+    raised, is replaced and the plan rebuilt, within the budget. An env that raised in
+    this process (no remote workers) ends the run: nothing can replace it."""
+    import ray
+
+    while True:
+        try:
+            result = _train_watched(algo)
+        except (ray.exceptions.RayActorError, EnvError) as e:
+            broken = [e.worker_index] if isinstance(e, EnvError) else []
+            if 0 in broken:  # the local worker's env: nothing can replace it
+                raise
+            if not budget.spend():
+                raise RuntimeError(
+                    f"{budget.spent} worker failures, faster than the run tolerates "
+                    f"({budget.burst} at once, one per {budget.iterations_per_failure:g} "
+                    f"iterations after that); the last: {describe_error(e)}"
+                ) from e
+            replaced = algo.rebuild_after_failure(broken)
+            algo.plan.context.counters[WORKER_RESTARTS] += len(replaced)
+            logger.warning("replaced %s; training goes on", ", ".join(replaced) or "nothing")
+            continue
+        budget.earn()
+        return result
+
+
+def _train_watched(algo: Trainable) -> dict[str, Any]:
+    """``algo.train()``, with a warning when it has not returned after the config's
+    ``sample_timeout_s``: remote workers that hang are restarted, but an env that hangs in
+    this process (``num_workers=0``) cannot be, so at least the run says so."""
+    limit = algo.config.sample_timeout_s
+    timer = threading.Timer(
+        limit,
+        logger.warning,
+        args=("no result for %.0f s: an env step or the plan may hang in this process", limit),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        return algo.train()
+    finally:
+        timer.cancel()
+
+
+def describe_error(error: BaseException) -> str:
+    """An error in one line: its type, its own message (a Ray task error's cause, not the
+    remote traceback) and the file and line that raised it.
+
+    Example:
+        >>> try:
+        ...     {}["lr"]
+        ... except KeyError as e:
+        ...     describe_error(e).split(" (raised at")[0]
+        "KeyError: 'lr'"
+    """
+    cause = getattr(error, "cause", None)
+    remote = isinstance(cause, BaseException)
+    error = cause if remote else error
+    text = str(error).strip()
+    line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
+    elif remote:
+        line += " (raised in a Ray worker)"
+    return line
+
+
+def run(
+    algo: Trainable,
+    *,
+    stop: StopCriteria | None = None,
+    output_dir: Path | None = None,
+    checkpoint_every: int = 0,
+    progress: bool = False,
+    failure_budget: FailureBudget | None = None,
+    trackers: Sequence[Tracker] = (),
+) -> dict[str, Any]:
+    """Train until a stop criterion holds (default: :meth:`StopCriteria.default_for`).
+
+    With ``output_dir``, writes the run's files and checkpoints (every
+    ``checkpoint_every`` iterations, and at the end). A fresh algorithm needs an empty
+    ``output_dir``; a restored one continues the run there (its logs cut back to the
+    checkpoint). Ctrl-C stops cleanly and an error re-raises, but both still write the
+    final checkpoint (unless the weights went non-finite: the last good one stays) and
+    the summary. Dead workers are replaced within ``failure_budget``. Returns the summary.
+
+    A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
+    evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
+    ``trackers`` (:mod:`flowrl.run.tracking`) get the config, every result and the summary.
+    """
+    stop = (stop or StopCriteria()).for_config(algo.config)
+    budget = failure_budget or FailureBudget()
+    log = _start_logs(algo, output_dir, trackers)
+    bar = _progress_bar(stop, progress)
+    best, result, stopped_by = -math.inf, algo.last_result, None
+    best_eval, last_eval = -math.inf, None
+    last_checkpoint: Path | None = None
+    error: Exception | None = None
+    try:
+        while stopped_by is None:
+            result = _train_with_recovery(algo, budget)
+            ret = result[EPISODE_RETURN_MEAN]
+            best = max(best, ret) if math.isfinite(ret) else best
+            for tracker in trackers:
+                tracker.log(result)
+            if log is not None:
+                log.log(result)
+                if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
+                    last_checkpoint = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+                if result.get(EVAL_RETURN_MEAN, -math.inf) > best_eval:
+                    best_eval = result[EVAL_RETURN_MEAN]
+                    scored = algo.evaluation.scored_weights
+                    algo.save(output_dir / "checkpoints" / BEST, weights=scored)
+            bar.update(result[STEPS_SAMPLED] - bar.n)
+            postfix = {"ret": f"{ret:.1f}", "steps_s": f"{result[ENV_STEPS_PER_S]:.0f}"}
+            last_eval = result.get(EVAL_RETURN_MEAN, last_eval)
+            if last_eval is not None:
+                postfix["eval"] = f"{last_eval:.1f}"
+            bar.set_postfix(postfix)
+            stopped_by = stop.reason(result)
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+    except Exception as e:  # keep what was learned, then let the caller see the error
+        stopped_by, error = "error", e
+    finally:
+        bar.close()
+    with sigint_ignored():
+        summary, error = _finish(
+            algo, log, result, (best, best_eval), stopped_by, error, last_checkpoint
+        )
+        for tracker in trackers:
+            tracker.finish(summary)
+    if error is not None:
+        raise error
+    return summary
+
+
+def run_meta(algo: Trainable) -> dict[str, Any]:
+    """What a run's config.json holds: the algorithm, its whole config, the plan as text."""
+    return {"algo": algo.spec.name, "config": algo.config.to_dict(), "plan": str(algo.plan)}
+
+
+def _start_logs(
+    algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker]
+) -> RunLogger | None:
+    """The run's files (a fresh directory, or its logs cut back to the checkpoint) and
+    config.json; the trackers' start."""
+    meta = run_meta(algo)
+    log = None
+    if output_dir is not None:
+        steps = algo.plan.context.counters[STEPS_SAMPLED]
+        log = RunLogger(output_dir, resume_iteration=algo.iteration, resume_env_steps=steps)
+        log.write_json("config.json", meta)
+    name = (
+        Path(output_dir).name if output_dir is not None else f"{algo.spec.name}_{algo.config.env}"
+    )
+    for tracker in trackers:
+        tracker.start(name, meta)
+    return log
+
+
+def _finish(
+    algo: Trainable,
+    log: RunLogger | None,
+    result: dict[str, Any] | None,
+    best: tuple[float, float],
+    stopped_by: str,
+    error: Exception | None,
+    last_checkpoint: Path | None,
+) -> tuple[dict[str, Any], Exception | None]:
+    """The summary, the final checkpoint and summary.json; returns the summary and the
+    error to raise (``error``, or a final checkpoint that could not be written)."""
+    summary = {
+        "algo": algo.spec.name,
+        "env": algo.config.env,
+        "iterations": algo.iteration,
+        STEPS_SAMPLED: result[STEPS_SAMPLED] if result else 0,
+        TIME_TOTAL_S: result[TIME_TOTAL_S] if result else 0.0,
+        EPISODE_RETURN_MEAN: result[EPISODE_RETURN_MEAN] if result else math.nan,
+        "best_episode_return_mean": best[0] if math.isfinite(best[0]) else math.nan,
+        "stopped_by": stopped_by,
+    }
+    if math.isfinite(best[1]):
+        summary["best_evaluation_episode_return_mean"] = best[1]
+    if error is not None:
+        summary["error"] = describe_error(error)
+        if log is not None:
+            trace = "".join(traceback.format_exception(error))
+            (log.output_dir / "error.txt").write_text(trace)
+    if log is not None:
+        try:
+            last_checkpoint = algo.save(checkpoint_dir(log.output_dir, algo.iteration))
+        except NonFiniteError as e:  # the last good checkpoint stays the latest
+            logger.error("final checkpoint not written: %s", e)
+            error = error or e
+        summary["checkpoint"] = str(last_checkpoint) if last_checkpoint else None
+        log.write_json("summary.json", summary)
+        log.close()
+    return summary, error

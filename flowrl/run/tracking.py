@@ -1,0 +1,150 @@
+"""Experiment tracking: a run's config, every result and its summary sent to MLflow or
+Weights & Biases (the ``tracking`` extra), beside the files it writes anyway.
+
+``flowrl train ... --logger mlflow --logger wandb`` (any number of them), or in Python
+``run(algo, trackers=[MLflowTracker()])``. MLflow writes to ``--mlflow-uri`` (default:
+``MLFLOW_TRACKING_URI``, else a local store in ``mlruns/``); wandb follows its own settings, so
+``WANDB_MODE=offline`` keeps the run on disk (``wandb sync`` uploads it later).
+
+Metrics are a result's numbers, at step ``env_steps_sampled``; keys keep their slashes
+(``learner/entropy``, ``evaluation/episode_return_mean``), which both trackers group by.
+
+Example:
+    >>> import tempfile
+    >>> tracker = MLflowTracker(local_store(tempfile.mkdtemp()))
+    >>> tracker.start("demo", {"algo": "ppo", "config": {"lr": 0.001}})
+    >>> tracker.log({"iteration": 1, "env_steps_sampled": 100, "episode_return_mean": 20.0})
+    >>> tracker.finish({"stopped_by": "iterations", "episode_return_mean": 20.0})
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from flowrl.core.config import ConfigError
+
+NAMES = ("mlflow", "wandb")
+
+
+class Tracker(Protocol):
+    """What :func:`flowrl.run.runner.run` calls: once at the start, once per result, once at
+    the end (also when training failed or was interrupted)."""
+
+    def start(self, name: str, meta: dict[str, Any]) -> None: ...
+
+    def log(self, result: dict[str, Any]) -> None: ...
+
+    def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a result (booleans and strings left out)."""
+    return {
+        k: float(v)
+        for k, v in result.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+def step_of(result: dict[str, Any]) -> int:
+    """A result's x axis: env steps sampled (the iteration when a plan reports none)."""
+    return int(result.get("env_steps_sampled", result.get("iteration", 0)))
+
+
+def params(meta: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm, env and every config value, flat (``config.lr`` -> ``lr``)."""
+    config = meta.get("config", {})
+    return {"algo": meta.get("algo"), **{k: str(v) for k, v in config.items()}}
+
+
+def local_store(directory: str = "mlruns") -> str:
+    """MLflow's local store in ``directory`` (an SQLite file: MLflow 3 keeps its plain file
+    store for reading old runs only); ``mlflow ui --backend-store-uri`` opens it."""
+    path = Path(directory).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path / 'mlflow.db'}"
+
+
+class MLflowTracker:
+    """One MLflow run per training run, in the experiment ``experiment``."""
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str = "flowrl") -> None:
+        try:
+            import mlflow
+        except ImportError:
+            raise ConfigError(
+                '--logger mlflow needs mlflow: pip install "flowrl[tracking]"'
+            ) from None
+        self._mlflow = mlflow
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or local_store()
+        self.experiment = experiment
+        self.run_id: str | None = None
+
+    def start(self, name: str, meta: dict[str, Any]) -> None:
+        mlflow = self._mlflow
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_experiment(self.experiment)
+        run = mlflow.start_run(run_name=name)
+        self.run_id = run.info.run_id
+        mlflow.log_params(params(meta))
+
+    def log(self, result: dict[str, Any]) -> None:
+        self._mlflow.log_metrics(metrics(result), step=step_of(result))
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        mlflow = self._mlflow
+        mlflow.set_tags({f"summary.{k}": str(v) for k, v in summary.items()})
+        mlflow.end_run(status="FAILED" if summary.get("stopped_by") == "error" else "FINISHED")
+
+
+class WandbTracker:
+    """One wandb run per training run, in the project ``project``; its files go to
+    ``directory`` (the run directory under ``flowrl train``)."""
+
+    def __init__(self, project: str = "flowrl", directory: str | os.PathLike[str] | None = None):
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError(
+                '--logger wandb needs wandb: pip install "flowrl[tracking]"'
+            ) from None
+        self._wandb = wandb
+        self.project, self.directory = project, directory
+        self.run: Any = None
+
+    def start(self, name: str, meta: dict[str, Any]) -> None:
+        if self.directory is not None:
+            Path(self.directory).mkdir(parents=True, exist_ok=True)
+        self.run = self._wandb.init(
+            project=self.project,
+            name=name,
+            config={"algo": meta.get("algo"), **meta.get("config", {})},
+            dir=None if self.directory is None else str(self.directory),
+            reinit="finish_previous",
+        )
+
+    def log(self, result: dict[str, Any]) -> None:
+        self.run.log(metrics(result), step=step_of(result))
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        for key, value in summary.items():
+            self.run.summary[key] = value
+        self.run.finish(exit_code=1 if summary.get("stopped_by") == "error" else 0)
+
+
+def make_trackers(
+    names: list[str], *, run_dir: Path | None, mlflow_uri: str | None = None
+) -> list[Tracker]:
+    """Trackers by name (``mlflow``, ``wandb``), each once; a ConfigError for others."""
+    trackers: list[Tracker] = []
+    for name in dict.fromkeys(names):
+        if name == "mlflow":
+            trackers.append(MLflowTracker(mlflow_uri))
+        elif name == "wandb":
+            trackers.append(WandbTracker(directory=run_dir))
+        else:
+            raise ConfigError(f"unknown logger '{name}'; available: {', '.join(NAMES)}")
+    return trackers
