@@ -52,40 +52,30 @@ from flowrl.run.spec import AlgorithmSpec
 @dataclass
 class ApexConfig(DQNConfig):
     """Ape-X settings: DQN's, with 2 workers, 2 prioritized replay shards, per-worker
-    exploration and rewards scaled to unit returns. On CartPole-v1 the defaults reached 450
-    within 400k env steps on every one of seeds 0-47 (see the README)."""
+    exploration and rewards scaled to unit returns; the defaults reach 450 on CartPole-v1
+    within 400k env steps (measured: benchmarks/results/defaults.md)."""
 
     algo_name: ClassVar[str] = "apex"
-    # workers exploring at their own epsilons are the algorithm: in-process (which auto
-    # picked on 2 cores) it peaked at 436 and fell to 54 by 400k env steps
+    # workers exploring at their own epsilons are the algorithm (defaults.md)
     auto_min_workers: ClassVar[int] = 2
 
     num_workers: int = 2
-    # the driver runs the learner thread and the plan beside the workers: torch's second
-    # thread there cost the workers' CPU (+27% env steps trained/s with one, 2 cores)
+    # the learner thread and the plan share the driver's CPU with workers (defaults.md)
     learner_threads: int = 1
-    # 16 envs x 32 steps sampled 17.0k env steps/s vs 14.5k for 8 x 64: the same 512 rows a
-    # fragment in half the calls of the vector env and the policy
+    # 512 rows a fragment in half the calls of 8 x 64 (defaults.md)
     num_envs_per_worker: int = 16
     rollout_fragment_length: int = 32
     replay_shards: int = 2
     prioritized_replay: bool = True
-    # Q targets near unit scale instead of CartPole's ~100: unscaled, 6 of 24 runs within
-    # 400k env steps climbed to 300-450 and collapsed (q_mean past 100) or stalled near 120;
-    # scaled, seeds 0-7 all reached 450 at 139k-205k (replayed rows keep the scale they were
-    # sampled with; it settles early)
+    # Q targets near unit scale: unscaled ones collapsed or stalled (defaults.md)
     normalize_rewards: bool = True
-    # 128 rows cost an SGD step little more than 64 on a small MLP, so the learner keeps up
-    # with faster sampling: seeds 0-7 reached 450 in 14-27 s of training (64 rows and lr
-    # 1e-3: 18-25 s). All these defaults: seeds 0-47 at 108k-390k env steps, 9-33 s.
+    # a learner that keeps up with the sampling at little more cost per step (defaults.md)
     train_batch_size: int = 128
     lr: float = 1.5e-3
     learning_starts: int = 2_000
     min_env_steps_per_iteration: int = 0
     min_time_s_per_iteration: float = 1.0
-    # SamplingLead holds sampling to this pace, so it is what the learner gets whatever the
-    # machine's load; 2 (rewards scaled, batch 64) took 160k-303k env steps to 450 on seeds
-    # 0-7 and no less time; unscaled, targets copied every 4000 trained rows diverged
+    # SamplingLead holds sampling to this pace whatever the machine's load (defaults.md)
     training_intensity: float = 3.0
     target_network_update_freq: int = 8_000
     worker_epsilon_alpha: float = param(

@@ -51,7 +51,7 @@ class APPOConfig(IMPALAConfig, ClippedSurrogateConfig):
     lr: float = 1e-3
     train_batch_size: int = 800
     num_sgd_iter: int = 2
-    grad_clip: float = 40.0  # what its figures were measured with (IMPALA's is 10)
+    grad_clip: float = 40.0  # IMPALA's is 10 (benchmarks/results/defaults.md)
     clip_param: float = 0.3  # around the target policy
     target_update_frequency: int = param(2, "trained batches between target copies", ge=1)
 

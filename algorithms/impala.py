@@ -62,19 +62,13 @@ class IMPALAConfig(ActorCriticConfig):
 
     rollout_fragment_length: int = 50
     lr: float = 2e-3
-    # 40 let the policy collapse (entropy to 0, return 9.4) on 3 of 4 seeds run to 600k
-    # env steps with two passes; 10 kept all of them learning
-    grad_clip: float = 10.0
+    grad_clip: float = 10.0  # 40 let the policy collapse (defaults.md)
     gae_lambda: float = 1.0  # V-trace's lambda (c_t = lambda min(c-bar, rho_t))
     entropy_coeff: float = 0.01
-    # returns near unit scale: without it 2 of seeds 0-7 collapsed (return 9.3, entropy 0)
-    # before 450 and the rest took 129k-457k env steps; with it all of seeds 0-15 reached 450
-    # at 120k-264k (APPO, which inherits it, 120k-239k on seeds 0-7, was 210k-399k)
-    normalize_rewards: bool = True
+    normalize_rewards: bool = True  # returns near unit scale (defaults.md)
     min_time_s_per_iteration: float = 1.0
     train_batch_size: int = param(1600, "env steps per learner batch", ge=1)
-    # 2 passes: 178k-384k env steps to 450 over seeds 0-5 (median 195k); 1 pass took
-    # 224k-510k and missed 500k once
+    # 2 passes beat 1 (benchmarks/results/defaults.md)
     num_sgd_iter: int = param(2, "passes of the learner over each batch", ge=1)
     sgd_minibatch_size: int = param(0, "rows per minibatch (whole sequences); 0: all", ge=0)
     vtrace_clip_rho_threshold: float = param(1.0, "V-trace rho-bar (importance weights)", gt=0)

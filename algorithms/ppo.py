@@ -54,8 +54,7 @@ class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
     default_stop_timesteps: ClassVar[int] = 1_000_000
 
     lr: float = 1e-3
-    # one bulk_sync round of 2 workers x 8 envs x 128 steps fills a train batch: half the
-    # round trips of 64-step fragments, 10-15% less time to 450 on CartPole-v1
+    # one bulk_sync round of 2 workers x 8 envs fills a train batch (defaults.md)
     rollout_fragment_length: int = 128
     train_batch_size: int = param(2048, "env steps per SGD phase", ge=1)
     sgd_minibatch_size: int = param(256, "rows per SGD minibatch", ge=1)
@@ -101,9 +100,7 @@ PRESETS = (
             "clip_param": 0.2,
             "entropy_coeff": 0.0,
             "grad_clip": 0.5,
-            # 3 seeds x 500k env steps on Hopper-v5: rewards alone 1,935, observations
-            # alone 1,968, both 1,110, neither 1,739; rewards alone led all along
-            "normalize_rewards": True,
+            "normalize_rewards": True,  # led on Hopper-v5 (benchmarks/results/defaults.md)
         },
     ),
 )

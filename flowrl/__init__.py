@@ -24,15 +24,15 @@ if TYPE_CHECKING:
     from flowrl.learning.policy import Policy
     from flowrl.rollout.envs import register_env
     from flowrl.rollout.worker import RolloutWorker, WorkerSet
-    from flowrl.run.algorithm import Algorithm, get_algorithm, list_algorithms
-    from flowrl.run.spec import AlgorithmSpec
+    from flowrl.run.algorithm import Algorithm
+    from flowrl.run.spec import AlgorithmSpec, get_algorithm, list_algorithms
 
 # name -> the module that defines it, imported on first use: a process that needs only a
 # light part (a replay shard actor: numpy and its buffer) never imports torch
 _HOMES = {
     "Algorithm": "flowrl.run.algorithm",
-    "get_algorithm": "flowrl.run.algorithm",
-    "list_algorithms": "flowrl.run.algorithm",
+    "get_algorithm": "flowrl.run.spec",
+    "list_algorithms": "flowrl.run.spec",
     "Config": "flowrl.core.config",
     "ConfigError": "flowrl.core.config",
     "param": "flowrl.core.config",

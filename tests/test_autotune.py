@@ -3,9 +3,11 @@ measuring a real plan and training with what it chose (Python and CLI)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from flowrl import Algorithm
+from flowrl import Algorithm, ConfigError
 from flowrl.apps.cli import main
 from flowrl.diagnostics.autotune import Costs, best_layout, predict
 
@@ -58,7 +60,9 @@ def test_every_candidate_is_reported():
 
 
 def test_auto_measures_the_plan_and_trains_with_its_choice():
-    algo = Algorithm("ppo", env="CartPole-v1", num_workers="auto", seed=0)
+    with pytest.raises(ConfigError, match=r"build with Algorithm.auto"):
+        Algorithm("ppo", env="CartPole-v1", num_workers="auto")
+    algo = Algorithm.auto("ppo", env="CartPole-v1", seed=0)
     try:
         layout = algo.layout
         assert algo.config.num_workers == layout.num_workers
@@ -74,6 +78,8 @@ def test_cli_says_what_auto_chose_and_auto_is_trains_default(tmp_path, capsys):
     assert main([*args, "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "flowrl: layout auto: " in out and "env steps/s predicted" in out
+    layout = json.loads((tmp_path / "run" / "summary.json").read_text())["layout"]
+    assert layout["num_workers"] >= 0 and layout["reason"].startswith("layout auto: ")
     unset = ["train", "ppo", "--stop-iters", "1", "--no-progress"]
     assert main([*unset, "--output", str(tmp_path / "default")]) == 0
     assert "flowrl: layout auto: " in capsys.readouterr().out

@@ -604,3 +604,20 @@ def test_ctrl_c_exits_without_a_traceback_and_leaves_no_ray_behind(moment, tmp_p
     assert "Traceback" not in stderr
     time.sleep(3)
     assert not _alive(ray_processes), "Ray processes of the run outlived it"
+
+
+def test_a_checkpoint_of_an_older_format_is_one_line_naming_both_versions(tmp_path, capsys):
+    from flowrl.apps.cli import main
+
+    with Algorithm("ppo", env="CartPole-v1", **QUICK) as algo:
+        path = algo.save(tmp_path / "ckpt")
+    meta = json.loads((path / META_FILE).read_text())
+    del meta["format_version"]  # as flowrl wrote them before the policy / learner split
+    (path / META_FILE).write_text(json.dumps(meta))
+    for argv in (["evaluate", str(path)], ["export", str(path), "--out", str(tmp_path / "m.pt")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        expected = f"format version 1, but this flowrl reads version {checkpoints.FORMAT_VERSION}"
+        assert len(err) == 1 and expected in err[0], err
+    with pytest.raises(CheckpointError, match="format version 1"):
+        Algorithm.from_checkpoint(path)

@@ -20,7 +20,7 @@ from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.policy import Policy
 from flowrl.ops import UpdateKL, UpdateTargets
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.algorithm import list_algorithms
+from flowrl.run.spec import list_algorithms
 
 SPACES = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)
 

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from flowrl.apps.cli import main
-from flowrl.run.algorithm import build_config, get_algorithm, list_algorithms
+from flowrl.run.algorithm import build_config
 from flowrl.run.presets import ATARI, MUJOCO, env_family, preset_for
+from flowrl.run.spec import get_algorithm, list_algorithms
 
 PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.presets]
 

@@ -19,6 +19,7 @@ from flowrl.core.sample_batch import (
     TRUNCATEDS,
 )
 from flowrl.learning.policy import inference
+from flowrl.rollout.episodes import EpisodeTracker
 from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
 
@@ -64,7 +65,7 @@ def reference_episodes(rewards, done, valid, ep_return, ep_len):
 
 
 def test_episode_bookkeeping_matches_a_per_step_loop_across_fragments():
-    worker = local_worker(env="Pendulum-v1")  # float rewards
+    tracker = EpisodeTracker(num_envs=4)
     rng = np.random.default_rng(0)
     ref_return, ref_len = np.zeros(4), np.zeros(4, np.int64)
     expected = []
@@ -74,12 +75,12 @@ def test_episode_bookkeeping_matches_a_per_step_loop_across_fragments():
         valid = np.ones((30, 4), bool)
         valid[1:] = ~done[:-1]
         expected += reference_episodes(rewards, done, valid, ref_return, ref_len)
-        worker._track_episodes(rewards, done, valid)
-    got, _, _ = worker.get_metrics()
+        tracker.add(rewards, done, valid)  # float rewards, as Pendulum's
+    got = tracker.take()
     assert [n for _, n in got] == [n for _, n in expected]
     np.testing.assert_allclose([r for r, _ in got], [r for r, _ in expected], rtol=1e-12)
-    np.testing.assert_allclose(worker._ep_return, ref_return, rtol=1e-12)
-    assert (worker._ep_len == ref_len).all()
+    np.testing.assert_allclose(tracker._return, ref_return, rtol=1e-12)
+    assert (tracker._len == ref_len).all() and tracker.take() == []
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])

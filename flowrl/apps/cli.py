@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flowrl.core.config import ConfigError, parse_set_value
+from flowrl.core.context import EPISODE_RETURN_MEAN
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
@@ -83,7 +84,47 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_train_parser(sub)
+    _add_tune_parser(sub)
 
+    plan = sub.add_parser(
+        "plan",
+        help="print or draw an algorithm's execution plan as a graph, without training",
+        description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
+    )
+    _add_config_arguments(plan)
+    plan.add_argument("--format", choices=FORMATS, default="text")
+    plan.add_argument("--out", help="write to this file (needed for png)")
+    plan.set_defaults(func=cmd_plan)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    export = sub.add_parser(
+        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
+    )
+    export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--out", required=True, help="the model file to write")
+    export.set_defaults(func=cmd_export)
+
+    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    plot.add_argument("--out", required=True, help="the PNG to write")
+    plot.set_defaults(func=cmd_plot)
+
+    list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
+    list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
+    list_.add_argument("--env", help="show the values a run on this env would use (presets)")
+    list_.set_defaults(func=cmd_list)
+    return parser
+
+
+def _add_train_parser(sub: Any) -> None:
     train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
     _add_run_arguments(train)
     train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
@@ -114,16 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=cmd_train)
 
-    plan = sub.add_parser(
-        "plan",
-        help="print or draw an algorithm's execution plan as a graph, without training",
-        description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
-    )
-    _add_config_arguments(plan)
-    plan.add_argument("--format", choices=FORMATS, default="text")
-    plan.add_argument("--out", help="write to this file (needed for png)")
-    plan.set_defaults(func=cmd_plan)
 
+def _add_tune_parser(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
     )
@@ -143,32 +176,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
     tune.set_defaults(func=cmd_tune, checkpoint_every=0)
-
-    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
-    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
-    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
-    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
-    evaluate.set_defaults(func=cmd_evaluate)
-
-    export = sub.add_parser(
-        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
-    )
-    export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
-    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
-    export.add_argument("--out", required=True, help="the model file to write")
-    export.set_defaults(func=cmd_export)
-
-    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
-    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
-    plot.add_argument("--out", required=True, help="the PNG to write")
-    plot.set_defaults(func=cmd_plot)
-
-    list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
-    list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
-    list_.add_argument("--env", help="show the values a run on this env would use (presets)")
-    list_.set_defaults(func=cmd_list)
-    return parser
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -292,9 +299,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
             output = _default_output(args.algo, env)
         values = _config_values(args, output)
-        if _layout_is_unset(args, values):
-            values["num_workers"] = "auto"
-        algo = Algorithm(args.algo, values, address=args.address)
+        auto = _layout_is_unset(args, values) or values.get("num_workers") == "auto"
+        build = Algorithm.auto if auto else Algorithm
+        algo = build(args.algo, values, address=args.address)
     if algo.layout is not None:
         print(f"flowrl: {algo.layout.reason}")
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
@@ -324,7 +331,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 1
     finally:
         algo.stop()
-    ret = summary["episode_return_mean"]
+    ret = summary[EPISODE_RETURN_MEAN]
     print(
         f"flowrl: stopped by {summary['stopped_by']} after {summary['env_steps_sampled']} env "
         f"steps, {summary['time_total_s']:.1f} s: episode_return_mean {ret:.1f} "
@@ -440,8 +447,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from flowrl.rollout.envs import check_env_id
-    from flowrl.run.algorithm import build_config, get_algorithm, list_algorithms, preset_values
+    from flowrl.run.algorithm import build_config, preset_values
     from flowrl.run.presets import preset_for
+    from flowrl.run.spec import get_algorithm, list_algorithms
 
     if args.env and not args.algo:
         raise ConfigError("--env shows one algorithm's settings: flowrl list ALGO --env ID")

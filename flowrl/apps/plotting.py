@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.config import ConfigError
+from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, TIME_TOTAL_S
 
-X_AXES = (("env_steps_sampled", "env steps"), ("time_total_s", "wall-clock (s)"))
-Y = "episode_return_mean"
+X_AXES = ((STEPS_SAMPLED, "env steps"), (TIME_TOTAL_S, "wall-clock (s)"))
+Y = EPISODE_RETURN_MEAN
 
 
 def read_run(run_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -24,12 +24,13 @@ from typing import Any
 from ray import tune
 
 from flowrl.core.config import ConfigError
+from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
 from flowrl.run.algorithm import Algorithm, get_algorithm
 from flowrl.run.logger import RunLogger
 from flowrl.run.runner import run_meta
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
-METRIC = "episode_return_mean"
+METRIC = EPISODE_RETURN_MEAN
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
 SCHEDULERS = ("fifo", "asha", "pbt")
 
@@ -66,7 +67,7 @@ class FlowrlTrainable(tune.Trainable):
         iteration = self.algo.iteration - 1  # the result about to be logged is new
         if iteration == 0 and directory.exists():
             shutil.rmtree(directory)  # a trial started again from scratch
-        steps = self.algo.plan.context.counters.get("env_steps_sampled", 0)
+        steps = self.algo.plan.context.counters.get(STEPS_SAMPLED, 0)
         log = RunLogger(directory, resume_iteration=iteration, resume_env_steps=steps)
         log.write_json("config.json", run_meta(self.algo))
         return log
@@ -174,7 +175,7 @@ def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any
                 "trial": metrics.get("trial_id", "?"),
                 **{key: result.config.get(key) for key in keys},
                 "iterations": metrics.get("training_iteration"),
-                "env_steps": metrics.get("env_steps_sampled"),
+                "env_steps": metrics.get(STEPS_SAMPLED),
                 METRIC: metrics.get(METRIC),
                 "best": best,
                 "error": type(result.error).__name__ if result.error else "",

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import math
@@ -274,63 +275,22 @@ class LocalIterator(PlanNode, Generic[T]):
             >>> [next(it), next(it), next(it)]
             [1, NotReady, 2]
         """
-
-        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
-            _bind(is_open, ctx)
-            while True:
-                if not is_open():
-                    yield NotReady
-                    continue
-                try:
-                    item = next(it)
-                except StopIteration:
-                    return
-                yield item
-
+        gen = functools.partial(_gated, is_open)
         return self._derive(gen, f"gate({_describe(is_open)})", op=is_open)
 
     def combine(self, fn: Callable[[T], Iterable[U]]) -> LocalIterator[U]:
         """Apply ``fn`` (which returns a list) to every item and flatten the lists."""
-
-        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[U]:
-            _bind(fn, ctx)
-            for item in it:
-                if item is NotReady:
-                    yield item
-                else:
-                    yield from fn(item)
-
-        return self._derive(gen, f"combine({_describe(fn)})", op=fn)
+        return self._derive(functools.partial(_combined, fn), f"combine({_describe(fn)})", op=fn)
 
     def flatten(self) -> LocalIterator[Any]:
         """Turn a stream of lists into a stream of their elements."""
-
-        def gen(it: Iterator[Any], ctx: PlanContext) -> Iterator[Any]:
-            for item in it:
-                if item is NotReady:
-                    yield item
-                else:
-                    yield from item
-
-        return self._derive(gen, "flatten()")
+        return self._derive(functools.partial(_combined, None), "flatten()")
 
     def batch(self, n: int) -> LocalIterator[list[T]]:
         """Group items into lists of ``n``."""
         if n < 1:
             raise ValueError(f"batch size must be >= 1, got {n}")
-
-        def gen(it: Iterator[T], ctx: PlanContext) -> Iterator[list[T]]:
-            buf: list[T] = []
-            for item in it:
-                if item is NotReady:
-                    yield item
-                    continue
-                buf.append(item)
-                if len(buf) == n:
-                    yield buf
-                    buf = []
-
-        return self._derive(gen, f"batch({n})")
+        return self._derive(functools.partial(_batched, n), f"batch({n})")
 
     def take(self, n: int) -> list[T]:
         """Pull the next ``n`` items (skipping NotReady) and return them as a list."""
@@ -351,31 +311,10 @@ class LocalIterator(PlanNode, Generic[T]):
         read at very different rates buffer the difference.
         """
         queues: list[collections.deque[T]] = [collections.deque() for _ in range(n)]
-        shared: dict[str, Iterator[T]] = {}
-        parent = self
-
-        def make(i: int) -> BuildFn:
-            def build(ctx: PlanContext, timeout: float | None) -> Iterator[T]:
-                if "it" not in shared:
-                    shared["it"] = parent.build(ctx, timeout)
-                while True:
-                    if not queues[i]:
-                        try:
-                            item = next(shared["it"])
-                        except StopIteration:
-                            return
-                        if item is NotReady:
-                            yield item
-                            continue
-                        for q in queues:
-                            q.append(item)
-                    yield queues[i].popleft()
-
-            return build
-
+        shared: dict[str, Iterator[T]] = {}  # this iterator's stream, built by the first copy
         return [
             LocalIterator(
-                make(i),
+                _duplicate_build(self, queues, shared, i),
                 context=self.context,
                 name=f"{self.name}.duplicate[{i}]",
                 parents=(self,),
@@ -398,45 +337,123 @@ class LocalIterator(PlanNode, Generic[T]):
         yields ``NotReady`` so the consumer gets control back.
         """
         children = [self, *others]
-        if round_robin_weights is not None:
-            deterministic = True
-            weights = list(round_robin_weights)
-            if len(weights) != len(children):
-                raise ValueError(f"{len(weights)} round_robin_weights for {len(children)} inputs")
-            for w in weights:
-                if w != "*" and not (isinstance(w, int) and w >= 1):
-                    raise ValueError(f"round_robin weight must be an int >= 1 or '*', got {w!r}")
-        else:
-            weights = [1] * len(children)
-
-        def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
-            non_blocking = [not deterministic or w == "*" for w in weights]
-            its = [
-                c.build(ctx, 0.0 if nb else timeout)
-                for c, nb in zip(children, non_blocking, strict=True)
-            ]
-            active = dict(enumerate(its))
-            nap = _MIN_NAP_S
-            while active:
-                produced = yield from _union_round(active, weights)
-                if produced:
-                    nap = _MIN_NAP_S
-                elif active:
-                    if not deterministic and timeout is None:
-                        with ctx.span(IDLE):  # nothing ready anywhere: don't spin a core
-                            time.sleep(nap)
-                        nap = min(2 * nap, _MAX_NAP_S)
-                    yield NotReady
+        weights = _union_weights(round_robin_weights, len(children))
+        deterministic = deterministic or round_robin_weights is not None
 
         names = ", ".join(c.name for c in children)
         mode = f"round_robin{list(weights)}" if deterministic else "async"
         return LocalIterator(
-            build,
+            _union_build(children, weights, deterministic),
             context=self.context,
             name=f"Union[{mode}]({names})",
             parents=children,
             label=f"Union[{mode}]",
         )
+
+
+def _gated(is_open: Callable[[], bool], it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
+    """:meth:`LocalIterator.gate`'s stream: NotReady, without pulling, while shut."""
+    _bind(is_open, ctx)
+    while True:
+        if not is_open():
+            yield NotReady
+            continue
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        yield item
+
+
+def _combined(fn: Callable[[Any], Iterable[Any]] | None, it: Iterator[Any], ctx: PlanContext):
+    """The elements of ``fn(item)`` for every item (of the items themselves: flatten)."""
+    if fn is not None:
+        _bind(fn, ctx)
+    for item in it:
+        if item is NotReady:
+            yield item
+        else:
+            yield from (item if fn is None else fn(item))
+
+
+def _batched(n: int, it: Iterator[T], ctx: PlanContext) -> Iterator[list[T]]:
+    """:meth:`LocalIterator.batch`'s stream: lists of ``n`` items."""
+    buf: list[T] = []
+    for item in it:
+        if item is NotReady:
+            yield item
+            continue
+        buf.append(item)
+        if len(buf) == n:
+            yield buf
+            buf = []
+
+
+def _duplicate_build(
+    parent: LocalIterator[T],
+    queues: list[collections.deque[T]],
+    shared: dict[str, Iterator[T]],
+    i: int,
+) -> BuildFn:
+    """Copy ``i`` of :meth:`LocalIterator.duplicate`: the parent's items through queue
+    ``i``; the first copy built builds the parent's stream (``shared``) for all."""
+
+    def build(ctx: PlanContext, timeout: float | None) -> Iterator[T]:
+        if "it" not in shared:
+            shared["it"] = parent.build(ctx, timeout)
+        while True:
+            if not queues[i]:
+                try:
+                    item = next(shared["it"])
+                except StopIteration:
+                    return
+                if item is NotReady:
+                    yield item
+                    continue
+                for q in queues:
+                    q.append(item)
+            yield queues[i].popleft()
+
+    return build
+
+
+def _union_weights(weights: Sequence[int | str] | None, n: int) -> list[int | str]:
+    """Round-robin weights checked against ``n`` inputs (1 each when none are given)."""
+    if weights is None:
+        return [1] * n
+    if len(weights) != n:
+        raise ValueError(f"{len(weights)} round_robin_weights for {n} inputs")
+    for w in weights:
+        if w != "*" and not (isinstance(w, int) and w >= 1):
+            raise ValueError(f"round_robin weight must be an int >= 1 or '*', got {w!r}")
+    return list(weights)
+
+
+def _union_build(
+    children: list[LocalIterator[Any]], weights: list[int | str], deterministic: bool
+) -> BuildFn:
+    """:meth:`LocalIterator.union`'s stream: round robin by ``weights``, or async."""
+
+    def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
+        non_blocking = [not deterministic or w == "*" for w in weights]
+        its = [
+            c.build(ctx, 0.0 if nb else timeout)
+            for c, nb in zip(children, non_blocking, strict=True)
+        ]
+        active = dict(enumerate(its))
+        nap = _MIN_NAP_S
+        while active:
+            produced = yield from _union_round(active, weights)
+            if produced:
+                nap = _MIN_NAP_S
+            elif active:
+                if not deterministic and timeout is None:
+                    with ctx.span(IDLE):  # nothing ready anywhere: don't spin a core
+                        time.sleep(nap)
+                    nap = min(2 * nap, _MAX_NAP_S)
+                yield NotReady
+
+    return build
 
 
 # An idle async union naps between polls of its inputs, longer while none has an item: a
@@ -499,6 +516,76 @@ class ParallelIteratorWorker:
 class _ItemShard(ParallelIteratorWorker):
     def __init__(self, items: list[Any], repeat: bool) -> None:
         super().__init__(lambda: itertools.cycle(items) if repeat else iter(items))
+
+
+class Requests:
+    """The requests a gather has in flight (ref -> (actor, time sent)), and their deadline:
+    with ``timeout_s``, every :meth:`wait` kills the actors whose requests passed it,
+    whether or not other requests are ready (a healthy worker must not keep a hung one
+    alive), and a blocking wait wakes for the oldest request's deadline. A killed actor's
+    request then resolves to an actor error, which the runner answers with a replacement.
+    """
+
+    def __init__(self, name: str, timeout_s: float | None) -> None:
+        self.name, self.timeout_s = name, timeout_s
+        self.pending: dict[Any, tuple[Any, float]] = {}
+
+    def send(self, actor: Any) -> Any:
+        """Ask ``actor`` for its next item; returns the request's ref."""
+        ref = actor.par_iter_next.remote()
+        self.pending[ref] = (actor, time.monotonic())
+        return ref
+
+    def wait(self, num_returns: int, timeout: float | None) -> tuple[list[Any], list[Any]]:
+        """``ray.wait`` on the pending requests for at most ``timeout`` seconds (None:
+        until ``num_returns`` are ready), killing late actors on the way."""
+        import ray
+
+        refs = list(self.pending)
+        if not self.timeout_s:
+            return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            oldest = min(sent for _, sent in self.pending.values())
+            wait_s = max(0.0, oldest + self.timeout_s - now)  # inf: all killed
+            if end is not None:
+                wait_s = min(wait_s, max(0.0, end - now))
+            ready, rest = ray.wait(
+                refs, num_returns=num_returns, timeout=None if math.isinf(wait_s) else wait_s
+            )
+            self._kill_late(rest)
+            if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
+                return ready, rest
+
+    def _kill_late(self, unanswered: list[Any]) -> None:
+        """Kill the actors of the ``unanswered`` requests sent ``timeout_s`` ago or more
+        (once each: their time sent becomes infinite)."""
+        import ray
+
+        now = time.monotonic()
+        for ref in unanswered:
+            actor, sent = self.pending[ref]
+            if now - sent < self.timeout_s or ray.wait([ref], timeout=0)[0]:
+                continue
+            logger.warning(
+                "%s: no answer from an actor in %.0f s; killing it so it is replaced",
+                self.name,
+                self.timeout_s,
+            )
+            ray.kill(actor, no_restart=True)
+            for other, (same, _) in self.pending.items():  # its other requests fail with it
+                if same is actor:
+                    self.pending[other] = (actor, math.inf)
+
+    def drain(self) -> None:
+        """Let the requests in flight finish (for at most the drain or request timeout),
+        so the actors go idle; not once Ray is down (a wait would start a new Ray)."""
+        import ray
+
+        if self.pending and ray.is_initialized():
+            drain_s = min(_DRAIN_TIMEOUT_S, self.timeout_s or math.inf)
+            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=drain_s)
 
 
 class ParallelIterator(PlanNode, Generic[T]):
@@ -627,52 +714,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         if self.before_requests is not None:
             self.before_requests(ctx)
 
-    def _wait(self, pending: dict[Any, tuple[Any, float]], num_returns: int, timeout: float | None):
-        """``ray.wait`` on the requests in ``pending`` (ref -> (actor, time sent)) for at
-        most ``timeout`` seconds (None: until ``num_returns`` are ready). With a request
-        timeout, every call also kills the actors whose requests passed it, whether or not
-        other requests are ready (a healthy worker must not keep a hung one alive), and a
-        blocking wait wakes for the oldest request's deadline. A killed actor's request
-        then resolves to an actor error, which the runner answers with a replacement."""
-        import ray
-
-        refs = list(pending)
-        if not self.request_timeout_s:
-            return ray.wait(refs, num_returns=num_returns, timeout=timeout)
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            now = time.monotonic()
-            oldest = min(sent for _, sent in pending.values())
-            wait_s = max(0.0, oldest + self.request_timeout_s - now)  # inf: all killed
-            if end is not None:
-                wait_s = min(wait_s, max(0.0, end - now))
-            ready, rest = ray.wait(
-                refs, num_returns=num_returns, timeout=None if math.isinf(wait_s) else wait_s
-            )
-            self._kill_late(pending, rest)
-            if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
-                return ready, rest
-
-    def _kill_late(self, pending: dict[Any, tuple[Any, float]], unanswered: list[Any]) -> None:
-        """Kill the actors of the ``unanswered`` requests sent ``request_timeout_s`` ago or
-        more (once each: their time sent becomes infinite)."""
-        import ray
-
-        now = time.monotonic()
-        for ref in unanswered:
-            actor, sent = pending[ref]
-            if now - sent < self.request_timeout_s or ray.wait([ref], timeout=0)[0]:
-                continue
-            logger.warning(
-                "%s: no answer from an actor in %.0f s; killing it so it is replaced",
-                self.name,
-                self.request_timeout_s,
-            )
-            ray.kill(actor, no_restart=True)
-            for other, (same, _) in pending.items():  # its other requests fail with it
-                if same is actor:
-                    pending[other] = (actor, math.inf)
-
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
         import ray
@@ -683,11 +724,10 @@ class ParallelIterator(PlanNode, Generic[T]):
             while True:
                 if refs is None:  # submitted only once the consumer asks for more
                     self._before_requests(ctx)
-                    refs = [a.par_iter_next.remote() for a in self.actors]
-                    now = time.monotonic()
-                    pending = {r: (a, now) for r, a in zip(refs, self.actors, strict=True)}
+                    requests = Requests(self.name, self.request_timeout_s)
+                    refs = [requests.send(a) for a in self.actors]
                 if timeout is not None or self.request_timeout_s:
-                    ready, _ = self._wait(pending, len(refs), timeout)
+                    ready, _ = requests.wait(len(refs), timeout)
                     if len(ready) < len(refs):
                         yield NotReady
                         continue
@@ -730,22 +770,22 @@ class ParallelIterator(PlanNode, Generic[T]):
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
             self._start()
             self._before_requests(ctx)
-            pending: dict[Any, tuple[Any, float]] = {}  # ref -> (actor, time sent)
+            requests = Requests(self.name, self.request_timeout_s)
             for actor in self.actors:
                 for _ in range(num_async):
-                    pending[actor.par_iter_next.remote()] = (actor, time.monotonic())
+                    requests.send(actor)
             resubmit = None
             try:
-                while pending or resubmit is not None:
+                while requests.pending or resubmit is not None:
                     if resubmit is not None:
                         self._before_requests(ctx)
-                        pending[resubmit.par_iter_next.remote()] = (resubmit, time.monotonic())
+                        requests.send(resubmit)
                         resubmit = None
-                    ready, _ = self._wait(pending, 1, timeout)
+                    ready, _ = requests.wait(1, timeout)
                     if not ready:
                         yield NotReady
                         continue
-                    actor, _ = pending.pop(ready[0])
+                    actor, _ = requests.pending.pop(ready[0])
                     item = ray.get(ready[0])
                     if item is _END:
                         continue
@@ -753,10 +793,7 @@ class ParallelIterator(PlanNode, Generic[T]):
                     ctx.current_actor = actor
                     yield self._emit(actor, item)
             finally:  # closed early: let the requests in flight finish, so the actors go idle
-                # (unless Ray is already down: a wait then would start a new Ray)
-                if pending and ray.is_initialized():
-                    drain_s = min(_DRAIN_TIMEOUT_S, self.request_timeout_s or math.inf)
-                    ray.wait(list(pending), num_returns=len(pending), timeout=drain_s)
+                requests.drain()
 
         return self._gathered(build, f"gather_async(num_async={num_async})")
 

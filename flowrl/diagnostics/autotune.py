@@ -20,7 +20,7 @@ so learning sees batches of the same size whatever the layout.
 
 Example:
     >>> from flowrl import Algorithm
-    >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers="auto")  # doctest: +SKIP
+    >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
     >>> algo.layout.overrides()  # doctest: +SKIP
     {'num_workers': 0, 'num_envs_per_worker': 16, 'rollout_fragment_length': 128}
 """
@@ -42,12 +42,12 @@ from flowrl.core.iter import walk
 from flowrl.ops.concurrency import LearnerThread
 
 ENVS_PER_WORKER = (4, 8, 16)
-# Ray's costs, measured on this project's 2-CPU machines (benchmarks/autotune.py): a
-# request round trip, copying bytes between processes (serialise, object store, load),
-# and starting Ray with its first workers (imports, actor processes)
+# Ray's costs in the model: a request round trip, copying bytes between processes
+# (serialise, object store, load), and starting Ray with its first workers (imports, actor
+# processes); source: benchmarks/autotune.py (benchmarks/results/defaults.md)
 RAY_ROUND_TRIP_S = 0.002
 RAY_BYTES_PER_S = 1.0e9
-RAY_START_S = 7.0  # ray.init and two PPO workers ready to sample: 6.0 + 1.2 s here
+RAY_START_S = 7.0
 # with no step budget given, starting Ray must pay for itself within a run this long
 PAYBACK_S = 30.0
 
@@ -77,6 +77,14 @@ class Layout:
     steps_per_s: float
     reason: str = ""
     candidates: list[dict[str, Any]] = field(default_factory=list)  # every layout predicted
+
+    def report(self) -> dict[str, Any]:
+        """What a run's summary says of the layout: the choice, its prediction, why."""
+        return {
+            **self.overrides(),
+            "predicted_env_steps_per_s": self.steps_per_s,
+            "reason": self.reason,
+        }
 
     def overrides(self) -> dict[str, int]:
         """The config values this layout sets."""
@@ -112,10 +120,10 @@ def choose_layout(
     ``horizon_steps``, the time to start Ray counts against the layouts that need it,
     spread over that many env steps; ``min_workers`` 1 keeps every layout on Ray (a
     cluster was named). :class:`~flowrl.Algorithm` calls it for
-    ``num_workers="auto"`` (``algorithm_cls`` runs the plan in-process).
+    :meth:`~flowrl.Algorithm.auto` (``algorithm_cls`` runs the plan in-process).
 
     Example:
-        >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers="auto")  # doctest: +SKIP
+        >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
         >>> print(algo.layout.reason)  # doctest: +SKIP
     """
     round_steps = max(1, config.num_workers) * config.num_envs_per_worker

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -89,6 +90,93 @@ class Optimized:
     params: list[torch.Tensor]
     lr: float
     eps: float = 1e-5
+
+
+def minibatches(
+    tensors: dict[str, torch.Tensor],
+    *,
+    rows: int,
+    seq: int,
+    size: int,
+    order: torch.Tensor | None,
+) -> Iterator[tuple[Any, dict[str, torch.Tensor]]]:
+    """The minibatches of one pass over ``rows`` rows, with the rows each holds: ``size``
+    whole sequences of ``seq`` rows, taken in ``order`` (a permutation of the sequences),
+    or in row order as slices (views, no gather) when ``order`` is None."""
+    n = rows // seq
+    for start in range(0, n, size):
+        if order is None:
+            idx: Any = slice(start * seq, (start + size) * seq)
+            yield idx, tensors if size == n else {k: v[idx] for k, v in tensors.items()}
+            continue
+        idx = order[start : start + size]
+        if seq > 1:
+            idx = (idx[:, None] * seq + torch.arange(seq, device=idx.device)).flatten()
+        yield idx, {k: v[idx] for k, v in tensors.items()}
+
+
+def take_per_row(
+    stats: dict[str, Any], per_row: dict[str, torch.Tensor], idx: Any, rows: int
+) -> dict[str, Any]:
+    """Move the per-row statistics of a minibatch (tensors of one value per row) from
+    ``stats`` into ``per_row``, at the minibatch's rows ``idx`` of a batch of ``rows``;
+    returns the scalar statistics left."""
+    for key in [k for k, v in stats.items() if torch.is_tensor(v) and v.ndim > 0]:
+        value = stats.pop(key)
+        out = per_row.setdefault(key, value.new_zeros((rows, *value.shape[1:])))
+        out[idx] = value
+    return stats
+
+
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clip the gradients of ``params`` to a global norm of ``max_norm`` (0: no clipping);
+    returns their norm before clipping."""
+    if max_norm > 0:
+        return nn.utils.clip_grad_norm_(params, max_norm).detach()
+    return nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]).detach()
+
+
+def missing_column(learner: str, column: str, loss_columns: tuple[str, ...]) -> str:
+    """What a loss that read a column its learner does not move should be told."""
+    return (
+        f"{column!r}: the loss read a column that {learner}.loss_columns {loss_columns} "
+        "leaves out; add it there"
+    )
+
+
+def non_finite_weight(modules: dict[str, nn.Module]) -> str | None:
+    """The name of the first NaN or infinite weight of ``modules``, if any."""
+    for attr, module in modules.items():
+        for pname, p in module.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return f"{attr}.{pname}"
+    return None
+
+
+def non_finite_source(
+    name: str,
+    modules: dict[str, nn.Module],
+    loss: torch.Tensor,
+    batch: dict[str, torch.Tensor] | None,
+) -> str:
+    """Where a non-finite gradient came from: a weight, the batch's columns, the loss, or
+    the gradient itself."""
+    weight = non_finite_weight(modules)
+    if weight is not None:
+        return f"{name}: weight {weight} is non-finite before the update"
+    bad = [
+        k
+        for k, v in (batch or {}).items()
+        if v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if bad:
+        return f"{name}: non-finite values in the training batch's {', '.join(bad)}"
+    if not bool(torch.isfinite(loss).all()):
+        return (
+            f"{name}: the loss is {float(loss.detach().sum())} on a finite batch "
+            "(a learning rate or loss setting too large?)"
+        )
+    return f"{name}: the gradient is non-finite on a finite batch and loss"
 
 
 class Learner:
@@ -172,34 +260,16 @@ class Learner:
         :attr:`sequence_length`), shuffled unless :attr:`shuffle` is False. Returns the
         mean of each statistic, and per-row statistics in the batch's row order.
         """
-        tensors = self._tensors(batch)
-        seq, rows = self.sequence_length, len(batch)
-        n = rows // seq
-        size = max(1, minibatch_size // seq) if 0 < minibatch_size < rows else n
-        steps = torch.arange(seq, device=self.device)
+        tensors, rows, seq = self._tensors(batch), len(batch), self.sequence_length
+        size = max(1, minibatch_size // seq) if 0 < minibatch_size < rows else rows // seq
         stats: list[dict[str, Any]] = []
         per_row: dict[str, torch.Tensor] = {}
         for _ in range(num_sgd_iter):
-            order = (
-                torch.from_numpy(self.rng.permutation(n)).to(self.device) if self.shuffle else None
-            )
-            for start in range(0, n, size):
-                if order is None:  # in order: slices are views, no gather
-                    idx: Any = slice(start * seq, (start + size) * seq)
-                    minibatch = tensors if size == n else {k: v[idx] for k, v in tensors.items()}
-                else:
-                    idx = order[start : start + size]
-                    if seq > 1:
-                        idx = (idx[:, None] * seq + steps).flatten()
-                    minibatch = {k: v[idx] for k, v in tensors.items()}
-                step = self._sgd_step(minibatch)
-                for key in [k for k, v in step.items() if torch.is_tensor(v) and v.ndim > 0]:
-                    value = step.pop(key)
-                    out = per_row.setdefault(key, value.new_zeros((rows, *value.shape[1:])))
-                    out[idx] = value
-                stats.append(step)
-        out_stats: dict[str, Any] = {**mean_stats(stats), **self.batch_stats(batch)}
-        return out_stats | {k: v.cpu().numpy() for k, v in per_row.items()}
+            order = self._order(rows // seq)
+            for idx, minibatch in minibatches(tensors, rows=rows, seq=seq, size=size, order=order):
+                stats.append(take_per_row(self._sgd_step(minibatch), per_row, idx, rows))
+        out: dict[str, Any] = {**mean_stats(stats), **self.batch_stats(batch)}
+        return out | {k: v.cpu().numpy() for k, v in per_row.items()}
 
     def _order(self, n: int) -> torch.Tensor | None:
         """A shuffled order of ``n`` rows (or sequences) for one pass, or None: in order."""
@@ -239,7 +309,10 @@ class Learner:
                 for p, g in zip(params, grads, strict=True):
                     p.grad = g
         for name, loss in losses.items():
-            norm = self.clip_gradients(self._optimized[name].params, loss, batch)
+            norm = clip_gradients(self._optimized[name].params, self.config.grad_clip)
+            if not torch.isfinite(norm):  # before any optimiser steps
+                where = f"{type(self).__name__} (update {self.num_updates})"
+                raise NonFiniteError(non_finite_source(where, self._modules(), loss, batch))
             if self.config.grad_clip > 0:
                 stats["grad_norm" if name == "model" else f"{name}_grad_norm"] = norm
         return stats
@@ -248,29 +321,12 @@ class Learner:
         try:
             return self.loss(batch)
         except KeyError as e:
-            if self.loss_columns is None or not e.args or e.args[0] in batch:
+            missing = e.args[0] if e.args else None
+            if self.loss_columns is None or missing is None or missing in batch:
                 raise
             raise KeyError(
-                f"{e.args[0]!r}: the loss read a column that {type(self).__name__}.loss_columns "
-                f"{self.loss_columns} leaves out; add it there"
+                missing_column(type(self).__name__, missing, self.loss_columns)
             ) from None
-
-    def clip_gradients(
-        self,
-        params: list[torch.Tensor],
-        loss: torch.Tensor,
-        batch: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Clip the gradients of ``params`` to ``grad_clip`` (when set) and return their
-        global norm. A non-finite norm raises :class:`NonFiniteError`, before any optimiser
-        step, saying where it came from: the batch's columns, the loss, or the gradient."""
-        if self.config.grad_clip > 0:
-            norm = nn.utils.clip_grad_norm_(params, self.config.grad_clip)
-        else:
-            norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        if not torch.isfinite(norm):
-            raise NonFiniteError(self._non_finite_source(loss, batch))
-        return norm.detach()
 
     # -- gradients computed elsewhere (A3C) ------------------------------------------------
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
@@ -305,44 +361,17 @@ class Learner:
         """Raise :class:`NonFiniteError` when a weight of any network the learner trains is
         NaN or infinite (checkpoints call it, so a bad update never overwrites good
         weights on disk)."""
-        weight = self._non_finite_weight()
+        weight = non_finite_weight(self._modules())
         if weight is not None:
             raise NonFiniteError(f"{type(self).__name__}: weight {weight} is non-finite")
 
-    def _non_finite_weight(self) -> str | None:
-        """The name of the first NaN or infinite weight of the learner's networks, if any."""
-        for attr, module in vars(self).items():
-            if isinstance(module, nn.Module):
-                for pname, p in module.named_parameters():
-                    if not bool(torch.isfinite(p).all()):
-                        return f"{attr}.{pname}"
-        return None
-
-    def _non_finite_source(self, loss: torch.Tensor, batch: dict[str, torch.Tensor] | None) -> str:
-        name = f"{type(self).__name__} (update {self.num_updates})"
-        weight = self._non_finite_weight()
-        if weight is not None:
-            return f"{name}: weight {weight} is non-finite before the update"
-        bad = [
-            k
-            for k, v in (batch or {}).items()
-            if v.is_floating_point() and not bool(torch.isfinite(v).all())
-        ]
-        if bad:
-            return f"{name}: non-finite values in the training batch's {', '.join(bad)}"
-        if not bool(torch.isfinite(loss).all()):
-            return (
-                f"{name}: the loss is {float(loss.detach().sum())} on a finite batch "
-                "(a learning rate or loss setting too large?)"
-            )
-        return f"{name}: the gradient is non-finite on a finite batch and loss"
+    def _modules(self) -> dict[str, nn.Module]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, nn.Module)}
 
     # -- state ---------------------------------------------------------------------------
     def _own_modules(self) -> dict[str, nn.Module]:
         """The networks only the learner holds (targets, critics), by attribute."""
-        return {
-            k: v for k, v in vars(self).items() if isinstance(v, nn.Module) and v is not self.module
-        }
+        return {k: m for k, m in self._modules().items() if m is not self.module}
 
     def get_state(self) -> dict[str, Any]:
         """What a restore needs beyond the policy's weights: the learner's own networks,

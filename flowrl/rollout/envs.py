@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -192,12 +191,6 @@ def make_recording_env(
     it takes it, and must render so otherwise. Atari ids get the preprocessing of
     :func:`make_vector_env` from gymnasium's wrappers, which see the full-colour screen.
     """
-    # pygame (classic-control rendering) opens a display and the sound card on init; a
-    # recording needs neither
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    if not os.environ.get("DISPLAY"):  # MuJoCo renders off-screen through EGL, not a window
-        os.environ.setdefault("MUJOCO_GL", "egl")
     target, kwargs = resolve_env(env), dict(env_config or {})
     fps = None
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):

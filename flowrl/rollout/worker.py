@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -48,15 +49,27 @@ from flowrl.rollout.envs import (
     register_env,
     registered_creator,
 )
+from flowrl.rollout.episodes import Episode, EpisodeTracker, headless_rendering, run_episodes
 
 logger = logging.getLogger(__name__)
 
-Episode = tuple[float, int]  # (return, length)
 T = TypeVar("T")
 
 
 def worker_seed(config: Config, worker_index: int) -> int:
     return config.seed + 10_007 * worker_index
+
+
+def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
+    """``"reward"`` or ``"observation"`` when the env returned a NaN or infinity in a
+    fragment's columns (one vectorised check per fragment, not per step), else None."""
+    if not np.isfinite(cols[REWARDS]).all():
+        return "reward"
+    if np.issubdtype(cols[OBS].dtype, np.floating) and not (
+        np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
+    ):
+        return "observation"
+    return None
 
 
 class RolloutWorker(ParallelIteratorWorker):
@@ -101,9 +114,7 @@ class RolloutWorker(ParallelIteratorWorker):
         self.obs, _ = self.env.reset(seed=seed)
         n = self.env.num_envs
         self._needs_reset = np.zeros(n, dtype=bool)
-        self._ep_return = np.zeros(n, dtype=np.float64)
-        self._ep_len = np.zeros(n, dtype=np.int64)
-        self._episodes: list[Episode] = []
+        self._episodes = EpisodeTracker(n)
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
         # held while a learner thread changes the policy: a checkpoint reads whole updates
         self.lock = threading.Lock()
@@ -160,12 +171,15 @@ class RolloutWorker(ParallelIteratorWorker):
                     cols[k][t] = v
                 obs = next_obs
         self.obs = obs
-        self._check_finite(cols, obs)
+        what = non_finite_sample(cols, obs)
+        if what is not None:
+            where = f"env {self.config.env} (worker {self.worker_index})"
+            raise NonFiniteError(f"{where} returned a non-finite {what}")
         # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
         done = cols[TERMINATEDS] | cols[TRUNCATEDS]
         valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
         self._needs_reset = done[-1]
-        self._track_episodes(cols[REWARDS], done, valid)  # the env's own rewards
+        self._episodes.add(cols[REWARDS], done, valid)  # the env's own rewards
         last_obs = norm.observations(obs)  # before the statistics change
         if raw_obs is not None:
             norm.observe_fragment(raw_obs)
@@ -179,43 +193,12 @@ class RolloutWorker(ParallelIteratorWorker):
         where = f"env {self.config.env} (worker {self.worker_index})"
         return EnvError(f"{where} raised {reason}", self.worker_index)
 
-    def _check_finite(self, cols: dict[str, np.ndarray], last_obs: np.ndarray) -> None:
-        """NaN or infinite observations or rewards from the env stop the run here, where
-        their source is known (one vectorised check per fragment, not per step)."""
-        what = None
-        if not np.isfinite(cols[REWARDS]).all():
-            what = "reward"
-        elif np.issubdtype(cols[OBS].dtype, np.floating) and not (
-            np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
-        ):
-            what = "observation"
-        if what is not None:
-            where = f"env {self.config.env} (worker {self.worker_index})"
-            raise NonFiniteError(f"{where} returned a non-finite {what}")
-
-    def _track_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        """Add the fragment's ``[T, N]`` steps to the running episodes; record those that end.
-
-        Once per fragment: running sums along time, and a Python step per finished episode.
-        """
-        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)
-        lengths = np.cumsum(valid, axis=0)
-        start_return, start_len = np.zeros(done.shape[1]), np.zeros(done.shape[1], np.int64)
-        for t, i in zip(*np.nonzero(done & valid), strict=True):
-            ep_return = self._ep_return[i] + returns[t, i] - start_return[i]
-            ep_len = self._ep_len[i] + lengths[t, i] - start_len[i]
-            self._episodes.append((float(ep_return), int(ep_len)))
-            self._ep_return[i], self._ep_len[i] = 0.0, 0
-            start_return[i], start_len[i] = returns[t, i], lengths[t, i]
-        self._ep_return += returns[-1] - start_return
-        self._ep_len += lengths[-1] - start_len
-
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
         policy reports about its acting (:meth:`Policy.metrics`) with, when profiling, its
         seconds sampling and loading weights so far, and the normalisation statistics
         added since the last call (for the learner to merge)."""
-        episodes, self._episodes = self._episodes, []
+        episodes = self._episodes.take()
         metrics = self.policy.metrics()
         if self.config.profile:
             metrics = {**metrics, **self.busy_s}
@@ -273,34 +256,17 @@ class RolloutWorker(ParallelIteratorWorker):
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4."""
         cfg = self.config
-        if video_dir:
-            n = 1
+        if not video_dir:
+            n = min(episodes, cfg.num_envs_per_worker)
+            env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
+            with contextlib.closing(env):
+                return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
+        with headless_rendering():  # one env: its episodes are written one at a time
             env = make_recording_env(
                 cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
             )
-        else:
-            n = min(episodes, cfg.num_envs_per_worker)
-            env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
-        quota = np.array([len(range(i, episodes, n)) for i in range(n)])
-        obs, _ = env.reset(seed=seed)
-        ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
-        needs_reset = np.zeros(n, dtype=bool)
-        results: list[Episode] = []
-        while (quota > 0).any():
-            policy_obs = self.policy.normalizer.observations(obs)
-            actions, _ = self.policy.compute_actions(policy_obs, explore=explore)
-            obs, rewards, terminated, truncated, _ = env.step(self.policy.env_actions(actions))
-            counting = ~needs_reset & (quota > 0)
-            ret += rewards * counting
-            length += counting
-            finished = (terminated | truncated) & counting
-            for i in np.flatnonzero(finished):
-                results.append((float(ret[i]), int(length[i])))
-                quota[i] -= 1
-            ret[finished], length[finished] = 0.0, 0
-            needs_reset = terminated | truncated
-        env.close()
-        return results
+            with contextlib.closing(env):
+                return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None

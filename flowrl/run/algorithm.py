@@ -14,12 +14,8 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,84 +26,13 @@ from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
-from flowrl.learning.learner import Learner
-from flowrl.learning.policy import Policy, Weights
 from flowrl.rollout.envs import check_env_id, env_name, make_vector_env
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run import checkpoints
-from flowrl.run.checkpoints import Checkpoint, CheckpointError
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.runner import run
-from flowrl.run.spec import AlgorithmSpec, Plan
-
-
-def list_algorithms() -> list[AlgorithmSpec]:
-    """The algorithms that ship with flowrl."""
-    from flowrl.algorithms import NAMES
-
-    return [get_algorithm(name) for name in NAMES]
-
-
-def get_algorithm(ref: str) -> AlgorithmSpec:
-    """An algorithm by name (``ppo``) or a user plan (``path/to/file.py:plan``)."""
-    if ":" in ref and ref.split(":", 1)[0].endswith(".py"):
-        return load_plan_file(ref)
-    from flowrl.algorithms import NAMES
-
-    if ref.lower() not in NAMES:
-        raise ConfigError(f"unknown algorithm '{ref}'; available: {', '.join(NAMES)}")
-    return importlib.import_module(f"flowrl.algorithms.{ref.lower()}").ALGORITHM
-
-
-def load_plan_file(ref: str) -> AlgorithmSpec:
-    """``file.py:plan``: the plan function of a user file, which also names the ``Config``,
-    ``Policy`` and ``Learner`` classes the plan runs with (its own, or imported from an
-    algorithm)."""
-    path_str, func_name = ref.rsplit(":", 1)
-    path = Path(path_str).resolve()
-    if not path.is_file():
-        raise ConfigError(f"plan file not found: {path_str}")
-    module_name = f"flowrl_user_plan_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise ConfigError(f"cannot load plan file {path_str}: {type(e).__name__}: {e}") from None
-    plan = getattr(module, func_name, None)
-    if not callable(plan):
-        raise ConfigError(f"{path_str} has no function '{func_name}'")
-    bases = {"Config": Config, "Policy": Policy, "Learner": Learner}
-    classes = {name: getattr(module, name, None) for name in bases}
-    for name, base in bases.items():
-        cls = classes[name]
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise ConfigError(f"{path_str} must name a {name} class; {_plan_file_hint()}")
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import it by name
-    return AlgorithmSpec(
-        name=f"{path}:{func_name}",
-        summary=(plan.__doc__ or "user plan").strip().splitlines()[0],
-        config_cls=classes["Config"],
-        policy_cls=classes["Policy"],
-        learner_cls=classes["Learner"],
-        execution_plan=plan,
-    )
-
-
-def _plan_file_hint() -> str:
-    """How a plan file names an algorithm's classes, with the first shipped algorithm."""
-    from flowrl.algorithms import NAMES
-
-    spec = get_algorithm(NAMES[0])
-    imports = (
-        f"{spec.config_cls.__name__} as Config, {spec.policy_cls.__name__} as Policy, "
-        f"{spec.learner_cls.__name__} as Learner"
-    )
-    return f"to run with {spec.name}'s: from {spec.config_cls.__module__} import {imports}"
+from flowrl.run.saving import Checkpointing
+from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm
 
 
 def ensure_ray(address: str | None) -> None:
@@ -207,7 +132,7 @@ def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, A
     return {k: v for k, v in preset.values.items() if k in fields}
 
 
-class Algorithm:
+class Algorithm(Checkpointing):
     """An algorithm ready to train: its config, workers and execution plan.
 
     ``algo`` is a name (``"ppo"``), a ``"file.py:plan"`` reference or an AlgorithmSpec;
@@ -231,14 +156,13 @@ class Algorithm:
         **overrides: Any,
     ) -> None:
         self.spec = get_algorithm(algo) if isinstance(algo, str) else algo
-        self.layout: Layout | None = None  # what num_workers="auto" chose, and why
         if is_auto(overrides) or (isinstance(config, Mapping) and is_auto(config)):
-            run = self._auto_layout(config, overrides, plan, address)
-            if isinstance(run, Algorithm):  # the in-process run that measured it goes on
-                layout, self.__dict__ = self.layout, run.__dict__
-                self.layout = layout
-                return
-            config, overrides = run, {}
+            raise ConfigError(
+                'num_workers="auto" measures layouts by running the plan for a few seconds: '
+                "build with Algorithm.auto(...) (flowrl train does when no layout is set)"
+            )
+        #: the layout :meth:`auto` chose, and why (None: the config's own)
+        self.layout: Layout | None = None
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
         if address and not self.config.uses_ray:
@@ -272,28 +196,45 @@ class Algorithm:
         if self.config.learner_threads:  # on few cores, leave the rest to the workers
             torch.set_num_threads(self.config.learner_threads)
 
-    def _auto_layout(
-        self, config: Any, overrides: dict[str, Any], plan: Plan | None, address: str | None
-    ) -> Any:
-        """``num_workers="auto"``: :func:`choose_layout` measures the plan and keeps the
-        layout in :attr:`layout`. Returns its in-process run when the layout is that
-        run's, else the config values with the layout. With a cluster ``address``, Ray
-        joins it first, so the layout is for the cluster's CPUs, with workers; an
-        algorithm's config may ask for more (``auto_min_workers``: Ape-X's 2)."""
+    @classmethod
+    def auto(
+        cls,
+        algo: str | AlgorithmSpec,
+        config: Config | Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        address: str | None = None,
+        **overrides: Any,
+    ) -> Algorithm:
+        """Measure the plan (:func:`~flowrl.diagnostics.autotune.choose_layout`: a few
+        seconds of sampling and learning in-process) and build the algorithm with the
+        fastest layout of workers and envs, which :attr:`layout` reports with the reason.
+        When the in-process run that measured learning is the choice, it is returned and
+        goes on from where it got. With a cluster ``address``, Ray joins it first and
+        every layout has workers; an algorithm may ask for more (Ape-X: 2).
+
+        Example:
+            >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
+            >>> print(algo.layout.reason)  # doctest: +SKIP
+        """
+        spec = get_algorithm(algo) if isinstance(algo, str) else algo
         values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
         values.update(overrides)
-        del values["num_workers"]
+        values.pop("num_workers", None)
         if address:
             ensure_ray(address)
-        self.layout, run = choose_layout(
-            self.spec,
-            build_config(self.spec, values),
-            algorithm_cls=type(self),
+        layout, run = choose_layout(
+            spec,
+            build_config(spec, values),
+            algorithm_cls=cls,
             plan=plan,
             envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
-            min_workers=max(1 if address else 0, self.spec.config_cls.auto_min_workers),
+            min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
         )
-        return run if run is not None else {**values, **self.layout.overrides()}
+        if run is None:
+            run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
+        run.layout = layout
+        return run
 
     def __repr__(self) -> str:
         return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
@@ -380,90 +321,6 @@ class Algorithm:
             >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs"))  # doctest: +SKIP
         """
         return run(self, **kwargs)
-
-    # -- checkpoints ---------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
-        """Write a checkpoint directory (weights, optimiser, counters, config, and what the
-        plan registered, such as a replay buffer) atomically; returns it. Non-finite
-        weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
-        ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
-        local = self.workers.local_worker
-        with local.lock:  # not halfway through a learner thread's update
-            local.learner.check_finite_weights()
-            plan = self.plan.context.get_state()
-            policy_state = local.policy.get_state()
-            if weights is not None:
-                policy_state["weights"] = weights
-            state = {
-                "policy": policy_state,
-                "learner": local.learner.get_state(),
-                "plan": plan["plan_state"],
-                "torch_rng": torch.get_rng_state(),
-            }
-        meta = {
-            "algo": self.spec.name,
-            "config": self.config.to_dict(),
-            "iteration": self.iteration,
-            "counters": plan["counters"],
-        }
-        return checkpoints.write(path, state, meta)
-
-    def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
-        """Load a checkpoint written by :meth:`save` (a path or a loaded
-        :class:`~flowrl.run.checkpoints.Checkpoint`) into this algorithm; a checkpoint of
-        another algorithm or model size raises a CheckpointError."""
-        if not isinstance(checkpoint, Checkpoint):
-            checkpoint = checkpoints.load(checkpoint)
-        if checkpoint.meta["algo"] != self.spec.name:
-            raise CheckpointError(
-                f"{checkpoint.path} is a {checkpoint.meta['algo']} checkpoint, not {self.spec.name}"
-            )
-        state = checkpoint.state
-        try:
-            self.workers.local_worker.policy.set_state(state["policy"])
-            self.workers.learner.set_state(state["learner"])
-            plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
-            self.plan.context.set_state(plan)
-            torch.set_rng_state(state["torch_rng"])
-        except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            reason = checkpoints.error_reason(e)
-            raise CheckpointError(
-                f"checkpoint {checkpoint.path} does not fit this config ({reason})"
-            ) from None
-        self.workers.sync_weights()
-        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED])
-
-    @classmethod
-    def from_checkpoint(
-        cls,
-        path: str | os.PathLike[str] | Checkpoint,
-        *,
-        address: str | None = None,
-        in_process: bool = False,
-        **overrides: Any,
-    ) -> Algorithm:
-        """Rebuild an algorithm from a checkpoint alone: a checkpoint directory, a run
-        directory (its newest checkpoint that loads) or a loaded Checkpoint; ``overrides``
-        change its config. ``in_process`` drops its rollout workers and other actors
-        (replay shards), so Ray does not start: enough to evaluate it.
-
-        Example:
-            >>> path = "runs/dqn/checkpoints/checkpoint_000010"
-            >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
-        """
-        ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
-        meta = ckpt.meta
-        if in_process:
-            overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
-        # a checkpoint states its whole config: no preset fills a field it predates
-        config = {"preset": False, **meta["config"], **overrides}
-        algo = cls(meta["algo"], config, address=address)
-        try:
-            algo.restore(ckpt)
-        except BaseException:
-            algo.stop()
-            raise
-        return algo
 
     # -- evaluation and shutdown ---------------------------------------------------------
     def evaluate(

@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from flowrl.core.context import EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN, ITERATION
 from flowrl.learning.policy import Weights
 from flowrl.rollout.worker import Episode, WorkerSet
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "evaluation/"
-EVAL_RETURN_MEAN = PREFIX + "episode_return_mean"
+EVAL_RETURN_MEAN = PREFIX + EPISODE_RETURN_MEAN
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
@@ -36,10 +37,10 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
     returns = [r for r, _ in episodes]
     return {
         "episodes": len(episodes),
-        "episode_return_mean": sum(returns) / len(returns),
+        EPISODE_RETURN_MEAN: sum(returns) / len(returns),
         "episode_return_min": min(returns),
         "episode_return_max": max(returns),
-        "episode_len_mean": sum(n for _, n in episodes) / len(episodes),
+        EPISODE_LEN_MEAN: sum(n for _, n in episodes) / len(episodes),
     }
 
 
@@ -101,7 +102,7 @@ class Evaluation:
                 return {}
         self._pending, self.scored_weights = None, weights
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
-        return {**stats, PREFIX + "iteration": iteration}
+        return {**stats, PREFIX + ITERATION: iteration}
 
     def stop(self) -> None:
         if self._actor is not None:

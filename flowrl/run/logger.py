@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flowrl.core.config import ConfigError
+from flowrl.core.context import ITERATION
 from flowrl.run.tracking import metrics, step_of
 
 
@@ -84,7 +85,7 @@ def _whole_records(path: Path, last_iteration: int) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("iteration", 0) <= last_iteration:
+        if isinstance(record, dict) and record.get(ITERATION, 0) <= last_iteration:
             kept.append(line)
     return kept
 

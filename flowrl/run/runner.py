@@ -293,12 +293,7 @@ def run(
                     best_eval = result[EVAL_RETURN_MEAN]
                     scored = algo.evaluation.scored_weights
                     algo.save(output_dir / "checkpoints" / BEST, weights=scored)
-            bar.update(result[STEPS_SAMPLED] - bar.n)
-            postfix = {"ret": f"{ret:.1f}", "steps_s": f"{result[ENV_STEPS_PER_S]:.0f}"}
-            last_eval = result.get(EVAL_RETURN_MEAN, last_eval)
-            if last_eval is not None:
-                postfix["eval"] = f"{last_eval:.1f}"
-            bar.set_postfix(postfix)
+            last_eval = _show_progress(bar, result, result.get(EVAL_RETURN_MEAN, last_eval))
             stopped_by = stop.reason(result)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
@@ -315,6 +310,18 @@ def run(
     if error is not None:
         raise error
     return summary
+
+
+def _show_progress(bar: Any, result: dict[str, Any], last_eval: float | None) -> float | None:
+    """Move the progress bar to the result's env steps and show its return, env steps per
+    second and the last evaluation's return; returns the latter."""
+    bar.update(result[STEPS_SAMPLED] - bar.n)
+    postfix = {"ret": f"{result[EPISODE_RETURN_MEAN]:.1f}"}
+    postfix["steps_s"] = f"{result[ENV_STEPS_PER_S]:.0f}"
+    if last_eval is not None:
+        postfix["eval"] = f"{last_eval:.1f}"
+    bar.set_postfix(postfix)
+    return last_eval
 
 
 def run_meta(algo: Trainable) -> dict[str, Any]:
@@ -364,6 +371,8 @@ def _finish(
     }
     if math.isfinite(best[1]):
         summary["best_evaluation_episode_return_mean"] = best[1]
+    if algo.layout is not None:  # chosen by Algorithm.auto
+        summary["layout"] = algo.layout.report()
     if error is not None:
         summary["error"] = describe_error(error)
         if log is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flowrl.core.config import ConfigError
+from flowrl.core.context import ITERATION, STEPS_SAMPLED
 
 NAMES = ("mlflow", "wandb")
 
@@ -51,7 +52,7 @@ def metrics(result: dict[str, Any]) -> dict[str, float]:
 
 def step_of(result: dict[str, Any]) -> int:
     """A result's x axis: env steps sampled (the iteration when a plan reports none)."""
-    return int(result.get("env_steps_sampled", result.get("iteration", 0)))
+    return int(result.get(STEPS_SAMPLED, result.get(ITERATION, 0)))
 
 
 def params(meta: dict[str, Any]) -> dict[str, Any]:

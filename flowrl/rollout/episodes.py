@@ -1,0 +1,106 @@
+"""Episodes on a worker: the running returns of sampled fragments (:class:`EpisodeTracker`),
+whole evaluation episodes (:func:`run_episodes`), and rendering without a display for
+recorded ones (:func:`headless_rendering`).
+
+Example:
+    >>> tracker = EpisodeTracker(num_envs=1)
+    >>> rewards, done = np.ones((3, 1)), np.array([[False], [True], [False]])
+    >>> tracker.add(rewards, done, valid=np.ones((3, 1), bool))
+    >>> tracker.take()  # one episode of 2 steps ended; the third step starts the next
+    [(2.0, 2)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+Episode = tuple[float, int]  # (return, length)
+
+
+class EpisodeTracker:
+    """Adds fragments' ``[T, N]`` steps to each env's running episode and records the
+    episodes that end: once per fragment, running sums along time and a Python step per
+    finished episode."""
+
+    def __init__(self, num_envs: int) -> None:
+        self._return = np.zeros(num_envs, dtype=np.float64)
+        self._len = np.zeros(num_envs, dtype=np.int64)
+        self._episodes: list[Episode] = []
+
+    def add(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)
+        lengths = np.cumsum(valid, axis=0)
+        start_return, start_len = np.zeros(done.shape[1]), np.zeros(done.shape[1], np.int64)
+        for t, i in zip(*np.nonzero(done & valid), strict=True):
+            ep_return = self._return[i] + returns[t, i] - start_return[i]
+            ep_len = self._len[i] + lengths[t, i] - start_len[i]
+            self._episodes.append((float(ep_return), int(ep_len)))
+            self._return[i], self._len[i] = 0.0, 0
+            start_return[i], start_len[i] = returns[t, i], lengths[t, i]
+        self._return += returns[-1] - start_return
+        self._len += lengths[-1] - start_len
+
+    def take(self) -> list[Episode]:
+        """The episodes that ended since the last call."""
+        episodes, self._episodes = self._episodes, []
+        return episodes
+
+
+def run_episodes(
+    policy: Any, env: Any, episodes: int, *, explore: bool, seed: int
+) -> list[Episode]:
+    """Exactly ``episodes`` fresh episodes of ``policy`` on the vector ``env`` (greedy
+    actions unless ``explore``): env i runs episodes i, i + n, ... so the count is exact
+    whatever the envs' episode lengths."""
+    n = env.num_envs
+    quota = np.array([len(range(i, episodes, n)) for i in range(n)])
+    obs, _ = env.reset(seed=seed)
+    ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
+    needs_reset = np.zeros(n, dtype=bool)
+    results: list[Episode] = []
+    while (quota > 0).any():
+        actions, _ = policy.compute_actions(policy.normalizer.observations(obs), explore=explore)
+        obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
+        counting = ~needs_reset & (quota > 0)
+        ret += rewards * counting
+        length += counting
+        finished = (terminated | truncated) & counting
+        for i in np.flatnonzero(finished):
+            results.append((float(ret[i]), int(length[i])))
+            quota[i] -= 1
+        ret[finished], length[finished] = 0.0, 0
+        needs_reset = terminated | truncated
+    return results
+
+
+#: what recording needs of the rendering libraries: pygame (classic control) opens no
+#: display or sound card, and MuJoCo renders off-screen through EGL when there is no display
+_HEADLESS = {"SDL_AUDIODRIVER": "dummy", "SDL_VIDEODRIVER": "dummy"}
+
+
+@contextlib.contextmanager
+def headless_rendering() -> Iterator[None]:
+    """Environment variables for rendering without a display, set while recording and
+    restored after (a variable the user set stays as it was).
+
+    Example:
+        >>> with headless_rendering():
+        ...     os.environ["SDL_VIDEODRIVER"] != ""
+        True
+    """
+    wanted = dict(_HEADLESS)
+    if not os.environ.get("DISPLAY"):
+        wanted["MUJOCO_GL"] = "egl"
+    added = [k for k in wanted if k not in os.environ]
+    for key in added:
+        os.environ[key] = wanted[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)

@@ -1,0 +1,121 @@
+"""Checkpointing an Algorithm: :meth:`~Checkpointing.save` writes what a restore needs
+(the policy's weights, the learner's state, the plan's counters and registered state),
+:meth:`~Checkpointing.restore` loads it, :meth:`~Checkpointing.from_checkpoint` rebuilds an
+algorithm from a checkpoint alone.
+
+Example:
+    >>> import tempfile
+    >>> from flowrl import Algorithm
+    >>> algo = Algorithm("ppo", num_workers=0)
+    >>> path = algo.save(Path(tempfile.mkdtemp()) / "ckpt")
+    >>> Algorithm.from_checkpoint(path).iteration
+    0
+    >>> algo.stop()
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flowrl.core.context import ITERATION, STEPS_SAMPLED
+from flowrl.learning.policy import Weights
+from flowrl.run import checkpoints
+from flowrl.run.checkpoints import Checkpoint, CheckpointError
+from flowrl.run.spec import get_algorithm
+
+
+class Checkpointing:
+    """What :class:`~flowrl.Algorithm` does with checkpoints."""
+
+    spec: Any
+    config: Any
+    workers: Any
+    plan: Any
+    iteration: int
+
+    def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
+        """Write a checkpoint directory (weights, optimiser, counters, config, and what the
+        plan registered, such as a replay buffer) atomically; returns it. Non-finite
+        weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
+        ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
+        local = self.workers.local_worker
+        with local.lock:  # not halfway through a learner thread's update
+            local.learner.check_finite_weights()
+            plan = self.plan.context.get_state()
+            policy_state = local.policy.get_state()
+            if weights is not None:
+                policy_state["weights"] = weights
+            state = {
+                "policy": policy_state,
+                "learner": local.learner.get_state(),
+                "plan": plan["plan_state"],
+                "torch_rng": torch.get_rng_state(),
+            }
+        meta = {
+            "algo": self.spec.name,
+            "config": self.config.to_dict(),
+            ITERATION: self.iteration,
+            "counters": plan["counters"],
+        }
+        return checkpoints.write(path, state, meta)
+
+    def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
+        """Load a checkpoint written by :meth:`save` (a path or a loaded
+        :class:`~flowrl.run.checkpoints.Checkpoint`) into this algorithm; a checkpoint of
+        another algorithm or model size raises a CheckpointError."""
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = checkpoints.load(checkpoint)
+        if checkpoint.meta["algo"] != self.spec.name:
+            raise CheckpointError(
+                f"{checkpoint.path} is a {checkpoint.meta['algo']} checkpoint, not {self.spec.name}"
+            )
+        state = checkpoint.state
+        try:
+            self.workers.local_worker.policy.set_state(state["policy"])
+            self.workers.learner.set_state(state["learner"])
+            plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
+            self.plan.context.set_state(plan)
+            torch.set_rng_state(state["torch_rng"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            reason = checkpoints.error_reason(e)
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} does not fit this config ({reason})"
+            ) from None
+        self.workers.sync_weights()
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED])
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str] | Checkpoint,
+        *,
+        address: str | None = None,
+        in_process: bool = False,
+        **overrides: Any,
+    ) -> Any:
+        """Rebuild an algorithm from a checkpoint alone: a checkpoint directory, a run
+        directory (its newest checkpoint that loads) or a loaded Checkpoint; ``overrides``
+        change its config. ``in_process`` drops its rollout workers and other actors
+        (replay shards), so Ray does not start: enough to evaluate it.
+
+        Example:
+            >>> path = "runs/dqn/checkpoints/checkpoint_000010"
+            >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
+        """
+        ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
+        meta = ckpt.meta
+        if in_process:
+            overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
+        # a checkpoint states its whole config: no preset fills a field it predates
+        config = {"preset": False, **meta["config"], **overrides}
+        algo = cls(meta["algo"], config, address=address)
+        try:
+            algo.restore(ckpt)
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
