@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -92,6 +93,8 @@ PRESETS = (
 class DQNPolicy(Policy):
     """Epsilon-greedy over a Q-network (the acting module's ``dist_inputs`` are the
     Q-values); fragments become n-step transitions."""
+
+    action_spaces = (gym.spaces.Discrete,)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

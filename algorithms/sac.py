@@ -144,8 +144,8 @@ class SoftActorPolicy(Policy):
 class SACPolicy(SoftActorPolicy):
     """Box actions: a tanh-squashed Gaussian in (-1, 1), rescaled to the Box's bounds."""
 
-    def distribution_class(self) -> type[Distribution]:
-        space = self.action_space
+    @classmethod
+    def check_action_space(cls, space: gym.Space, config: Config) -> None:
         if isinstance(space, gym.spaces.Discrete):
             raise ConfigError(
                 f"SAC needs a Box action space, got {space}; "
@@ -153,6 +153,8 @@ class SACPolicy(SoftActorPolicy):
             )
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"SAC needs 1-D Box actions, got {space}")
+
+    def distribution_class(self) -> type[Distribution]:
         return SquashedGaussian
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
@@ -168,11 +170,12 @@ class SACPolicy(SoftActorPolicy):
 class SACDiscretePolicy(SoftActorPolicy):
     """Discrete actions: a categorical actor."""
 
+    @classmethod
+    def check_action_space(cls, space: gym.Space, config: Config) -> None:
+        if not isinstance(space, gym.spaces.Discrete):
+            raise ConfigError(f"SAC with discrete=true needs a Discrete action space, got {space}")
+
     def distribution_class(self) -> type[Distribution]:
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise ConfigError(
-                f"discrete=true needs a Discrete action space, got {self.action_space}"
-            )
         return Categorical
 
 

@@ -58,7 +58,39 @@ class DictObservation(Corridor):
 class MultiDiscreteActions(Corridor):
     def __init__(self) -> None:
         super().__init__()
-        self.action_space = gym.spaces.MultiDiscrete([2, 2])
+        self.action_space = gym.spaces.MultiDiscrete([[2, 2], [2, 2]])  # a 2-D nvec
+
+
+class MatchTargets(gym.Env):
+    """Each step shows one target per sub-action (one-hot, concatenated); the reward is the
+    share of sub-actions that hit theirs, so the best return is ``length`` (20). Actions
+    are MultiDiscrete(``nvec``), or MultiBinary(``binary``) when it is set."""
+
+    def __init__(self, nvec: tuple[int, ...] = (3, 4), binary: int = 0, length: int = 20):
+        if binary:
+            self.sizes = [2] * binary
+            self.action_space = gym.spaces.MultiBinary(binary)
+        else:
+            self.sizes = list(nvec)
+            self.action_space = gym.spaces.MultiDiscrete(nvec)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (sum(self.sizes),), np.float32)
+        self.length = length
+
+    def _draw(self) -> np.ndarray:
+        self.targets = np.array([self.np_random.integers(n) for n in self.sizes])
+        return np.concatenate(
+            [np.eye(n, dtype=np.float32)[t] for n, t in zip(self.sizes, self.targets, strict=True)]
+        )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        hits = float(np.mean(np.asarray(action).reshape(-1) == self.targets))
+        self.t += 1
+        return self._draw(), hits, False, self.t >= self.length, {}
 
 
 def not_an_env() -> str:

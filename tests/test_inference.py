@@ -19,6 +19,11 @@ CASES = {
         {"env": "Pendulum-v1", "normalize_observations": True, "train_batch_size": 256},
     ),
     "ppo-atari-frames": ("ppo", {"env": "ALE/Pong-v5", "num_envs_per_worker": 1}),
+    "ppo-multidiscrete": ("ppo", {"env": "custom_envs:MatchTargets", "train_batch_size": 256}),
+    "ppo-multibinary": (
+        "ppo",
+        {"env": "custom_envs:MatchTargets", "env_config": {"binary": 5}, "train_batch_size": 256},
+    ),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
 }

@@ -8,10 +8,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from functools import cached_property
 
 import gymnasium as gym
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -99,15 +102,79 @@ class SquashedGaussian:
         return (gaussian - log_det).sum(-1)
 
 
-Distribution = Categorical | DiagGaussian | SquashedGaussian
+class MultiCategorical:
+    """Independent categoricals over ``nvec`` choices (a MultiDiscrete action): ``inputs``
+    hold each one's unnormalised log-probabilities in turn; an action holds one choice per
+    categorical, and its log-prob and entropy are the sums over them.
+
+    Example:
+        >>> d = MultiCategorical(torch.zeros(4, 5), nvec=(2, 3))
+        >>> d.sample().shape, round(float(d.entropy()[0]), 4)  # log 2 + log 3
+        (torch.Size([4, 2]), 1.7918)
+    """
+
+    def __init__(self, inputs: torch.Tensor, *, nvec: tuple[int, ...]) -> None:
+        self.parts = [Categorical(x) for x in inputs.split(list(nvec), dim=-1)]
+
+    def sample(self) -> torch.Tensor:
+        return torch.stack([p.sample() for p in self.parts], dim=-1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([p.mode() for p in self.parts], dim=-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return sum(p.log_prob(actions[..., i]) for i, p in enumerate(self.parts))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(p.entropy() for p in self.parts)
 
 
-def distribution_for(space: gym.Space) -> tuple[type[Distribution], int]:
-    """The distribution class for an action space and the number of inputs it takes."""
+class Bernoulli:
+    """Independent binary choices (a MultiBinary action) with logits ``inputs[..., n]``;
+    log-prob and entropy are sums over the ``n`` choices.
+
+    Example:
+        >>> d = Bernoulli(torch.zeros(3, 4))
+        >>> d.mode().tolist()[0], round(float(d.entropy()[0]), 4)  # 4 log 2
+        ([0, 0, 0, 0], 2.7726)
+    """
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        self.logits = inputs
+
+    def sample(self) -> torch.Tensor:
+        return (torch.rand_like(self.logits) < torch.sigmoid(self.logits)).long()
+
+    def mode(self) -> torch.Tensor:
+        return (self.logits > 0).long()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        targets = actions.to(self.logits.dtype)
+        nll = F.binary_cross_entropy_with_logits(self.logits, targets, reduction="none")
+        return -nll.sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        p = torch.sigmoid(self.logits)
+        return F.binary_cross_entropy_with_logits(self.logits, p, reduction="none").sum(-1)
+
+
+Distribution = Categorical | DiagGaussian | SquashedGaussian | MultiCategorical | Bernoulli
+DistributionClass = Callable[[torch.Tensor], Distribution]
+
+#: the action spaces flowrl's distributions take, for error messages
+ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary or 1-D Box"
+
+
+def distribution_for(space: gym.Space) -> tuple[DistributionClass, int]:
+    """The distribution for an action space (a class, or one with the space's sizes bound)
+    and the number of inputs it takes."""
     if isinstance(space, gym.spaces.Discrete):
         return Categorical, int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        nvec = tuple(int(n) for n in space.nvec)
+        return functools.partial(MultiCategorical, nvec=nvec), sum(nvec)
+    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+        return Bernoulli, int(space.n)
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return DiagGaussian, 2 * int(space.shape[0])
-    raise ConfigError(
-        f"unsupported action space {space}: flowrl's policies take Discrete or 1-D Box actions"
-    )
+    raise ConfigError(f"unsupported action space {space}: flowrl takes {ACTION_SPACES} actions")

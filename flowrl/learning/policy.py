@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -36,7 +36,7 @@ from flowrl.core.sample_batch import (
     Fragment,
     SampleBatch,
 )
-from flowrl.learning.distributions import Distribution, distribution_for
+from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
 from flowrl.learning.models import ActorCritic
 from flowrl.learning.module import ActingModule
 from flowrl.learning.normalization import Normalizer, split_state
@@ -92,6 +92,23 @@ class Policy:
     """The acting side of an algorithm: acting module, distribution, normaliser,
     exploration and postprocessing. Subclasses change how it acts or postprocesses."""
 
+    #: the action spaces this policy acts in
+    action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (
+        gym.spaces.Discrete,
+        gym.spaces.MultiDiscrete,
+        gym.spaces.MultiBinary,
+        gym.spaces.Box,
+    )
+
+    @classmethod
+    def check_action_space(cls, space: gym.Space, config: Config) -> None:
+        """A ConfigError naming the algorithm and the space unless this policy acts in it
+        (the algorithm checks before any worker starts)."""
+        if not isinstance(space, cls.action_spaces):
+            names = ", ".join(t.__name__ for t in cls.action_spaces)
+            algo = getattr(config, "algo_name", "") or cls.__name__
+            raise ConfigError(f"{algo} takes {names} actions; the env's action space is {space}")
+
     def __init__(
         self,
         observation_space: gym.Space,
@@ -107,12 +124,13 @@ class Policy:
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = resolve_device(device)
+        self.check_action_space(action_space, config)
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
         #: observation and reward statistics, which travel with the weights
         self.normalizer = Normalizer(observation_space, config)
 
-    def distribution_class(self) -> type[Distribution]:
+    def distribution_class(self) -> DistributionClass:
         """The action distribution over the module's ``dist_inputs``."""
         return distribution_for(self.action_space)[0]
 

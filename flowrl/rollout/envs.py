@@ -31,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 
 from flowrl.core.config import ConfigError
+from flowrl.learning.distributions import ACTION_SPACES, distribution_for
 
 EnvCreator = Callable[..., gym.Env]
 
@@ -240,18 +241,19 @@ _ATARI_SINGLE = {"repeat_action_probability": 0.0, "max_num_frames_per_episode":
 
 def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> None:
     """A ConfigError naming the space unless observations are a Box (vectors or images)
-    and actions Discrete or a 1-D Box, which flowrl's policies take."""
+    and actions Discrete, MultiDiscrete, MultiBinary or a 1-D Box, which flowrl's policies
+    take (an algorithm may take fewer: :meth:`Policy.check_action_space`)."""
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(
             f"env {env} has observation space {obs_space}: flowrl's policies take Box "
             "observations (flatten or one-hot others with a gymnasium wrapper)"
         )
-    vector_box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
-    if not (isinstance(action_space, gym.spaces.Discrete) or vector_box):
+    try:
+        distribution_for(action_space)
+    except ConfigError:
         raise ConfigError(
-            f"env {env} has action space {action_space}: flowrl's policies take Discrete "
-            "or 1-D Box actions"
-        )
+            f"env {env} has action space {action_space}: flowrl takes {ACTION_SPACES} actions"
+        ) from None
 
 
 def _make_registered(

@@ -35,6 +35,14 @@ from flowrl.run.saving import Checkpointing
 from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm
 
 
+def check_env(spec: AlgorithmSpec, config: Config) -> None:
+    """Build one env of ``config`` and check its spaces against ``spec``'s policy: a bad
+    env or space is a ConfigError here, before Ray or a worker starts."""
+    env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
+    env.close()
+    spec.classes(config)[0].check_action_space(env.single_action_space, config)
+
+
 def ensure_ray(address: str | None) -> None:
     """Start Ray with this machine's CPUs unless it is already running, or join the
     cluster at ``address`` (by default the ``RAY_ADDRESS`` environment variable's, as
@@ -171,10 +179,7 @@ class Algorithm(Checkpointing):
                 "(num_workers=0): set num_workers > 0 or drop the address"
             )
         if self.config.uses_ray:
-            # a bad env or space fails here, before Ray starts
-            make_vector_env(
-                self.config.env, num_envs=1, seed=0, env_config=self.config.env_config
-            ).close()
+            check_env(self.spec, self.config)  # before Ray starts
             check_worker_cpus(self.config, address)  # before a local Ray starts
             ensure_ray(address)
             check_worker_cpus(self.config, address)  # a cluster, once joined
