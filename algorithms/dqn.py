@@ -32,6 +32,7 @@ from flowrl.learning.learner import Learner
 from flowrl.learning.models import QNetwork
 from flowrl.learning.policy import Policy, inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
+from flowrl.learning.registry import build_module
 from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -101,11 +102,14 @@ class DQNPolicy(Policy):
         self.timesteps = 0  # env steps this copy acted for; drives epsilon
 
     def make_module(self) -> nn.Module:
-        return QNetwork(
-            self.observation_space,
-            self.action_space,
-            hiddens=self.config.model_hiddens,
-            dueling=self.config.dueling,
+        cfg, obs_space, action_space = self.config, self.observation_space, self.action_space
+        return build_module(
+            cfg,
+            obs_space,
+            action_space,
+            lambda trunk: QNetwork(
+                obs_space, action_space, hiddens=cfg.model_hiddens, dueling=cfg.dueling, trunk=trunk
+            ),
         )
 
     def epsilon(self) -> float:

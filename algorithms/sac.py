@@ -43,6 +43,7 @@ from flowrl.learning.models import ActorNetwork, TwinQ
 from flowrl.learning.module import ActingModule
 from flowrl.learning.policy import Policy, bounds, inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
+from flowrl.learning.registry import build_module
 from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -126,8 +127,14 @@ class SoftActorPolicy(Policy):
     n-step transitions."""
 
     def make_module(self) -> ActingModule:
+        obs_space, hiddens = self.observation_space, self.config.model_hiddens
         n_inputs = distribution_for(self.action_space)[1]
-        return ActorNetwork(self.observation_space, n_inputs, hiddens=self.config.model_hiddens)
+        return build_module(
+            self.config,
+            obs_space,
+            self.action_space,
+            lambda trunk: ActorNetwork(obs_space, n_inputs, hiddens=hiddens, trunk=trunk),
+        )
 
     @inference
     def compute_actions(

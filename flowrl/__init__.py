@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from flowrl.learning.learner import Learner
     from flowrl.learning.module import ActingModule, ActingOutput
     from flowrl.learning.policy import Policy
+    from flowrl.learning.registry import register_model
     from flowrl.rollout.envs import register_env
     from flowrl.rollout.worker import RolloutWorker, WorkerSet
     from flowrl.run.algorithm import Algorithm
@@ -48,6 +49,7 @@ _HOMES = {
     "ActingModule": "flowrl.learning.module",
     "ActingOutput": "flowrl.learning.module",
     "Policy": "flowrl.learning.policy",
+    "register_model": "flowrl.learning.registry",
     "SampleBatch": "flowrl.core.sample_batch",
     "AlgorithmSpec": "flowrl.run.spec",
     "RolloutWorker": "flowrl.rollout.worker",
@@ -92,4 +94,5 @@ __all__ = [
     "load_policy",
     "param",
     "register_env",
+    "register_model",
 ]

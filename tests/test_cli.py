@@ -56,7 +56,7 @@ def test_list():
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["train", "sac", "--env", "CartPole-v1"], "set discrete=true"),
         (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),
-        (["train", "dqn", "--env", "Pendulum-v1"], "needs a Discrete action space"),
+        (["train", "dqn", "--env", "Pendulum-v1"], "dqn takes Discrete actions"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message):

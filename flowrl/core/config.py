@@ -192,6 +192,10 @@ class Config:
     )
     # param gives each config its own copy of a dict default
     env_config: dict[str, Any] = param({}, "keyword arguments for the env's creator")  # noqa: RUF009
+    model: str = param(
+        "", "your torch model: a flowrl.register_model name or module:Class; '': flowrl's"
+    )
+    model_config: dict[str, Any] = param({}, "keyword arguments for your model's class")  # noqa: RUF009
     num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
     num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
     rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)

@@ -116,14 +116,20 @@ class NatureCNN(nn.Module):
 
 
 class ActorCritic(ActingModule):
-    """Policy and value heads. Vector observations get two separate MLPs; images share a CNN.
+    """Policy and value heads. Vector observations get two separate MLPs; images share a CNN,
+    and a ``trunk`` (your encoder, :mod:`flowrl.learning.registry`) replaces both.
 
     ``forward(obs)`` returns the distribution inputs and the values. Box actions use a
     learned, state-independent log standard deviation.
     """
 
     def __init__(
-        self, obs_space: gym.Space, action_space: gym.Space, *, hiddens: Sequence[int]
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        hiddens: Sequence[int],
+        trunk: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(obs_space, gym.spaces.Box):
@@ -133,8 +139,10 @@ class ActorCritic(ActingModule):
         _, n_inputs = distribution_for(action_space)
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = n_inputs // 2 if self.continuous else n_inputs
-        if is_image_space(obs_space):
-            self.trunk: nn.Module | None = NatureCNN(obs_space.shape)
+        if trunk is None and is_image_space(obs_space):
+            trunk = NatureCNN(obs_space.shape)
+        if trunk is not None:  # an encoder shared by both heads (yours, or the CNN)
+            self.trunk: nn.Module | None = trunk
             self.pi = _init(nn.Linear(self.trunk.out_features, n_out), 0.01)
             self.vf = _init(nn.Linear(self.trunk.out_features, 1), 1.0)
         else:
@@ -165,12 +173,25 @@ class ActorNetwork(ActingModule):
         torch.Size([5, 2])
     """
 
-    def __init__(self, obs_space: gym.Space, n_outputs: int, *, hiddens: Sequence[int]) -> None:
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        n_outputs: int,
+        *,
+        hiddens: Sequence[int],
+        trunk: nn.Module | None = None,
+    ) -> None:
         super().__init__()
-        n_obs = vector_obs_size(obs_space)
-        self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
+        self.trunk = trunk  # your encoder, with a linear head on it
+        if trunk is not None:
+            self.pi: nn.Module = _init(nn.Linear(trunk.out_features, n_outputs), 0.01)
+        else:
+            n_obs = vector_obs_size(obs_space)
+            self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
+        if self.trunk is not None:
+            return ActingOutput(self.pi(self.trunk(obs)))
         return ActingOutput(self.pi(obs.reshape(obs.shape[0], -1).float()))
 
 
@@ -185,6 +206,7 @@ class QNetwork(ActingModule):
         *,
         hiddens: Sequence[int],
         dueling: bool,
+        trunk: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -192,8 +214,8 @@ class QNetwork(ActingModule):
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"unsupported observation space {obs_space}: need Box observations")
         n_actions = int(action_space.n)
-        if is_image_space(obs_space):
-            self.trunk: nn.Module = NatureCNN(obs_space.shape)
+        if trunk is not None or is_image_space(obs_space):  # yours, or the CNN
+            self.trunk: nn.Module = trunk if trunk is not None else NatureCNN(obs_space.shape)
             features = self.trunk.out_features
         else:
             n_obs = int(np.prod(obs_space.shape))

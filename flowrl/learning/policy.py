@@ -41,6 +41,7 @@ from flowrl.learning.models import ActorCritic
 from flowrl.learning.module import ActingModule
 from flowrl.learning.normalization import Normalizer, split_state
 from flowrl.learning.postprocessing import add_advantages
+from flowrl.learning.registry import build_module
 
 Weights = dict[str, np.ndarray]
 
@@ -135,9 +136,18 @@ class Policy:
         return distribution_for(self.action_space)[0]
 
     def make_module(self) -> ActingModule:
-        """The acting module; override for another architecture."""
-        return ActorCritic(
-            self.observation_space, self.action_space, hiddens=self.config.model_hiddens
+        """The acting module: flowrl's actor-critic, on your encoder when the config names
+        one, or your whole module (:mod:`flowrl.learning.registry`)."""
+        obs_space, action_space, hiddens = (
+            self.observation_space,
+            self.action_space,
+            self.config.model_hiddens,
+        )
+        return build_module(
+            self.config,
+            obs_space,
+            action_space,
+            lambda trunk: ActorCritic(obs_space, action_space, hiddens=hiddens, trunk=trunk),
         )
 
     # -- acting --------------------------------------------------------------------------

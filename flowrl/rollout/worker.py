@@ -41,6 +41,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.learner import Learner, NonFiniteError
 from flowrl.learning.policy import Policy, Weights
+from flowrl.learning.registry import register_model, registered_model
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
@@ -84,10 +85,13 @@ class RolloutWorker(ParallelIteratorWorker):
         worker_index: int = 0,
         device: str = "cpu",
         env_creator: EnvCreator | None = None,
+        model_cls: type[torch.nn.Module] | None = None,
     ) -> None:
         super().__init__(self._fragments)
         if env_creator is not None:  # the driver's register_env, in this process too
             register_env(config.env, env_creator)
+        if model_cls is not None:  # and its register_model
+            register_model(config.model, model_cls)
         if worker_index > 0:
             torch.set_num_threads(1)
         self.config = config
@@ -366,6 +370,7 @@ class WorkerSet:
             config=self.config,
             worker_index=index,
             env_creator=registered_creator(self.config.env),
+            model_cls=registered_model(self.config.model),
         )
 
     def make_evaluation_worker(self) -> Any:

@@ -1,0 +1,118 @@
+"""Your own torch model: register it, or name it ``module:Class``, and set ``model``.
+
+Two contracts, told apart by the class:
+
+- an **encoder** (any ``nn.Module`` class): ``cls(observation_space, **model_config)``
+  maps a batch of (normalised) observations to features ``[B, out_features]`` and has an
+  ``out_features`` attribute; flowrl puts the algorithm's heads on it (policy and value
+  heads, dueling Q heads, SAC's actor head);
+- a **whole acting module** (a subclass of :class:`~flowrl.learning.module.ActingModule`):
+  ``cls(observation_space, action_space, **model_config)`` returns the distribution's
+  inputs (and a value, for the actor-critic algorithms) itself.
+
+The config records the model by name, so checkpoints, evaluation and exports find it again:
+a name given to :func:`register_model` (in this process; Ray workers get the class with
+them), or ``module:Class``, which any process that can import the module finds.
+
+Example:
+    >>> class Tiny(nn.Module):
+    ...     def __init__(self, observation_space, width=16):
+    ...         super().__init__()
+    ...         self.out_features = width
+    ...         self.net = nn.Linear(observation_space.shape[0], width)
+    ...
+    ...     def forward(self, obs):
+    ...         return torch.relu(self.net(obs.float()))
+    >>> register_model("tiny", Tiny)
+    'tiny'
+    >>> resolve_model("tiny") is Tiny
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from flowrl.core.config import ConfigError
+from flowrl.learning.module import ActingModule
+
+_MODELS: dict[str, type[nn.Module]] = {}
+
+
+def register_model(name: str, cls: type[nn.Module]) -> str:
+    """Make ``cls`` the model of configs that say ``model=name``, in this process and on
+    its Ray workers (they get the class itself, pickled by value when it lives in a
+    notebook). Returns ``name``."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ConfigError(f"register_model needs a name without ':', got {name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ConfigError(f"register_model({name!r}) needs a torch.nn.Module class, got {cls!r}")
+    _MODELS[name] = cls
+    return name
+
+
+def registered_model(name: str) -> type[nn.Module] | None:
+    """The class :func:`register_model` stored under ``name``, if any."""
+    return _MODELS.get(name)
+
+
+def resolve_model(name: str) -> type[nn.Module]:
+    """The class a config's ``model`` names: a registered name or ``module:Class``."""
+    if name in _MODELS:
+        return _MODELS[name]
+    module_name, sep, attr = name.partition(":")
+    if not sep:
+        known = ", ".join(sorted(_MODELS)) or "none"
+        raise ConfigError(
+            f"unknown model {name!r}: register it with flowrl.register_model, or name it "
+            f"module:Class (registered: {known})"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot import model {name}: {type(e).__name__}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ConfigError(f"model {name} is not a torch.nn.Module class")
+    return cls
+
+
+def build_module(
+    config: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    default: Callable[[nn.Module | None], ActingModule],
+) -> ActingModule:
+    """The acting module of ``config``: ``default(None)`` without a ``model``, the model
+    itself when it is a whole acting module, else ``default(encoder)``."""
+    if not config.model:
+        return default(None)
+    cls = resolve_model(config.model)
+    try:
+        if issubclass(cls, ActingModule):
+            return cls(observation_space, action_space, **config.model_config)
+        encoder = cls(observation_space, **config.model_config)
+    except TypeError as e:
+        raise ConfigError(f"model {config.model}: {e}") from None
+    if not isinstance(getattr(encoder, "out_features", None), int):
+        raise ConfigError(
+            f"model {config.model} needs an int out_features (the size of its features)"
+        )
+    _check_features(config.model, encoder, observation_space)
+    return default(encoder)
+
+
+def _check_features(name: str, encoder: nn.Module, observation_space: gym.Space) -> None:
+    """One forward pass on a sample observation: its features must be [1, out_features]."""
+    obs = torch.as_tensor(observation_space.sample()[None])
+    with torch.no_grad():
+        shape = tuple(encoder(obs).shape)
+    if shape != (1, encoder.out_features):
+        raise ConfigError(
+            f"model {name} returned features of shape {shape}, not (1, {encoder.out_features})"
+        )
