@@ -64,9 +64,16 @@ class MultiDiscreteActions(Corridor):
 class MatchTargets(gym.Env):
     """Each step shows one target per sub-action (one-hot, concatenated); the reward is the
     share of sub-actions that hit theirs, so the best return is ``length`` (20). Actions
-    are MultiDiscrete(``nvec``), or MultiBinary(``binary``) when it is set."""
+    are MultiDiscrete(``nvec``), or MultiBinary(``binary``) when it is set; with
+    ``encoded`` the observation is the targets themselves, in the action's space."""
 
-    def __init__(self, nvec: tuple[int, ...] = (3, 4), binary: int = 0, length: int = 20):
+    def __init__(
+        self,
+        nvec: tuple[int, ...] = (3, 4),
+        binary: int = 0,
+        length: int = 20,
+        encoded: bool = False,
+    ):
         if binary:
             self.sizes = [2] * binary
             self.action_space = gym.spaces.MultiBinary(binary)
@@ -74,10 +81,15 @@ class MatchTargets(gym.Env):
             self.sizes = list(nvec)
             self.action_space = gym.spaces.MultiDiscrete(nvec)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (sum(self.sizes),), np.float32)
-        self.length = length
+        if encoded:
+            self.observation_space = self.action_space
+        self.length, self.encoded = length, encoded
 
     def _draw(self) -> np.ndarray:
         self.targets = np.array([self.np_random.integers(n) for n in self.sizes])
+        if self.encoded:
+            dtype = self.observation_space.dtype
+            return self.targets.astype(dtype)
         return np.concatenate(
             [np.eye(n, dtype=np.float32)[t] for n, t in zip(self.sizes, self.targets, strict=True)]
         )

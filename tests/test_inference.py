@@ -24,6 +24,10 @@ CASES = {
         "ppo",
         {"env": "custom_envs:MatchTargets", "env_config": {"binary": 5}, "train_batch_size": 256},
     ),
+    "ppo-discrete-observations": (
+        "ppo",
+        {"env": "FrozenLake-v1", "env_config": {"is_slippery": False}, "train_batch_size": 256},
+    ),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
 }

@@ -1,6 +1,7 @@
-"""Action spaces beyond Discrete and Box: MultiDiscrete and MultiBinary distributions
-against reference loops, PPO learning them, the on-policy family training on them, and
-one clear line from the algorithms that cannot act in them."""
+"""Spaces beyond Box observations and Discrete or Box actions: MultiDiscrete and
+MultiBinary action distributions against reference loops, PPO learning them, the
+on-policy family training on them, one clear line from the algorithms that cannot act in
+them; Discrete, MultiDiscrete and MultiBinary observations, one-hot for the networks."""
 
 from __future__ import annotations
 
@@ -93,3 +94,56 @@ def test_the_cli_refuses_before_ray_starts(tmp_path):
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "dqn takes Discrete actions" in proc.stderr and "Ray" not in proc.stderr
+
+
+def test_discrete_observations_become_one_hot_features():
+    import gymnasium as gym
+
+    from flowrl.learning.models import Flatten, vector_obs_size
+
+    space = gym.spaces.MultiDiscrete([2, 3])
+    assert vector_obs_size(space) == 5
+    assert Flatten(space)(torch.tensor([[1, 2], [0, 0]])).tolist() == [
+        [0, 1, 0, 0, 1],
+        [1, 0, 1, 0, 0],
+    ]
+    binary = gym.spaces.MultiBinary(3)
+    assert Flatten(binary)(torch.tensor([[1, 0, 1]], dtype=torch.int8)).dtype == torch.float32
+    offset = gym.spaces.Discrete(3, start=-1)
+    assert Flatten(offset)(torch.tensor([-1, 1])).tolist() == [[1, 0, 0], [0, 0, 1]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_ppo_and_dqn_learn_frozen_lake_from_its_discrete_observations(name):
+    """FrozenLake-v1 without slipping: 16 cells as Discrete(16); the goal pays 1. PPO
+    reached 0.95 at 21k env steps and DQN 0.94 at 9k on seed 0."""
+    extra = {"learning_starts": 500} if name == "dqn" else {}
+    algo = Algorithm(name, env="FrozenLake-v1", env_config={"is_slippery": False},
+                     num_workers=0, seed=0, **extra)  # fmt: skip
+    try:
+        result = algo.train()
+        while result["episode_return_mean"] < 0.9 and result["env_steps_sampled"] < 60_000:
+            result = algo.train()
+    finally:
+        algo.stop()
+    assert result["episode_return_mean"] >= 0.9, result["env_steps_sampled"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_config", [{}, {"binary": 5}], ids=["multidiscrete", "multibinary"])
+def test_ppo_learns_from_multidiscrete_and_multibinary_observations(env_config):
+    algo = Algorithm("ppo", env=MATCH, env_config={**env_config, "encoded": True},
+                     num_workers=0, seed=0)  # fmt: skip
+    try:
+        result = algo.train()
+        while result["episode_return_mean"] < 19 and result["env_steps_sampled"] < 120_000:
+            result = algo.train()
+    finally:
+        algo.stop()
+    assert result["episode_return_mean"] >= 19, result["env_steps_sampled"]
+
+
+def test_normalising_discrete_observations_is_one_clear_line():
+    with pytest.raises(ConfigError, match=r"normalize_observations takes Box .* Discrete\(16\)"):
+        Algorithm("ppo", env="FrozenLake-v1", normalize_observations=True, num_workers=0)

@@ -132,10 +132,7 @@ class ActorCritic(ActingModule):
         trunk: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(
-                f"unsupported observation space {obs_space}: flowrl's models take Box observations"
-            )
+        check_obs_space(obs_space)
         _, n_inputs = distribution_for(action_space)
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = n_inputs // 2 if self.continuous else n_inputs
@@ -147,16 +144,14 @@ class ActorCritic(ActingModule):
             self.vf = _init(nn.Linear(self.trunk.out_features, 1), 1.0)
         else:
             self.trunk = None
-            n_obs = int(np.prod(obs_space.shape))
+            n_obs = vector_obs_size(obs_space)
             self.pi = mlp([n_obs, *hiddens, n_out], out_gain=0.01)
             self.vf = mlp([n_obs, *hiddens, 1], out_gain=1.0)
         self.log_std = nn.Parameter(torch.zeros(n_out)) if self.continuous else None
+        self.flatten = Flatten(obs_space)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
-        if self.trunk is not None:
-            features = self.trunk(obs)
-        else:
-            features = obs.reshape(obs.shape[0], -1).float()
+        features = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
         out = self.pi(features)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
@@ -188,11 +183,12 @@ class ActorNetwork(ActingModule):
         else:
             n_obs = vector_obs_size(obs_space)
             self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
+        self.flatten = Flatten(obs_space)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         if self.trunk is not None:
             return ActingOutput(self.pi(self.trunk(obs)))
-        return ActingOutput(self.pi(obs.reshape(obs.shape[0], -1).float()))
+        return ActingOutput(self.pi(self.flatten(obs)))
 
 
 class QNetwork(ActingModule):
@@ -211,17 +207,18 @@ class QNetwork(ActingModule):
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"a Q-network needs a Discrete action space, got {action_space}")
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"unsupported observation space {obs_space}: need Box observations")
+        check_obs_space(obs_space)
         n_actions = int(action_space.n)
+        self.flatten: Flatten | None = None
         if trunk is not None or is_image_space(obs_space):  # yours, or the CNN
             self.trunk: nn.Module = trunk if trunk is not None else NatureCNN(obs_space.shape)
             features = self.trunk.out_features
         else:
-            n_obs = int(np.prod(obs_space.shape))
+            self.flatten = Flatten(obs_space)
             self.trunk = nn.Sequential(
-                nn.Flatten(),
-                mlp([n_obs, *hiddens], out_gain=np.sqrt(2), activation=nn.ReLU),
+                mlp(
+                    [vector_obs_size(obs_space), *hiddens], out_gain=np.sqrt(2), activation=nn.ReLU
+                ),
                 nn.ReLU(),
             )
             features = hiddens[-1]
@@ -230,7 +227,10 @@ class QNetwork(ActingModule):
         self.value = _init(nn.Linear(features, 1), 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
-        features = self.trunk(obs if obs.dtype == torch.uint8 else obs.float())
+        if self.flatten is not None:
+            features = self.trunk(self.flatten(obs))
+        else:
+            features = self.trunk(obs if obs.dtype == torch.uint8 else obs.float())
         advantage = self.advantage(features)
         if self.value is None:
             return ActingOutput(advantage)
@@ -254,6 +254,7 @@ class TwinQ(nn.Module):
     ) -> None:
         super().__init__()
         n_obs = vector_obs_size(obs_space)
+        self.flatten = Flatten(obs_space)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             n_in, n_out = n_obs, int(action_space.n)
@@ -266,7 +267,7 @@ class TwinQ(nn.Module):
         )
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
-        x = obs.reshape(obs.shape[0], -1).float()
+        x = self.flatten(obs)
         if not self.discrete:
             x = torch.cat([x, actions], dim=-1)
         x = x.expand(2, *x.shape)
@@ -290,8 +291,55 @@ class _TwinLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+#: the observation spaces flowrl's networks take, for error messages
+OBS_SPACES = "Box, Discrete, MultiDiscrete or MultiBinary"
+
+
+def check_obs_space(space: gym.Space) -> None:
+    """A ConfigError naming ``space`` unless flowrl's networks take it."""
+    flat = isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
+    if not (
+        isinstance(space, gym.spaces.Box | gym.spaces.Discrete) or (flat and len(space.shape) == 1)
+    ):
+        raise ConfigError(
+            f"unsupported observation space {space}: flowrl's networks take {OBS_SPACES} "
+            "observations"
+        )
+
+
 def vector_obs_size(space: gym.Space) -> int:
-    """The flat size of a vector (non-image) Box observation, or a ConfigError."""
-    if not isinstance(space, gym.spaces.Box) or is_image_space(space):
-        raise ConfigError(f"unsupported observation space {space}: need vector Box observations")
+    """The size of a non-image observation as features (:class:`Flatten`), or a
+    ConfigError for images and spaces flowrl does not take."""
+    check_obs_space(space)
+    if is_image_space(space):
+        raise ConfigError(f"unsupported observation space {space}: need vector observations")
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(space.nvec.sum())
     return int(np.prod(space.shape))
+
+
+class Flatten:
+    """Observations ``[B, ...]`` as float features ``[B, vector_obs_size]``: Box and
+    MultiBinary flattened, Discrete one-hot, MultiDiscrete one one-hot per entry.
+
+    Example:
+        >>> Flatten(gym.spaces.Discrete(3))(torch.tensor([2, 0])).tolist()
+        [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        self.sizes: list[int] = []
+        self.start = 0
+        if isinstance(space, gym.spaces.Discrete):
+            self.sizes, self.start = [int(space.n)], int(space.start)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            self.sizes = [int(n) for n in space.nvec]
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.sizes:  # Box, MultiBinary
+            return obs.reshape(obs.shape[0], -1).float()
+        columns = (obs.reshape(obs.shape[0], -1).long() - self.start).unbind(-1)
+        one_hots = [F.one_hot(c, n) for c, n in zip(columns, self.sizes, strict=True)]
+        return torch.cat(one_hots, dim=-1).float()

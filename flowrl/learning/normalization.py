@@ -29,7 +29,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from flowrl.core.config import Config
+from flowrl.core.config import Config, ConfigError
 
 PREFIX = "normalizer/"
 EPSILON = 1e-8
@@ -103,6 +103,10 @@ class Normalizer:
 
     def __init__(self, observation_space: gym.Space, config: Config) -> None:
         self.clip, self.gamma = config.normalize_clip, config.gamma
+        if config.normalize_observations and not isinstance(observation_space, gym.spaces.Box):
+            raise ConfigError(
+                f"normalize_observations takes Box observations; the env's are {observation_space}"
+            )
         shape = observation_space.shape
         self.obs = RunningMeanStd(shape) if config.normalize_observations else None
         self.ret = RunningMeanStd(()) if config.normalize_rewards else None

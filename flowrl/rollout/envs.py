@@ -32,6 +32,7 @@ import gymnasium as gym
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import ACTION_SPACES, distribution_for
+from flowrl.learning.models import OBS_SPACES, check_obs_space
 
 EnvCreator = Callable[..., gym.Env]
 
@@ -243,11 +244,13 @@ def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> Non
     """A ConfigError naming the space unless observations are a Box (vectors or images)
     and actions Discrete, MultiDiscrete, MultiBinary or a 1-D Box, which flowrl's policies
     take (an algorithm may take fewer: :meth:`Policy.check_action_space`)."""
-    if not isinstance(obs_space, gym.spaces.Box):
+    try:
+        check_obs_space(obs_space)
+    except ConfigError:
         raise ConfigError(
-            f"env {env} has observation space {obs_space}: flowrl's policies take Box "
-            "observations (flatten or one-hot others with a gymnasium wrapper)"
-        )
+            f"env {env} has observation space {obs_space}: flowrl takes {OBS_SPACES} "
+            "observations (flatten others with a gymnasium wrapper)"
+        ) from None
     try:
         distribution_for(action_space)
     except ConfigError:
