@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from reach import reach
 
 import flowrl
 from flowrl import Algorithm, ConfigError, load_policy
@@ -38,13 +39,8 @@ def test_ppo_learns_cartpole_on_an_encoder():
     """One encoder under both heads learns slower than flowrl's two MLPs: seeds 0-2 stood
     at 121-166 after 100k env steps (seed 0 passed 150 at 67k); random play is ~22."""
     algo = Algorithm("ppo", env="CartPole-v1", model=ENCODER, num_workers=0, seed=0)
-    try:
-        result = algo.train()
-        while result["episode_return_mean"] < 120 and result["env_steps_sampled"] < 100_000:
-            result = algo.train()
-    finally:
-        algo.stop()
-    assert result["episode_return_mean"] >= 120, result["env_steps_sampled"]
+    summary = reach(algo, 120, 100_000)
+    assert summary["stopped_by"] == "reward", summary
 
 
 def test_a_whole_acting_module_is_used_as_it_is(tmp_path):

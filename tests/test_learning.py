@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from reach import reach
 
 from flowrl import Algorithm
-from flowrl.run.runner import StopCriteria
 
 pytestmark = pytest.mark.slow
-
-
-def reach(algo: Algorithm, reward: float, budget: int) -> dict:
-    try:
-        return algo.run(stop=StopCriteria(reward=reward, timesteps=budget))
-    finally:
-        algo.stop()
 
 
 @pytest.mark.ray

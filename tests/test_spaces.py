@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from reach import reach
 
 from flowrl import Algorithm, ConfigError
 from flowrl.learning.distributions import Bernoulli, Categorical, MultiCategorical
@@ -56,13 +57,8 @@ def test_ppo_learns_multidiscrete_and_multibinary_actions(env_config):
     """Random play returns 5.8 (MultiDiscrete 3 x 4) and 10 (MultiBinary 5); PPO reached 19
     at 50k and 67k env steps on seed 0."""
     algo = Algorithm("ppo", env=MATCH, env_config=env_config, num_workers=0, seed=0)
-    try:
-        result = algo.train()
-        while result["episode_return_mean"] < 19 and result["env_steps_sampled"] < 120_000:
-            result = algo.train()
-    finally:
-        algo.stop()
-    assert result["episode_return_mean"] >= 19, result["env_steps_sampled"]
+    summary = reach(algo, 19, 120_000)
+    assert summary["stopped_by"] == "reward", summary
 
 
 @pytest.mark.parametrize("name", ["a3c", "impala", "appo"])
@@ -121,13 +117,8 @@ def test_ppo_and_dqn_learn_frozen_lake_from_its_discrete_observations(name):
     extra = {"learning_starts": 500} if name == "dqn" else {}
     algo = Algorithm(name, env="FrozenLake-v1", env_config={"is_slippery": False},
                      num_workers=0, seed=0, **extra)  # fmt: skip
-    try:
-        result = algo.train()
-        while result["episode_return_mean"] < 0.9 and result["env_steps_sampled"] < 60_000:
-            result = algo.train()
-    finally:
-        algo.stop()
-    assert result["episode_return_mean"] >= 0.9, result["env_steps_sampled"]
+    summary = reach(algo, 0.9, 60_000)
+    assert summary["stopped_by"] == "reward", summary
 
 
 @pytest.mark.slow
@@ -135,13 +126,8 @@ def test_ppo_and_dqn_learn_frozen_lake_from_its_discrete_observations(name):
 def test_ppo_learns_from_multidiscrete_and_multibinary_observations(env_config):
     algo = Algorithm("ppo", env=MATCH, env_config={**env_config, "encoded": True},
                      num_workers=0, seed=0)  # fmt: skip
-    try:
-        result = algo.train()
-        while result["episode_return_mean"] < 19 and result["env_steps_sampled"] < 120_000:
-            result = algo.train()
-    finally:
-        algo.stop()
-    assert result["episode_return_mean"] >= 19, result["env_steps_sampled"]
+    summary = reach(algo, 19, 120_000)
+    assert summary["stopped_by"] == "reward", summary
 
 
 def test_normalising_discrete_observations_is_one_clear_line():

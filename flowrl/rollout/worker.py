@@ -260,17 +260,17 @@ class RolloutWorker(ParallelIteratorWorker):
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4."""
         cfg = self.config
-        if not video_dir:
-            n = min(episodes, cfg.num_envs_per_worker)
-            env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
-            with contextlib.closing(env):
-                return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
-        with headless_rendering():  # one env: its episodes are written one at a time
-            env = make_recording_env(
-                cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
-            )
-            with contextlib.closing(env):
-                return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
+        with contextlib.ExitStack() as stack:
+            if video_dir:  # one env: its episodes are written one at a time
+                stack.enter_context(headless_rendering())
+                env = make_recording_env(
+                    cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
+                )
+            else:
+                n = min(episodes, cfg.num_envs_per_worker)
+                env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
+            stack.callback(env.close)  # before the rendering variables go (videos are written)
+            return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None
