@@ -548,17 +548,18 @@ def test_apex_with_a_replay_shard_killed_learns_and_exits(tmp_path):
     shutdown their clean-up started a new Ray, and the process never exited."""
     run_dir = tmp_path / "run"
     flowrl = str(Path(sys.executable).parent / "flowrl")
-    stop = ["--stop-reward", "200", "--stop-timesteps", "400000"]
+    stop = ["--stop-reward", "300", "--stop-timesteps", "400000"]
     args = [flowrl, "train", "apex", "--num-workers", "2", "--no-progress", "--seed", "0", *stop]
     args += ["--output", str(run_dir)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         killed = False
-        while not killed:  # mid-run: after 3 iterations
-            assert time.monotonic() < deadline and proc.poll() is None, "no 3rd iteration"
+        # mid-run: after the first iteration (on a fast host Ape-X passes 200 by the third)
+        while not killed:
+            assert time.monotonic() < deadline and proc.poll() is None, "no first iteration"
             results = run_dir / "result.jsonl"
-            if results.exists() and len(results.read_text().splitlines()) >= 3:
+            if results.exists() and results.read_text().splitlines():
                 killed = _kill_one(_processes(proc.pid, "ray::ReplayActor"))
             time.sleep(0.1)
         ray_processes = _descendants(proc.pid)
