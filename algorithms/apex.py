@@ -28,6 +28,7 @@ from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.learning.policy import inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
+from flowrl.learning.spaces import to_tensor
 from flowrl.ops import (
     BroadcastWeights,
     Concurrently,
@@ -150,8 +151,8 @@ class ApexPolicy(DQNPolicy):
         """Absolute TD errors of ``batch`` under this copy's weights; its Q-network also
         gives the bootstrap value (workers hold no target network)."""
         columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
-        tensors = {k: torch.from_numpy(batch[k]) for k in columns}
-        q, target = q_and_targets(self.module, self.module, tensors, double_q=False)
+        tensors = {k: to_tensor(batch[k]) for k in columns}
+        q, target = q_and_targets(self, self.module, tensors, double_q=False)
         return torch.abs(q - target).numpy()
 
 

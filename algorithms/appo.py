@@ -86,7 +86,8 @@ class APPOLearner(IMPALALearner):
         dist, values = policy.distribution(batch[OBS])
         logp = dist.log_prob(batch[ACTIONS])
         with torch.no_grad():
-            old_logp = policy.dist_cls(self.target(batch[OBS]).dist_inputs).log_prob(batch[ACTIONS])
+            old_inputs = policy.forward(batch[OBS], module=self.target).dist_inputs
+            old_logp = policy.dist_cls(old_inputs).log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), old_logp)
         log_ratio = self.time_major(logp - old_logp)[:-1]
         loss, stats = clipped_surrogate(

@@ -28,9 +28,10 @@ from torch import nn
 from flowrl.core.config import param
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
+from flowrl.learning.distributions import Categorical
 from flowrl.learning.learner import Learner
 from flowrl.learning.models import QNetwork
-from flowrl.learning.policy import Policy, inference
+from flowrl.learning.policy import MASKED, Policy, inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
 from flowrl.learning.registry import build_module
 from flowrl.ops import UpdateTargets
@@ -102,7 +103,7 @@ class DQNPolicy(Policy):
         self.timesteps = 0  # env steps this copy acted for; drives epsilon
 
     def make_module(self) -> nn.Module:
-        cfg, obs_space, action_space = self.config, self.observation_space, self.action_space
+        cfg, obs_space, action_space = self.config, self.input_space, self.action_space
         return build_module(
             cfg,
             obs_space,
@@ -130,17 +131,21 @@ class DQNPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        greedy = self.module(self._as_tensor(obs)).dist_inputs.argmax(-1).cpu()
+        q_values = self.forward(self._as_tensor(obs)).dist_inputs.cpu()
+        greedy = q_values.argmax(-1)
         if not explore:
             return greedy.numpy(), {}
         n = len(greedy)
-        random_actions = torch.randint(0, int(self.action_space.n), (n,))
+        if self.masked:  # uniform over the valid actions (the masked ones hold MASKED)
+            random_actions = Categorical((q_values == MASKED).float() * MASKED).sample()
+        else:
+            random_actions = torch.randint(0, int(self.action_space.n), (n,))
         actions = torch.where(torch.rand(n) < self.epsilon(), random_actions, greedy)
         self.timesteps += n
         return actions.numpy(), {}
 
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.module(obs).dist_inputs.argmax(-1)
+        return self.forward(obs).dist_inputs.argmax(-1)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
@@ -154,14 +159,16 @@ class DQNPolicy(Policy):
 
 
 def q_and_targets(
-    online: nn.Module, target: nn.Module, batch: dict[str, torch.Tensor], *, double_q: bool
+    policy: Policy, target: nn.Module, batch: dict[str, torch.Tensor], *, double_q: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q(s, a) of the ``online`` network and its n-step (double) Q-learning targets,
-    bootstrapped from ``target``; their difference is the TD error."""
-    q = online(batch[OBS]).dist_inputs.gather(1, batch[ACTIONS].long()[:, None]).squeeze(1)
+    """Q(s, a) of the ``policy``'s Q-network and its n-step (double) Q-learning targets,
+    bootstrapped from ``target``, over the valid next actions of a masked observation;
+    their difference is the TD error."""
+    q_values = policy.forward(batch[OBS]).dist_inputs
+    q = q_values.gather(1, batch[ACTIONS].long()[:, None]).squeeze(1)
     with torch.no_grad():
-        next_target = target(batch[NEXT_OBS]).dist_inputs
-        chooser = online(batch[NEXT_OBS]).dist_inputs if double_q else next_target
+        next_target = policy.forward(batch[NEXT_OBS], module=target).dist_inputs
+        chooser = policy.forward(batch[NEXT_OBS]).dist_inputs if double_q else next_target
         next_q = next_target.gather(1, chooser.argmax(1, keepdim=True)).squeeze(1)
         alive = 1.0 - batch[TERMINATEDS].float()
         y = batch[REWARDS] + batch[DISCOUNTS] * alive * next_q
@@ -179,7 +186,7 @@ class DQNLearner(Learner):
         self.target = self.target_of(self.module)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        q, target = q_and_targets(self.module, self.target, batch, double_q=self.config.double_q)
+        q, target = q_and_targets(self.policy, self.target, batch, double_q=self.config.double_q)
         if WEIGHTS in batch:  # prioritized replay's importance weights
             loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
         else:

@@ -127,7 +127,7 @@ class SoftActorPolicy(Policy):
     n-step transitions."""
 
     def make_module(self) -> ActingModule:
-        obs_space, hiddens = self.observation_space, self.config.model_hiddens
+        obs_space, hiddens = self.input_space, self.config.model_hiddens
         n_inputs = distribution_for(self.action_space)[1]
         return build_module(
             self.config,
@@ -140,7 +140,7 @@ class SoftActorPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        dist = self.dist_cls(self.module(self._as_tensor(obs)).dist_inputs)
+        dist = self.dist_cls(self.forward(self._as_tensor(obs)).dist_inputs)
         actions = dist.sample() if explore else dist.mode()
         return self._as_numpy(actions), {}
 
@@ -169,7 +169,7 @@ class SACPolicy(SoftActorPolicy):
         return low + (actions + 1.0) * 0.5 * (high - low)
 
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        actions = self.dist_cls(self.module(obs).dist_inputs).mode()
+        actions = self.dist_cls(self.forward(obs).dist_inputs).mode()
         low, high = bounds(self.action_space, actions)
         return low + (actions + 1.0) * 0.5 * (high - low)
 
@@ -209,7 +209,7 @@ class SoftActorCriticLearner(Learner):
 
     def __init__(self, policy: Policy, config: SACConfig) -> None:
         super().__init__(policy, config)
-        self.q = TwinQ(policy.observation_space, policy.action_space, hiddens=config.model_hiddens)
+        self.q = TwinQ(policy.input_space, policy.action_space, hiddens=config.model_hiddens)
         self.q = self.q.to(self.device)
         self.q_target = self.target_of(self.q)
         self.temperature = Temperature(config.initial_alpha).to(self.device)
@@ -245,6 +245,10 @@ class SoftActorCriticLearner(Learner):
         """The actor loss and the policy's entropy (estimated, for Box actions)."""
         raise NotImplementedError
 
+    def critic_inputs(self, obs: Any) -> Any:
+        """What the critics read of a batch's observations: what the actor reads."""
+        return self.policy.inputs(obs)[0]
+
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
         alpha = self.temperature()
         with torch.no_grad():
@@ -279,14 +283,18 @@ class SACLearner(SoftActorCriticLearner):
 
     def next_terms(self, next_obs: torch.Tensor) -> tuple:
         next_actions, next_logp = self.policy.distribution(next_obs)[0].rsample()
-        return self.q_target(next_obs, next_actions).min(0).values, next_logp, None
+        return (
+            self.q_target(self.critic_inputs(next_obs), next_actions).min(0).values,
+            next_logp,
+            None,
+        )
 
     def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.q(obs, actions)
+        return self.q(self.critic_inputs(obs), actions)
 
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
         actions, logp = self.policy.distribution(obs)[0].rsample()
-        return (alpha * logp - self.q(obs, actions).min(0).values).mean(), -logp
+        return (alpha * logp - self.q(self.critic_inputs(obs), actions).min(0).values).mean(), -logp
 
 
 class SACDiscreteLearner(SoftActorCriticLearner):
@@ -297,16 +305,18 @@ class SACDiscreteLearner(SoftActorCriticLearner):
 
     def next_terms(self, next_obs: torch.Tensor) -> tuple:
         logp = self.policy.distribution(next_obs)[0].logits
-        return self.q_target(next_obs).min(0).values, logp, logp.exp()
+        return self.q_target(self.critic_inputs(next_obs)).min(0).values, logp, logp.exp()
 
     def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         index = actions.long()[:, None]
-        return self.q(obs).gather(2, index.expand(2, -1, -1)).squeeze(2)
+        return self.q(self.critic_inputs(obs)).gather(2, index.expand(2, -1, -1)).squeeze(2)
 
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
         logp = self.policy.distribution(obs)[0].logits
         probs = logp.exp()
-        loss = (probs * (alpha * logp - self.q(obs).min(0).values)).sum(-1).mean()
+        loss = (
+            (probs * (alpha * logp - self.q(self.critic_inputs(obs)).min(0).values)).sum(-1).mean()
+        )
         return loss, -(probs * logp).sum(-1)
 
 

@@ -49,10 +49,10 @@ def make_corridor(length: int = 5) -> gym.Env:
     return gym.wrappers.RecordEpisodeStatistics(Corridor(length))
 
 
-class DictObservation(Corridor):
+class TextObservation(Corridor):
     def __init__(self) -> None:
         super().__init__()
-        self.observation_space = gym.spaces.Dict({"pos": gym.spaces.Discrete(5)})
+        self.observation_space = gym.spaces.Dict({"note": gym.spaces.Text(5)})
 
 
 class MultiDiscreteActions(Corridor):

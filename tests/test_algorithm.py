@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from flowrl import Algorithm, ConfigError
+from flowrl import Algorithm, ConfigError, register_env
 from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep
 
 FAST = dict(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=32, train_batch_size=64)
@@ -174,9 +175,17 @@ def test_ppo_trains_on_continuous_actions():
     algo.stop()
 
 
-def test_unsupported_spaces_are_rejected_clearly():
-    with pytest.raises(ConfigError, match="Blackjack-v1 has observation space Tuple"):
-        Algorithm("ppo", env="Blackjack-v1", num_workers=0)
+class TextInside(gym.Env):
+    observation_space = gym.spaces.Dict({"note": gym.spaces.Text(5)})
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_tuple_observations_train_and_unsupported_spaces_are_rejected_clearly():
+    with Algorithm("ppo", env="Blackjack-v1", **FAST) as algo:  # Tuple of Discretes
+        assert algo.train()["env_steps_trained"] > 0
+    register_env("text-inside", TextInside)
+    with pytest.raises(ConfigError, match="text-inside has observation space Dict"):
+        Algorithm("ppo", env="text-inside", num_workers=0)
 
 
 def test_atari_frames_train_through_the_cnn_and_stay_uint8():

@@ -96,7 +96,7 @@ def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ("custom_envs:DictObservation", "observation space Dict"),
+        ("custom_envs:TextObservation", "observation space Dict"),
         ("custom_envs:MultiDiscreteActions", "action space MultiDiscrete"),
         ("custom_envs:not_an_env", "not a gymnasium.Env"),
         ("custom_envs:NoSuchEnv", "unknown env"),
@@ -142,7 +142,7 @@ def test_the_cli_trains_and_evaluates_a_module_from_the_current_directory(tmp_pa
 def test_the_cli_refuses_an_unsupported_space_with_exit_2_and_one_line(tmp_path):
     shutil.copy(TESTS / "custom_envs.py", tmp_path / "user_envs.py")
     proc = subprocess.run(
-        [FLOWRL, "train", "ppo", "--env", "user_envs:DictObservation", "--num-workers", "2"],
+        [FLOWRL, "train", "ppo", "--env", "user_envs:TextObservation", "--num-workers", "2"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

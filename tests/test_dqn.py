@@ -31,7 +31,7 @@ def test_learning_on_minibatches_steps_on_each_in_turn_and_keeps_the_rows_order(
     learner = algo.workers.learner
     batch = algo.workers.keep("replay", None).sample(256)
     q, target = q_and_targets(
-        learner.module, learner.target, learner._tensors(batch), double_q=True
+        learner.policy, learner.target, learner._tensors(batch), double_q=True
     )
     before = learner.num_updates
     stats = learner.learn_on_batch(batch, minibatch_size=64)

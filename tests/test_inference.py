@@ -9,9 +9,12 @@ import torch
 
 from flowrl import Algorithm, load_policy
 from flowrl.apps.cli import main
-from flowrl.apps.inference import export_policy
+from flowrl.apps.inference import export_policy, input_names
+from flowrl.learning.spaces import field
 from flowrl.run.checkpoints import CheckpointError
 
+MASKED = "flowrl.rollout.toy_envs:MaskedChoice"
+IMAGE_AND_VECTOR = "flowrl.rollout.toy_envs:ImageAndVector"
 CASES = {
     "ppo-discrete": ("ppo", {"env": "CartPole-v1", "train_batch_size": 256}),
     "ppo-box-normalised": (
@@ -28,7 +31,13 @@ CASES = {
         "ppo",
         {"env": "FrozenLake-v1", "env_config": {"is_slippery": False}, "train_batch_size": 256},
     ),
+    "ppo-masked": ("ppo", {"env": MASKED, "train_batch_size": 256}),
+    "ppo-dict-image-and-vector": (
+        "ppo",
+        {"env": IMAGE_AND_VECTOR, "normalize_observations": True, "train_batch_size": 256},
+    ),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
+    "dqn-masked": ("dqn", {"env": MASKED}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
 }
 
@@ -50,16 +59,25 @@ def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
     algo, config = CASES[case]
     path = checkpoint(tmp_path, algo, config, train="atari" not in case)
     policy = load_policy(path)
-    space = policy.policy.observation_space
+    space, layout = policy.policy.observation_space, policy.policy.obs_layout
     space.seed(0)
-    obs = np.stack([space.sample() for _ in range(100)])
+    samples = [space.sample() for _ in range(100)]
+    if layout is None:
+        obs = np.stack(samples)
+        inputs = {"obs": obs}
+    else:  # one input per leaf, the action mask among them
+        obs = layout.stack(samples)
+        records = layout.pack(obs)
+        inputs = {leaf.name: field(records, leaf.path).copy() for leaf in layout.leaves}
+    assert list(inputs) == input_names(policy.policy)
     expected = policy.compute_actions(obs)
 
     onnx_file = export_policy(path, tmp_path / "policy.onnx")
     session = onnxruntime.InferenceSession(str(onnx_file))
-    from_onnx = session.run(None, {"obs": obs})[0]
+    from_onnx = session.run(None, inputs)[0]
     script_file = export_policy(path, tmp_path / "policy.pt", format="torchscript")
-    from_script = torch.jit.load(str(script_file))(torch.as_tensor(obs)).numpy()
+    script = torch.jit.load(str(script_file))
+    from_script = script(*(torch.as_tensor(x) for x in inputs.values())).numpy()
 
     for got in (from_onnx, from_script):
         assert got.shape == expected.shape

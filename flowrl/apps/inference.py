@@ -32,6 +32,7 @@ from torch import nn
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.policy import Policy
+from flowrl.learning.spaces import field
 from flowrl.rollout.envs import make_vector_env
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
@@ -45,15 +46,20 @@ class LoadedPolicy:
     def __init__(self, policy: Policy, algo: str, env: str) -> None:
         self.policy, self.algo, self.env = policy, algo, env
 
-    def compute_actions(self, obs: np.ndarray, *, explore: bool = False) -> np.ndarray:
-        """The env actions for a batch of raw observations (greedy unless ``explore``)."""
+    def compute_actions(self, obs: Any, *, explore: bool = False) -> np.ndarray:
+        """The env actions for a batch of raw observations (greedy unless ``explore``); a
+        Dict or Tuple space's batch is its nest of arrays."""
         policy = self.policy
+        if policy.obs_layout is not None:
+            obs = policy.obs_layout.pack(obs)
         actions, _ = policy.compute_actions(policy.normalizer.observations(obs), explore=explore)
         return policy.env_actions(actions)
 
-    def compute_action(self, obs: np.ndarray, *, explore: bool = False) -> Any:
+    def compute_action(self, obs: Any, *, explore: bool = False) -> Any:
         """The env action for one raw observation (an int for Discrete action spaces)."""
-        action = self.compute_actions(np.asarray(obs)[None], explore=explore)[0]
+        layout = self.policy.obs_layout
+        batch = np.asarray(obs)[None] if layout is None else layout.unpack(layout.pack_one(obs))
+        action = self.compute_actions(batch, explore=explore)[0]
         return action.item() if action.ndim == 0 else action
 
     def __repr__(self) -> str:
@@ -90,25 +96,39 @@ def load_policy(path: str | os.PathLike[str] | Checkpoint) -> LoadedPolicy:
 
 
 class GreedyPolicy(nn.Module):
-    """Raw observations in, the env's greedy actions out: what an export traces."""
+    """Raw observations in, the env's greedy actions out: what an export traces. A Dict or
+    Tuple observation comes in as one tensor per leaf, in the order of
+    :func:`input_names` (the action mask among them)."""
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
         self.policy = policy
         self.module = policy.module  # the acting module, registered so exports hold it
-        stats = policy.normalizer.obs
-        self.normalize = stats is not None
-        if stats is not None:
-            self.register_buffer("obs_mean", torch.as_tensor(stats.mean, dtype=torch.float32))
-            inv_std = torch.as_tensor(1.0 / stats.std(), dtype=torch.float32)
-            self.register_buffer("obs_inv_std", inv_std)
-            self.clip = float(policy.normalizer.clip)
+        layout = policy.obs_layout
+        leaves = [leaf.path for leaf in layout.leaves] if layout is not None else [()]
+        norm = policy.normalizer
+        #: (input index, statistics index) of each normalised input
+        self.normalized = [(leaves.index(path), i) for i, (_, path) in enumerate(norm.parts)]
+        for i, (name, _) in enumerate(norm.parts):
+            mean, inv_std = norm.scale(name)
+            self.register_buffer(f"obs_mean_{i}", torch.as_tensor(mean))
+            self.register_buffer(f"obs_inv_std_{i}", torch.as_tensor(inv_std))
+        self.clip = float(norm.clip)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.normalize:
-            obs = (obs.float() - self.obs_mean) * self.obs_inv_std
-            obs = torch.clamp(obs, -self.clip, self.clip)
-        return self.policy.greedy_env_actions(obs)
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        values = list(obs)
+        for j, i in self.normalized:
+            mean, inv_std = getattr(self, f"obs_mean_{i}"), getattr(self, f"obs_inv_std_{i}")
+            values[j] = torch.clamp((values[j].float() - mean) * inv_std, -self.clip, self.clip)
+        layout = self.policy.obs_layout
+        return self.policy.greedy_env_actions(values[0] if layout is None else layout.build(values))
+
+
+def input_names(policy: Policy) -> list[str]:
+    """An export's inputs: ``obs``, or one per leaf of a Dict or Tuple observation, named
+    by its path (``image``, ``action_mask``, ``pose.0``)."""
+    layout = policy.obs_layout
+    return ["obs"] if layout is None else [leaf.name for leaf in layout.leaves]
 
 
 def export_policy(
@@ -118,8 +138,9 @@ def export_policy(
     format: str = "onnx",
 ) -> Path:
     """Write the greedy policy of a checkpoint (or run directory) to ``out`` as an ONNX
-    model (input ``obs``, output ``actions``, any batch size) or a TorchScript module;
-    returns ``out``.
+    model (input ``obs``, or one input per leaf of a Dict or Tuple observation as
+    :func:`input_names` names them, the action mask among them; output ``actions``; any
+    batch size) or a TorchScript module; returns ``out``.
 
     Example:
         >>> export_policy("runs/ppo_Hopper-v5_x", "hopper.onnx")  # doctest: +SKIP
@@ -128,16 +149,22 @@ def export_policy(
     if format not in FORMATS:
         raise ConfigError(f"unknown export format '{format}'; available: {', '.join(FORMATS)}")
     loaded = load_policy(path)
-    module = GreedyPolicy(loaded.policy).eval().requires_grad_(False)
-    space = loaded.policy.observation_space
-    example = torch.as_tensor(np.stack([space.sample() for _ in range(2)]))
+    policy = loaded.policy
+    module = GreedyPolicy(policy).eval().requires_grad_(False)
+    space, layout = policy.observation_space, policy.obs_layout
+    samples = [space.sample() for _ in range(2)]
+    if layout is None:
+        example = (torch.as_tensor(np.stack(samples)),)
+    else:
+        records = layout.pack(layout.stack(samples))
+        example = tuple(torch.as_tensor(field(records, leaf.path)) for leaf in layout.leaves)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), _quiet_exporters():
         if format == "torchscript":
             torch.jit.trace(module, example).save(str(out))
         else:
-            _export_onnx(module, example, out)
+            _export_onnx(module, example, input_names(policy), out)
     return out
 
 
@@ -158,7 +185,9 @@ def _quiet_exporters():
                 logger.setLevel(level)
 
 
-def _export_onnx(module: nn.Module, example: torch.Tensor, out: Path) -> None:
+def _export_onnx(
+    module: nn.Module, example: tuple[torch.Tensor, ...], names: list[str], out: Path
+) -> None:
     try:
         import onnx  # noqa: F401  (torch's exporter needs it)
     except ImportError:
@@ -168,11 +197,11 @@ def _export_onnx(module: nn.Module, example: torch.Tensor, out: Path) -> None:
     batch = torch.export.Dim("batch", min=1)
     torch.onnx.export(
         module,
-        (example,),
+        example,
         str(out),
-        input_names=["obs"],
+        input_names=names,
         output_names=["actions"],
-        dynamic_shapes={"obs": {0: batch}},
+        dynamic_shapes=(tuple({0: batch} for _ in example),),  # forward(*obs): one tuple
         dynamo=True,
         verbose=False,
     )

@@ -34,6 +34,7 @@ from flowrl.core.config import Config
 from flowrl.core.sample_batch import SampleBatch
 from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
+from flowrl.learning.spaces import to_tensor
 
 Losses = torch.Tensor | dict[str, torch.Tensor]
 
@@ -279,7 +280,7 @@ class Learner:
 
     def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         keys = batch.keys() if self.loss_columns is None else self.loss_columns
-        return {k: torch.from_numpy(batch[k]).to(self.device) for k in keys}
+        return {k: to_tensor(batch[k]).to(self.device) for k in keys}
 
     def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """One step of every optimiser on the loss of ``batch``; returns its statistics."""

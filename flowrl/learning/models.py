@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +22,7 @@ from torch import nn
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import distribution_for
 from flowrl.learning.module import ActingModule, ActingOutput
+from flowrl.learning.spaces import get, is_composite, leaf_spaces
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -59,6 +61,7 @@ def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = 
 
 
 def is_image_space(space: gym.Space) -> bool:
+    """A Box of rank 3 (height, width and channels, either way round) is an image."""
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 3
 
 
@@ -115,6 +118,89 @@ class NatureCNN(nn.Module):
         return self.fc(self._conv_features(obs)).relu_()
 
 
+class SmallCNN(nn.Module):
+    """Images too small for the Nature CNN (its kernels need 36 pixels a side): two 3x3
+    convolutions, the second with stride 2, and a linear layer to 256 features. uint8
+    images are scaled to [0, 1]; others are taken as they are.
+
+    Example:
+        >>> SmallCNN((8, 8, 3))(torch.zeros(2, 8, 8, 3, dtype=torch.uint8)).shape
+        torch.Size([2, 256])
+    """
+
+    def __init__(self, obs_shape: Sequence[int]) -> None:
+        super().__init__()
+        self.channels_last = obs_shape[-1] < obs_shape[0]
+        channels = obs_shape[-1] if self.channels_last else obs_shape[0]
+        self.convs = nn.Sequential(
+            _init(nn.Conv2d(channels, 16, 3, padding=1), np.sqrt(2)),
+            nn.ReLU(),
+            _init(nn.Conv2d(16, 32, 3, stride=2, padding=1), np.sqrt(2)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(self._as_channels_first(torch.zeros(1, *obs_shape))).shape[1]
+        self.fc = _init(nn.Linear(n_flat, 256), np.sqrt(2))
+        self.out_features = 256
+
+    def _as_channels_first(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        return x.permute(0, 3, 1, 2) if self.channels_last else x
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(self.convs(self._as_channels_first(obs))))
+
+
+def image_encoder(shape: Sequence[int]) -> nn.Module:
+    """The Nature CNN for images of 36 pixels a side or more, else :class:`SmallCNN`."""
+    channels_last = shape[-1] < shape[0]
+    side = min(shape[:2]) if channels_last else min(shape[1:])
+    return NatureCNN(shape) if side >= 36 else SmallCNN(shape)
+
+
+class CompositeEncoder(nn.Module):
+    """A Dict or Tuple observation (:mod:`flowrl.learning.spaces`) as one feature vector:
+    a CNN for each image leaf, the other leaves flattened as :class:`Flatten` does,
+    concatenated in the space's order.
+
+    Example:
+        >>> space = gym.spaces.Dict(
+        ...     {"frame": gym.spaces.Box(0, 255, (8, 8, 1), np.uint8), "n": gym.spaces.Discrete(3)}
+        ... )
+        >>> encoder = CompositeEncoder(space)
+        >>> obs = {"frame": torch.zeros(2, 8, 8, 1, dtype=torch.uint8), "n": torch.tensor([0, 2])}
+        >>> encoder(obs).shape, encoder.out_features
+        (torch.Size([2, 259]), 259)
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.paths = []
+        self.parts: list[Any] = []
+        self.cnns = nn.ModuleList()
+        self.out_features = 0
+        for path, leaf in leaf_spaces(space):
+            if is_image_space(leaf):
+                part: Any = image_encoder(leaf.shape)
+                self.cnns.append(part)
+            else:
+                part = Flatten(leaf)
+            self.paths.append(path)
+            self.parts.append(part)
+            self.out_features += part.out_features
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        parts = [part(get(obs, path)) for path, part in zip(self.paths, self.parts, strict=True)]
+        return torch.cat(parts, dim=-1)
+
+
+def features(space: gym.Space) -> Flatten | CompositeEncoder:
+    """Non-image observations as a feature vector of ``out_features``: a Dict or Tuple
+    through a :class:`CompositeEncoder`, any other space through :class:`Flatten`."""
+    return CompositeEncoder(space) if is_composite(space) else Flatten(space)
+
+
 class ActorCritic(ActingModule):
     """Policy and value heads. Vector observations get two separate MLPs; images share a CNN,
     and a ``trunk`` (your encoder, :mod:`flowrl.learning.registry`) replaces both.
@@ -137,18 +223,18 @@ class ActorCritic(ActingModule):
         self.continuous = isinstance(action_space, gym.spaces.Box)
         n_out = n_inputs // 2 if self.continuous else n_inputs
         if trunk is None and is_image_space(obs_space):
-            trunk = NatureCNN(obs_space.shape)
+            trunk = image_encoder(obs_space.shape)
         if trunk is not None:  # an encoder shared by both heads (yours, or the CNN)
             self.trunk: nn.Module | None = trunk
             self.pi = _init(nn.Linear(self.trunk.out_features, n_out), 0.01)
             self.vf = _init(nn.Linear(self.trunk.out_features, 1), 1.0)
         else:
             self.trunk = None
-            n_obs = vector_obs_size(obs_space)
+            self.flatten = features(obs_space)
+            n_obs = self.flatten.out_features
             self.pi = mlp([n_obs, *hiddens, n_out], out_gain=0.01)
             self.vf = mlp([n_obs, *hiddens, 1], out_gain=1.0)
         self.log_std = nn.Parameter(torch.zeros(n_out)) if self.continuous else None
-        self.flatten = Flatten(obs_space)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         features = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
@@ -181,9 +267,9 @@ class ActorNetwork(ActingModule):
         if trunk is not None:
             self.pi: nn.Module = _init(nn.Linear(trunk.out_features, n_outputs), 0.01)
         else:
-            n_obs = vector_obs_size(obs_space)
+            self.flatten = features(obs_space)
+            n_obs = self.flatten.out_features
             self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
-        self.flatten = Flatten(obs_space)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         if self.trunk is not None:
@@ -209,22 +295,20 @@ class QNetwork(ActingModule):
             raise ConfigError(f"a Q-network needs a Discrete action space, got {action_space}")
         check_obs_space(obs_space)
         n_actions = int(action_space.n)
-        self.flatten: Flatten | None = None
+        self.flatten: Flatten | CompositeEncoder | None = None
         if trunk is not None or is_image_space(obs_space):  # yours, or the CNN
-            self.trunk: nn.Module = trunk if trunk is not None else NatureCNN(obs_space.shape)
-            features = self.trunk.out_features
+            self.trunk: nn.Module = trunk if trunk is not None else image_encoder(obs_space.shape)
+            n_features = self.trunk.out_features
         else:
-            self.flatten = Flatten(obs_space)
+            self.flatten = features(obs_space)
             self.trunk = nn.Sequential(
-                mlp(
-                    [vector_obs_size(obs_space), *hiddens], out_gain=np.sqrt(2), activation=nn.ReLU
-                ),
+                mlp([self.flatten.out_features, *hiddens], out_gain=np.sqrt(2), activation=nn.ReLU),
                 nn.ReLU(),
             )
-            features = hiddens[-1]
+            n_features = hiddens[-1]
         self.dueling = dueling
-        self.advantage = _init(nn.Linear(features, n_actions), 0.01)
-        self.value = _init(nn.Linear(features, 1), 1.0) if dueling else None
+        self.advantage = _init(nn.Linear(n_features, n_actions), 0.01)
+        self.value = _init(nn.Linear(n_features, 1), 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         if self.flatten is not None:
@@ -234,7 +318,8 @@ class QNetwork(ActingModule):
         advantage = self.advantage(features)
         if self.value is None:
             return ActingOutput(advantage)
-        return ActingOutput(self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True))
+        value = self.value(features)
+        return ActingOutput(value + advantage - advantage.mean(dim=-1, keepdim=True))
 
 
 class TwinQ(nn.Module):
@@ -253,8 +338,8 @@ class TwinQ(nn.Module):
         self, obs_space: gym.Space, action_space: gym.Space, *, hiddens: Sequence[int]
     ) -> None:
         super().__init__()
-        n_obs = vector_obs_size(obs_space)
-        self.flatten = Flatten(obs_space)
+        self.flatten = features(obs_space)
+        n_obs = self.flatten.out_features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             n_in, n_out = n_obs, int(action_space.n)
@@ -292,26 +377,30 @@ class _TwinLinear(nn.Module):
 
 
 #: the observation spaces flowrl's networks take, for error messages
-OBS_SPACES = "Box, Discrete, MultiDiscrete or MultiBinary"
+OBS_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple of them"
 
 
 def check_obs_space(space: gym.Space) -> None:
-    """A ConfigError naming ``space`` unless flowrl's networks take it."""
-    flat = isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
-    if not (
-        isinstance(space, gym.spaces.Box | gym.spaces.Discrete) or (flat and len(space.shape) == 1)
-    ):
-        raise ConfigError(
-            f"unsupported observation space {space}: flowrl's networks take {OBS_SPACES} "
-            "observations"
-        )
+    """A ConfigError naming ``space`` unless flowrl's networks take it (every leaf of a
+    Dict or Tuple, nested as deep as it likes)."""
+    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+        flat = isinstance(leaf, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
+        if not (
+            isinstance(leaf, gym.spaces.Box | gym.spaces.Discrete)
+            or (flat and len(leaf.shape) == 1)
+        ):
+            where = "" if leaf is space else f" (in {space})"
+            raise ConfigError(
+                f"unsupported observation space {leaf}{where}: flowrl's networks take "
+                f"{OBS_SPACES} observations"
+            )
 
 
 def vector_obs_size(space: gym.Space) -> int:
     """The size of a non-image observation as features (:class:`Flatten`), or a
     ConfigError for images and spaces flowrl does not take."""
     check_obs_space(space)
-    if is_image_space(space):
+    if is_image_space(space) or is_composite(space):
         raise ConfigError(f"unsupported observation space {space}: need vector observations")
     if isinstance(space, gym.spaces.Discrete):
         return int(space.n)
@@ -330,6 +419,7 @@ class Flatten:
     """
 
     def __init__(self, space: gym.Space) -> None:
+        self.out_features = vector_obs_size(space)
         self.sizes: list[int] = []
         self.start = 0
         if isinstance(space, gym.spaces.Discrete):

@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import Config, ConfigError
+from flowrl.learning.spaces import Path, field, is_composite, leaf_spaces
 
 PREFIX = "normalizer/"
 EPSILON = 1e-8
@@ -88,9 +89,23 @@ class RunningMeanStd:
         return rms
 
 
+def normalized_leaves(space: gym.Space) -> list[tuple[str, Path]]:
+    """What ``normalize_observations`` normalises, as (statistics name, record path): a
+    Box observation whole, or each floating-point Box leaf of a Dict or Tuple."""
+    if not is_composite(space):
+        return [("obs", ())] if isinstance(space, gym.spaces.Box) else []
+    return [
+        ("obs." + ".".join(path), path)
+        for path, leaf in leaf_spaces(space)
+        if isinstance(leaf, gym.spaces.Box) and np.issubdtype(leaf.dtype, np.floating)
+    ]
+
+
 class Normalizer:
     """A policy's observation and reward statistics (either may be off) and what this
-    process added since it last reported them (``unsent``).
+    process added since it last reported them (``unsent``). A Dict or Tuple observation
+    has statistics per floating-point Box leaf (``obs.<path>``); its images, integers and
+    action mask stay as they are.
 
     Example:
         >>> from flowrl.core.config import Config
@@ -103,51 +118,86 @@ class Normalizer:
 
     def __init__(self, observation_space: gym.Space, config: Config) -> None:
         self.clip, self.gamma = config.normalize_clip, config.gamma
-        if config.normalize_observations and not isinstance(observation_space, gym.spaces.Box):
-            raise ConfigError(
-                f"normalize_observations takes Box observations; the env's are {observation_space}"
-            )
-        shape = observation_space.shape
-        self.obs = RunningMeanStd(shape) if config.normalize_observations else None
-        self.ret = RunningMeanStd(()) if config.normalize_rewards else None
+        #: (statistics name, record path) of each normalised part of an observation
+        self.parts: list[tuple[str, Path]] = []
+        if config.normalize_observations:
+            self.parts = normalized_leaves(observation_space)
+            if not self.parts:
+                raise ConfigError(
+                    "normalize_observations takes Box observations or Dict/Tuple observations "
+                    f"with float Box entries; the env's are {observation_space}"
+                )
+        shapes = dict(self._shapes(observation_space))
+        #: running statistics by name: ``obs`` (or ``obs.<path>`` per leaf) and ``ret``
+        self.stats = {name: RunningMeanStd(shapes[name]) for name, _ in self.parts}
+        if config.normalize_rewards:
+            self.stats["ret"] = RunningMeanStd(())
         self._unsent = self._empty()
         self._returns: np.ndarray | None = None  # each env's discounted return so far
-        self._obs_scale: tuple[np.ndarray, np.ndarray] | None = None
+        self._obs_scale: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _shapes(self, space: gym.Space) -> list[tuple[str, tuple[int, ...]]]:
+        if not is_composite(space):
+            return [("obs", space.shape)]
+        return [("obs." + ".".join(path), leaf.shape) for path, leaf in leaf_spaces(space)]
 
     def _empty(self) -> dict[str, RunningMeanStd]:
-        parts = {"obs": self.obs, "ret": self.ret}
-        return {k: RunningMeanStd(v.mean.shape) for k, v in parts.items() if v is not None}
+        return {k: RunningMeanStd(v.mean.shape) for k, v in self.stats.items()}
+
+    @property
+    def obs(self) -> RunningMeanStd | None:
+        """The statistics of a Box observation (None when off, or per leaf)."""
+        return self.stats.get("obs")
+
+    @property
+    def ret(self) -> RunningMeanStd | None:
+        return self.stats.get("ret")
 
     @property
     def enabled(self) -> bool:
-        return self.obs is not None or self.ret is not None
+        return bool(self.stats)
 
     # -- applying ---------------------------------------------------------------------
-    def observations(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` normalised and clipped (float32); unchanged when observations are off."""
-        if self.obs is None:
-            return obs
-        if self._obs_scale is None:  # float32 once per change of the statistics, not per step
-            self._obs_scale = (
-                self.obs.mean.astype(np.float32),
-                1 / self.obs.std().astype(np.float32),
+    def scale(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and 1/std of statistics ``name`` as float32 (computed once per change
+        of the statistics, not per step)."""
+        if name not in self._obs_scale:
+            rms = self.stats[name]
+            self._obs_scale[name] = (
+                rms.mean.astype(np.float32),
+                1 / rms.std().astype(np.float32),
             )
-        mean, inv_std = self._obs_scale
-        out = (obs - mean) * inv_std
+        return self._obs_scale[name]
+
+    def observations(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` normalised and clipped (float32; records: a copy with each float Box
+        leaf normalised); unchanged when observations are off."""
+        if not self.parts:
+            return obs
+        if obs.dtype.names:
+            out = obs.copy()
+            for name, path in self.parts:
+                field(out, path)[...] = self._normalize(name, field(obs, path))
+            return out
+        return self._normalize("obs", obs)
+
+    def _normalize(self, name: str, x: np.ndarray) -> np.ndarray:
+        mean, inv_std = self.scale(name)
+        out = (x - mean) * inv_std
         return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32, copy=False)
 
     # -- learning the statistics ------------------------------------------------------
     def observe_fragment(self, raw_obs: np.ndarray) -> None:
         """Add a fragment's raw ``[T, N, ...]`` observations."""
-        if self.obs is None:
-            return
-        self._add("obs", raw_obs.reshape(-1, *self.obs.mean.shape))
-        self._obs_scale = None
+        for name, path in self.parts:
+            part = field(raw_obs, path)
+            self._add(name, part.reshape(-1, *self.stats[name].mean.shape))
+        self._obs_scale = {}
 
     def _add(self, name: str, rows: np.ndarray) -> None:
         """``rows`` into the statistics and into what is unsent, summarised once."""
         summary = moments(rows)
-        getattr(self, name).add_moments(*summary)
+        self.stats[name].add_moments(*summary)
         self._unsent[name].add_moments(*summary)
 
     def scale_rewards(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -177,27 +227,26 @@ class Normalizer:
 
     def merge(self, unsent: dict[str, np.ndarray]) -> None:
         """Add another process's :meth:`take_unsent` (the learner merges the workers')."""
-        for name, rms in (("obs", self.obs), ("ret", self.ret)):
-            if rms is not None and f"{PREFIX}{name}_count" in unsent:
+        for name, rms in self.stats.items():
+            if f"{PREFIX}{name}_count" in unsent:
                 rms.merge(RunningMeanStd.from_state(unsent, f"{PREFIX}{name}_"))
-        self._obs_scale = None
+        self._obs_scale = {}
 
     def get_state(self) -> dict[str, np.ndarray]:
         """The statistics as ``normalizer/...`` arrays (empty when off)."""
         out = {}
-        for name, rms in (("obs", self.obs), ("ret", self.ret)):
-            if rms is not None:
-                out.update(rms.state(f"{PREFIX}{name}_"))
+        for name, rms in self.stats.items():
+            out.update(rms.state(f"{PREFIX}{name}_"))
         return out
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Take the learner's statistics, plus what was added here and not yet sent."""
-        for name in ("obs", "ret"):
-            if getattr(self, name) is not None and f"{PREFIX}{name}_count" in state:
+        for name in self.stats:
+            if f"{PREFIX}{name}_count" in state:
                 rms = RunningMeanStd.from_state(state, f"{PREFIX}{name}_")
                 rms.merge(self._unsent[name])
-                setattr(self, name, rms)
-        self._obs_scale = None
+                self.stats[name] = rms
+        self._obs_scale = {}
 
 
 def split_state(weights: dict[str, np.ndarray]) -> tuple[dict, dict]:

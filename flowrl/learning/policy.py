@@ -38,10 +38,11 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
 from flowrl.learning.models import ActorCritic
-from flowrl.learning.module import ActingModule
+from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import Normalizer, split_state
 from flowrl.learning.postprocessing import add_advantages
 from flowrl.learning.registry import build_module
+from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite, to_tensor
 
 Weights = dict[str, np.ndarray]
 
@@ -63,6 +64,66 @@ def module_weights(module: nn.Module) -> Weights:
 def load_module_weights(module: nn.Module, weights: Weights) -> None:
     """Load numpy weights; torch.tensor copies, since Ray's object-store arrays are read-only."""
     module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+
+
+def split_action_mask(space: gym.Space) -> tuple[gym.Space, gym.Space | None]:
+    """The observation space the acting module sees, and the action mask's space (None
+    without one): a Dict's ``action_mask`` entry is taken out, and a Dict left with one
+    entry is that entry's space.
+
+    Example:
+        >>> board = gym.spaces.Box(0, 1, (9,))
+        >>> mask = gym.spaces.MultiBinary(9)
+        >>> split_action_mask(gym.spaces.Dict({"observation": board, "action_mask": mask}))
+        (Box(0.0, 1.0, (9,), float32), MultiBinary(9))
+    """
+    if not (isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces):
+        return space, None
+    rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK}
+    if not rest:
+        raise ConfigError(f"observation space {space} holds an action mask and nothing else")
+    inputs = next(iter(rest.values())) if len(rest) == 1 else gym.spaces.Dict(rest)
+    return inputs, space.spaces[ACTION_MASK]
+
+
+def check_action_mask(mask: gym.Space, action_space: gym.Space) -> None:
+    """A ConfigError unless ``mask`` has one entry per action (Discrete) or per choice of
+    each sub-action, concatenated (MultiDiscrete)."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        needed = int(action_space.n)
+    elif isinstance(action_space, gym.spaces.MultiDiscrete):
+        needed = int(action_space.nvec.sum())
+    else:
+        raise ConfigError(
+            f"an action_mask masks Discrete or MultiDiscrete actions; the env's action space "
+            f"is {action_space}"
+        )
+    size = int(np.prod(mask.shape)) if mask.shape else 0
+    if size != needed:
+        raise ConfigError(
+            f"the observation's action_mask has {size} entries; {action_space} actions need "
+            f"{needed} (one per action, or per choice of each sub-action, concatenated)"
+        )
+
+
+#: what a masked action's distribution input becomes: far below any logit or Q-value, yet
+#: finite in the products and sums of a loss (the lowest float is not, times 2)
+MASKED = -1e9
+
+
+def mask_inputs(inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Distribution inputs (logits or Q-values) with the invalid actions' entries (mask 0)
+    at :data:`MASKED`: no probability, never the greedy choice, out of every max. A row
+    whose mask allows nothing (a final observation's, say) is left as it is.
+
+    Example:
+        >>> masked = mask_inputs(torch.zeros(1, 3), torch.tensor([[1, 0, 1]]))
+        >>> torch.softmax(masked, -1).tolist()
+        [[0.5, 0.0, 0.5]]
+    """
+    valid = mask.reshape(inputs.shape) != 0
+    valid = valid | ~valid.any(-1, keepdim=True)
+    return inputs.masked_fill(~valid, MASKED)
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -126,6 +187,14 @@ class Policy:
         self.action_space = action_space
         self.device = resolve_device(device)
         self.check_action_space(action_space, config)
+        #: how composite observations lie in the data path's record arrays
+        composite = is_composite(observation_space)
+        self.obs_layout = RecordLayout(observation_space) if composite else None
+        #: the observations the acting module sees: without the action mask, if any
+        self.input_space, mask_space = split_action_mask(observation_space)
+        self.masked = mask_space is not None
+        if mask_space is not None:
+            check_action_mask(mask_space, action_space)
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
         #: observation and reward statistics, which travel with the weights
@@ -139,7 +208,7 @@ class Policy:
         """The acting module: flowrl's actor-critic, on your encoder when the config names
         one, or your whole module (:mod:`flowrl.learning.registry`)."""
         obs_space, action_space, hiddens = (
-            self.observation_space,
+            self.input_space,
             self.action_space,
             self.config.model_hiddens,
         )
@@ -151,10 +220,30 @@ class Policy:
         )
 
     # -- acting --------------------------------------------------------------------------
-    def distribution(self, obs: torch.Tensor) -> tuple[Distribution, torch.Tensor | None]:
+    def inputs(self, obs: Any) -> tuple[Any, torch.Tensor | None]:
+        """What the acting module reads of a batch of observations, and the action mask
+        (None without one). ``obs`` is a tensor as the data path holds it (a composite
+        space's records as bytes, :mod:`flowrl.learning.spaces`) or the space's nest."""
+        if self.obs_layout is not None and torch.is_tensor(obs):
+            obs = self.obs_layout.unpack_tensor(obs)
+        if not self.masked:
+            return obs, None
+        rest = {k: v for k, v in obs.items() if k != ACTION_MASK}
+        return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[ACTION_MASK]
+
+    def forward(self, obs: Any, *, module: nn.Module | None = None) -> ActingOutput:
+        """The acting module (or ``module``, a target copy of it) on ``obs``, with the
+        invalid actions of a masked observation masked (:func:`mask_inputs`)."""
+        inputs, mask = self.inputs(obs)
+        out = (self.module if module is None else module)(inputs)
+        if mask is None:
+            return out
+        return out._replace(dist_inputs=mask_inputs(out.dist_inputs, mask))
+
+    def distribution(self, obs: Any) -> tuple[Distribution, torch.Tensor | None]:
         """The action distribution for ``obs`` and the value estimates (None when the
         module has no value head)."""
-        out = self.module(obs)
+        out = self.forward(obs)
         return self.dist_cls(out.dist_inputs), out.value
 
     @inference
@@ -164,7 +253,7 @@ class Policy:
         """Actions for a batch of observations, with the distribution inputs and value
         estimates that gave them. The actions' log-probs are added per fragment by
         :meth:`postprocess` (one vectorised pass instead of a gather per step)."""
-        out = self.module(self._as_tensor(obs))
+        out = self.forward(self._as_tensor(obs))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
         extras = {ACTION_DIST_INPUTS: self._as_numpy(out.dist_inputs)}
@@ -175,7 +264,7 @@ class Policy:
     # per-step conversions: on the CPU (every rollout worker) skip the no-op device moves,
     # which cost about as much as the conversion itself on a batch of 8 observations
     def _as_tensor(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
+        tensor = to_tensor(array)
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _as_numpy(self, tensor: torch.Tensor) -> np.ndarray:
@@ -194,7 +283,7 @@ class Policy:
 
     @inference
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
-        return self._as_numpy(self.module(self._as_tensor(obs)).value)
+        return self._as_numpy(self.forward(self._as_tensor(obs)).value)
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env receives: Box actions are clipped to their bounds."""
@@ -206,7 +295,7 @@ class Policy:
         """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
         which an exported model (:mod:`flowrl.apps.inference`) traces; ``obs`` already
         normalised."""
-        actions = self.dist_cls(self.module(obs).dist_inputs).mode()
+        actions = self.dist_cls(self.forward(obs).dist_inputs).mode()
         if isinstance(self.action_space, gym.spaces.Box):
             low, high = bounds(self.action_space, actions)
             actions = torch.minimum(torch.maximum(actions, low), high)

@@ -4,8 +4,9 @@ Two contracts, told apart by the class:
 
 - an **encoder** (any ``nn.Module`` class): ``cls(observation_space, **model_config)``
   maps a batch of (normalised) observations to features ``[B, out_features]`` and has an
-  ``out_features`` attribute; flowrl puts the algorithm's heads on it (policy and value
-  heads, dueling Q heads, SAC's actor head);
+  ``out_features`` attribute (a Dict or Tuple observation arrives as its nest of tensors,
+  without the ``action_mask`` entry, which flowrl applies itself); flowrl puts the
+  algorithm's heads on it (policy and value heads, dueling Q heads, SAC's actor head);
 - a **whole acting module** (a subclass of :class:`~flowrl.learning.module.ActingModule`):
   ``cls(observation_space, action_space, **model_config)`` returns the distribution's
   inputs (and a value, for the actor-critic algorithms) itself.
@@ -41,6 +42,7 @@ from torch import nn
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.module import ActingModule
+from flowrl.learning.spaces import RecordLayout, is_composite, records_tensor
 
 _MODELS: dict[str, type[nn.Module]] = {}
 
@@ -109,7 +111,11 @@ def build_module(
 
 def _check_features(name: str, encoder: nn.Module, observation_space: gym.Space) -> None:
     """One forward pass on a sample observation: its features must be [1, out_features]."""
-    obs = torch.as_tensor(observation_space.sample()[None])
+    if is_composite(observation_space):  # the nest of tensors the module gets
+        layout = RecordLayout(observation_space)
+        obs = layout.unpack_tensor(records_tensor(layout.pack_one(observation_space.sample())))
+    else:
+        obs = torch.as_tensor(observation_space.sample()[None])
     with torch.no_grad():
         shape = tuple(encoder(obs).shape)
     if shape != (1, encoder.out_features):

@@ -33,6 +33,7 @@ import gymnasium as gym
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import ACTION_SPACES, distribution_for
 from flowrl.learning.models import OBS_SPACES, check_obs_space
+from flowrl.learning.spaces import RecordLayout, is_composite
 
 EnvCreator = Callable[..., gym.Env]
 
@@ -174,7 +175,37 @@ def make_vector_env(
         vec.close()
         raise
     vec.action_space.seed(seed)
-    return vec
+    return as_records(vec)
+
+
+class RecordObservations(gym.vector.VectorWrapper):
+    """A vector env whose Dict or Tuple observations come as one record array per batch
+    (:mod:`flowrl.learning.spaces`), the form the data path carries; its spaces stay the
+    env's.
+
+    Example:
+        >>> env = make_vector_env("flowrl.rollout.toy_envs:MaskedChoice", num_envs=2, seed=0)
+        >>> obs, _ = env.reset(seed=0)
+        >>> obs.shape, obs.dtype.names
+        ((2,), ('action_mask', 'observation'))
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self.layout = RecordLayout(env.single_observation_space)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        return self.layout.pack(obs), info
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, *rest = self.env.step(actions)
+        return (self.layout.pack(obs), *rest)
+
+
+def as_records(vec: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
+    """``vec``, with its observations as records when they are a Dict or Tuple."""
+    return RecordObservations(vec) if is_composite(vec.single_observation_space) else vec
 
 
 def make_recording_env(
@@ -233,7 +264,7 @@ def make_recording_env(
     check_spaces(env, one.observation_space, one.action_space)
     vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     vec.action_space.seed(seed)
-    return vec
+    return as_records(vec)
 
 
 # ale-py's vector env defaults, for the single Atari env a recording uses.

@@ -42,6 +42,7 @@ from flowrl.core.sample_batch import (
 from flowrl.learning.learner import Learner, NonFiniteError
 from flowrl.learning.policy import Policy, Weights
 from flowrl.learning.registry import register_model, registered_model
+from flowrl.learning.spaces import float_columns
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
@@ -66,9 +67,8 @@ def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str 
     fragment's columns (one vectorised check per fragment, not per step), else None."""
     if not np.isfinite(cols[REWARDS]).all():
         return "reward"
-    if np.issubdtype(cols[OBS].dtype, np.floating) and not (
-        np.isfinite(cols[OBS]).all() and np.isfinite(last_obs).all()
-    ):
+    floats = [*float_columns(cols[OBS]), *float_columns(last_obs)]
+    if not all(np.isfinite(part).all() for part in floats):
         return "observation"
     return None
 
@@ -143,7 +143,7 @@ class RolloutWorker(ParallelIteratorWorker):
         policy, env, obs, pool = self.policy, self.env, self.obs, self._pool
         norm = policy.normalizer
         raw_obs = None
-        if norm.obs is not None:  # normalised for the policy; the raw ones update the stats
+        if norm.parts:  # normalised for the policy; the raw ones update the stats
             raw_obs = pool.empty("raw_obs", (steps, *np.shape(obs)), obs.dtype)
         cols: dict[str, np.ndarray] = {}
         with torch.inference_mode():  # entered once per fragment, not once per step

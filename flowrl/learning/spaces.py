@@ -1,0 +1,193 @@
+"""Composite spaces in the data path: the samples of a Dict or Tuple space as one numpy
+record array.
+
+A Dict or Tuple observation (or action) is one column of a fragment, a batch or a replay
+buffer like any other: a numpy record array with one field per leaf, nested as the space
+is (a Tuple's fields are named ``"0"``, ``"1"``, ...). Everything that moves rows (slicing,
+concatenation, replay, sequences, Ray's object store, checkpoints) carries it as it is.
+Torch has no record type, so a batch of records goes to torch as its bytes
+(``[..., itemsize]`` uint8) and :meth:`RecordLayout.unpack_tensor` reads each leaf out as
+a view of them; the fields are aligned, so no leaf is copied.
+
+Example:
+    >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "n": gym.spaces.Discrete(3)})
+    >>> layout = RecordLayout(space)
+    >>> records = layout.pack({"pos": np.ones((4, 2), np.float32), "n": np.arange(4) % 3})
+    >>> records.shape, layout.unpack(records)["n"].tolist()
+    ((4,), [0, 1, 2, 0])
+    >>> nest = layout.unpack_tensor(records_tensor(records))
+    >>> nest["pos"].shape, nest["n"].dtype
+    (torch.Size([4, 2]), torch.int64)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+Path = tuple[str, ...]
+
+#: the observation entry that masks invalid actions (PettingZoo's and SB3-contrib's name)
+ACTION_MASK = "action_mask"
+
+
+def is_composite(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict | gym.spaces.Tuple)
+
+
+def children(space: gym.Space) -> list[tuple[str, gym.Space]]:
+    """A Dict's or Tuple's entries as (field name, space)."""
+    if isinstance(space, gym.spaces.Dict):
+        return list(space.spaces.items())
+    return [(str(i), s) for i, s in enumerate(space.spaces)]
+
+
+def leaf_spaces(space: gym.Space, path: Path = ()) -> list[tuple[Path, gym.Space]]:
+    """The leaves of a composite space, in order, with their paths."""
+    out = []
+    for name, child in children(space):
+        if is_composite(child):
+            out.extend(leaf_spaces(child, (*path, name)))
+        else:
+            out.append(((*path, name), child))
+    return out
+
+
+def record_dtype(space: gym.Space) -> np.dtype:
+    """The aligned numpy record type of one sample of ``space``."""
+    fields = []
+    for name, child in children(space):
+        if is_composite(child):
+            fields.append((name, record_dtype(child)))
+        else:
+            fields.append((name, child.dtype, child.shape))
+    return np.dtype(fields, align=True)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf of a composite space: where it lies in a record, and what it holds."""
+
+    path: Path
+    space: gym.Space
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.dtype.itemsize * np.prod(self.shape, dtype=np.int64))
+
+
+def _leaves(space: gym.Space, dtype: np.dtype, offset: int, path: Path) -> Iterator[Leaf]:
+    for name, child in children(space):
+        field_dtype, field_offset = dtype.fields[name][:2]
+        if is_composite(child):
+            yield from _leaves(child, field_dtype, offset + field_offset, (*path, name))
+        else:
+            base = np.dtype(child.dtype)
+            yield Leaf((*path, name), child, offset + field_offset, base, tuple(child.shape))
+
+
+def records_tensor(records: np.ndarray) -> torch.Tensor:
+    """A record array ``[...]`` as torch bytes ``[..., itemsize]`` (no copy)."""
+    flat = np.ascontiguousarray(records).reshape(-1).view(np.uint8)
+    return torch.from_numpy(flat).view(*records.shape, records.dtype.itemsize)
+
+
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A data-path column as a tensor without a copy: records as their bytes."""
+    return records_tensor(array) if array.dtype.names else torch.from_numpy(array)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+class RecordLayout:
+    """How the samples of a composite ``space`` lie in a record array, with the conversions
+    between the two: nests of arrays (what gymnasium's vector envs return) to records and
+    back, and records' bytes to nests of tensors."""
+
+    def __init__(self, space: gym.Space) -> None:
+        if not is_composite(space):
+            raise TypeError(f"a record layout is for Dict and Tuple spaces, got {space}")
+        self.space = space
+        self.dtype = record_dtype(space)
+        self.leaves = list(_leaves(space, self.dtype, 0, ()))
+        self._torch_dtypes = [_torch_dtype(leaf.dtype) for leaf in self.leaves]
+
+    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.zeros(shape, self.dtype)
+
+    def pack(self, nest: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """A batched nest (dicts and tuples of arrays ``[B, ...]``) as records ``[B]``."""
+        if out is None:
+            out = self.empty((len(get(nest, self.leaves[0].path)),))
+        for leaf in self.leaves:
+            field(out, leaf.path)[...] = get(nest, leaf.path)
+        return out
+
+    def pack_one(self, sample: Any) -> np.ndarray:
+        """One sample of the space (its nest, no batch axis) as records ``[1]``."""
+        out = self.empty((1,))
+        for leaf in self.leaves:
+            field(out, leaf.path)[0] = get(sample, leaf.path)
+        return out
+
+    def stack(self, samples: list[Any]) -> Any:
+        """Samples of the space as one batched nest."""
+        return self.build([np.stack([get(s, leaf.path) for s in samples]) for leaf in self.leaves])
+
+    def unpack(self, records: np.ndarray) -> Any:
+        """Records ``[...]`` as the space's nest of arrays (views of the records' fields)."""
+        return self.build([field(records, leaf.path) for leaf in self.leaves])
+
+    def unpack_tensor(self, data: torch.Tensor) -> Any:
+        """Records' bytes ``[..., itemsize]`` as the space's nest of tensors (views)."""
+        values = []
+        for leaf, dtype in zip(self.leaves, self._torch_dtypes, strict=True):
+            value = data[..., leaf.offset : leaf.offset + leaf.nbytes].view(dtype)
+            values.append(value.unflatten(-1, leaf.shape) if leaf.shape else value.squeeze(-1))
+        return self.build(values)
+
+    def build(self, values: list[Any]) -> Any:
+        """The space's nest with ``values`` at its leaves, in :attr:`leaves` order."""
+        it = iter(values)
+        return _build(self.space, it)
+
+
+def _build(space: gym.Space, values: Iterator[Any]) -> Any:
+    out = {}
+    for name, child in children(space):
+        out[name] = _build(child, values) if is_composite(child) else next(values)
+    return tuple(out.values()) if isinstance(space, gym.spaces.Tuple) else out
+
+
+def float_columns(array: np.ndarray) -> list[np.ndarray]:
+    """The floating-point parts of a column: itself, or a record array's float leaves."""
+    if not array.dtype.names:
+        return [array] if np.issubdtype(array.dtype, np.floating) else []
+    return [part for name in array.dtype.names for part in float_columns(array[name])]
+
+
+def get(nest: Any, path: Path) -> Any:
+    """The value at ``path`` of a nest of dicts and tuples."""
+    for name in path:
+        nest = nest[int(name)] if isinstance(nest, tuple | list) else nest[name]
+    return nest
+
+
+def field(records: np.ndarray, path: Path) -> np.ndarray:
+    for name in path:
+        records = records[name]
+    return records

@@ -1,0 +1,122 @@
+"""Small envs that each need one feature to be learned: memory, action masks, a Dict
+observation. Tests, the notebooks and the benchmarks train on them; name one as
+``flowrl.rollout.toy_envs:NAME`` (``--env`` on the command line).
+
+Example:
+    >>> env = MaskedChoice()
+    >>> obs, _ = env.reset(seed=0)
+    >>> sorted(obs), int(obs["action_mask"].sum())
+    (['action_mask', 'observation'], 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+
+class StatelessCartPole(gym.ObservationWrapper):
+    """CartPole-v1 with the velocities hidden: the observation is the cart's position and
+    the pole's angle only (RLlib's StatelessCartPole), so a policy has to remember the
+    last observations to balance the pole."""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
+        box = self.env.observation_space
+        self.observation_space = gym.spaces.Box(box.low[[0, 2]], box.high[[0, 2]], dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[[0, 2]]
+
+
+class MaskedChoice(gym.Env):
+    """Each step shows a target action and allows ``valid`` of the ``n`` actions (the target
+    among them). The target earns 1, another allowed action 0, and a forbidden one ends
+    the episode with a reward of -1; the best return is ``length``.
+
+    With ``masked`` (the default) the observation is a Dict of the target (one-hot,
+    ``observation``) and the allowed actions (``action_mask``, the convention flowrl
+    masks by); without it the allowed actions are plain features beside the target, which
+    a policy sees but is not held to. :attr:`invalid_actions` counts the forbidden actions
+    taken in this process.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    #: forbidden actions taken by every MaskedChoice of this process
+    invalid_actions: ClassVar[int] = 0
+
+    def __init__(self, n: int = 6, valid: int = 3, length: int = 20, masked: bool = True) -> None:
+        self.n, self.valid, self.length, self.masked = n, valid, length, masked
+        self.action_space = gym.spaces.Discrete(n)
+        target = gym.spaces.Box(0.0, 1.0, (n,), np.float32)
+        if masked:
+            mask = gym.spaces.Box(0, 1, (n,), np.int8)
+            self.observation_space = gym.spaces.Dict({"observation": target, "action_mask": mask})
+        else:
+            self.observation_space = gym.spaces.Dict(
+                {"observation": gym.spaces.Box(0.0, 1.0, (2 * n,), np.float32)}
+            )
+
+    def _draw(self) -> dict[str, np.ndarray]:
+        self.target = int(self.np_random.integers(self.n))
+        others = self.np_random.permutation([a for a in range(self.n) if a != self.target])
+        self.allowed = np.zeros(self.n, np.int8)
+        self.allowed[[self.target, *others[: self.valid - 1]]] = 1
+        target = np.eye(self.n, dtype=np.float32)[self.target]
+        if self.masked:
+            return {"observation": target, "action_mask": self.allowed.copy()}
+        return {"observation": np.concatenate([target, self.allowed.astype(np.float32)])}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.t += 1
+        action = int(action)
+        if not self.allowed[action]:
+            type(self).invalid_actions += 1
+            return self._draw(), -1.0, True, False, {}
+        reward = 1.0 if action == self.target else 0.0
+        return self._draw(), reward, False, self.t >= self.length, {}
+
+
+class ImageAndVector(gym.Env):
+    """A Dict observation of a small image and a vector, both needed: the image (8x8, one
+    channel, uint8) lights one column, the vector holds a sign; action 1 is right when the
+    lit column is in the right half and the sign is positive, or neither; action 0
+    otherwise. Each right action earns 1 over ``length`` steps (a guess earns half)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, length: int = 16) -> None:
+        self.length = length
+        self.action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "image": gym.spaces.Box(0, 255, (8, 8, 1), np.uint8),
+                "vector": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            }
+        )
+
+    def _draw(self) -> dict[str, np.ndarray]:
+        column = int(self.np_random.integers(8))
+        sign = float(self.np_random.choice([-1.0, 1.0]))
+        self.answer = int((column >= 4) == (sign > 0))
+        image = np.zeros((8, 8, 1), np.uint8)
+        image[:, column] = 255
+        noise = float(self.np_random.uniform(-1, 1))
+        return {"image": image, "vector": np.array([sign, noise], np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.t += 1
+        reward = float(int(action) == self.answer)
+        return self._draw(), reward, False, self.t >= self.length, {}

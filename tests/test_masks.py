@@ -1,0 +1,147 @@
+"""Composite observations and action masks: Dict and Tuple observations as record arrays
+in the data path, an observation's ``action_mask`` masking invalid actions for sampling,
+losses, greedy evaluation and Q-learning targets; the discrete-action algorithms
+learning MaskedChoice (flowrl.rollout.toy_envs) without one invalid action."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from reach import reach
+
+from flowrl import Algorithm, ConfigError
+from flowrl.core.config import Config
+from flowrl.core.sample_batch import SampleBatch
+from flowrl.learning.policy import MASKED, Policy, mask_inputs, split_action_mask
+from flowrl.learning.spaces import RecordLayout, records_tensor
+from flowrl.rollout.toy_envs import MaskedChoice
+
+MASKED_ENV = "flowrl.rollout.toy_envs:MaskedChoice"  # the best return is 20
+
+NESTED = gym.spaces.Dict(
+    {
+        "frame": gym.spaces.Box(0, 255, (8, 8, 1), np.uint8),
+        "pose": gym.spaces.Tuple((gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4))),
+        "flags": gym.spaces.MultiBinary(5),
+    }
+)
+
+
+def batch_of(space: gym.Space, n: int, seed: int = 0) -> list:
+    space.seed(seed)
+    return [space.sample() for _ in range(n)]
+
+
+def stacked(samples: list) -> dict:
+    return {
+        "frame": np.stack([s["frame"] for s in samples]),
+        "pose": tuple(np.stack([s["pose"][i] for s in samples]) for i in range(2)),
+        "flags": np.stack([s["flags"] for s in samples]),
+    }
+
+
+def test_nested_observations_round_trip_through_records_and_their_bytes():
+    layout = RecordLayout(NESTED)
+    samples = batch_of(NESTED, 6)
+    records = layout.pack(stacked(samples))
+    assert records.shape == (6,)
+    # rows move as one column: slicing, concatenation, gathering
+    batch = SampleBatch.concat([SampleBatch(obs=records[:4]), SampleBatch(obs=records[4:])])
+    rows = batch.take(np.array([5, 0]))["obs"]
+    nest = layout.unpack_tensor(records_tensor(rows))
+    for got, want in zip(range(2), [samples[5], samples[0]], strict=True):
+        np.testing.assert_array_equal(nest["frame"][got].numpy(), want["frame"])
+        np.testing.assert_array_equal(nest["pose"][0][got].numpy(), want["pose"][0])
+        assert int(nest["pose"][1][got]) == want["pose"][1]
+        np.testing.assert_array_equal(nest["flags"][got].numpy(), want["flags"])
+    assert nest["frame"].dtype == torch.uint8 and nest["pose"][0].dtype == torch.float32
+
+
+def test_the_acting_module_sees_the_observation_without_its_mask():
+    board = gym.spaces.Box(0, 1, (9,))
+    space = gym.spaces.Dict({"observation": board, "action_mask": gym.spaces.MultiBinary(9)})
+    assert split_action_mask(space) == (board, gym.spaces.MultiBinary(9))
+    two = gym.spaces.Dict({"a": board, "b": board, "action_mask": gym.spaces.MultiBinary(9)})
+    assert split_action_mask(two)[0] == gym.spaces.Dict({"a": board, "b": board})
+    assert split_action_mask(board) == (board, None)
+
+
+def test_masked_inputs_give_invalid_actions_no_probability_and_an_all_zero_mask_none():
+    inputs = torch.tensor([[3.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
+    masked = mask_inputs(inputs, torch.tensor([[0, 1, 1], [0, 0, 0]], dtype=torch.int8))
+    assert masked[0, 0] == MASKED and masked.argmax(-1).tolist() == [2, 0]
+    assert torch.equal(masked[1], inputs[1])  # nothing allowed: left as it is
+    probs = torch.softmax(masked, -1)
+    assert probs[0, 0] == 0 and torch.isfinite(probs * torch.log_softmax(masked, -1)).all()
+
+
+def test_a_policy_samples_only_the_allowed_actions():
+    env = MaskedChoice()
+    policy = Policy(env.observation_space, env.action_space, Config())
+    layout = RecordLayout(env.observation_space)
+    mask = np.zeros((200, 6), np.int8)
+    mask[:, [1, 4]] = 1
+    obs = layout.pack({"observation": np.zeros((200, 6), np.float32), "action_mask": mask})
+    actions, _ = policy.compute_actions(obs)
+    assert set(actions.tolist()) == {1, 4}
+    greedy, _ = policy.compute_actions(obs, explore=False)
+    assert set(greedy.tolist()) <= {1, 4}
+
+
+@pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        (gym.spaces.MultiBinary(5), r"action_mask has 5 entries; Discrete\(6\) actions need 6"),
+        (gym.spaces.MultiBinary(6), None),
+    ],
+)
+def test_a_mask_of_the_wrong_size_is_refused_with_one_line(mask, message):
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (2,)), "action_mask": mask})
+    if message is None:
+        Policy(space, gym.spaces.Discrete(6), Config())
+        return
+    with pytest.raises(ConfigError, match=message):
+        Policy(space, gym.spaces.Discrete(6), Config())
+
+
+def test_a_mask_on_box_actions_is_refused():
+    space = gym.spaces.Dict(
+        {"o": gym.spaces.Box(0, 1, (2,)), "action_mask": gym.spaces.MultiBinary(2)}
+    )
+    with pytest.raises(ConfigError, match="masks Discrete or MultiDiscrete actions"):
+        Policy(space, gym.spaces.Box(-1, 1, (2,)), Config())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "appo"])
+def test_masked_training_takes_no_invalid_action_and_reaches_the_optimum(algo):
+    """100,000 training steps and greedy evaluation without one forbidden action; greedy
+    play earns the best return, 20 (PPO's mean was 19.9 at 61k steps, DQN's 19.7 at 60k
+    with 2% random actions, APPO's 19.0 at 64k; seed 0)."""
+    MaskedChoice.invalid_actions = 0
+    with Algorithm(algo, env=MASKED_ENV, num_workers=0, seed=0) as trainer:
+        while trainer.train()["env_steps_sampled"] < 100_000:
+            pass
+        evaluation = trainer.evaluate(20)
+    assert MaskedChoice.invalid_actions == 0
+    assert evaluation["episode_return_mean"] == 20.0
+
+
+@pytest.mark.slow
+def test_without_the_mask_the_same_run_takes_invalid_actions():
+    MaskedChoice.invalid_actions = 0
+    with Algorithm("ppo", env=MASKED_ENV, env_config={"masked": False}, num_workers=0) as trainer:
+        trainer.train()
+    assert MaskedChoice.invalid_actions > 100
+
+
+@pytest.mark.slow
+def test_ppo_learns_from_a_small_image_and_a_vector_together():
+    """ImageAndVector needs both entries of its Dict observation: a guess returns 8, and
+    PPO (a CNN on the image, the vector beside its features) reached 15.5 at 32k env
+    steps on seeds 0 and 1."""
+    algo = Algorithm("ppo", env="flowrl.rollout.toy_envs:ImageAndVector", num_workers=0, seed=0)
+    summary = reach(algo, 15, 80_000)
+    assert summary["stopped_by"] == "reward", summary
