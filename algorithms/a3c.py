@@ -23,6 +23,7 @@ from flowrl.core.config import ActorCriticConfig
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, ADVANTAGES, OBS, VALUE_TARGETS
 from flowrl.learning.learner import Learner
+from flowrl.learning.losses import valid_mean
 from flowrl.learning.policy import ActorCriticPolicy
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
 from flowrl.rollout.worker import WorkerSet
@@ -68,11 +69,11 @@ class A3CLearner(Learner):
     loss_columns = (OBS, ACTIONS, ADVANTAGES, VALUE_TARGETS)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        cfg = self.config
-        dist, values = self.policy.distribution(batch[OBS])
-        pi_loss = -(dist.log_prob(batch[ACTIONS]) * batch[ADVANTAGES]).mean()
-        vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
-        entropy = dist.entropy().mean()
+        cfg, mean = self.config, valid_mean(batch)
+        dist, values = self.distribution(batch)
+        pi_loss = -mean(dist.log_prob(batch[ACTIONS]) * batch[ADVANTAGES])
+        vf_loss = 0.5 * mean((values - batch[VALUE_TARGETS]).pow(2))
+        entropy = mean(dist.entropy())
         loss = pi_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
         stats = {"policy_loss": pi_loss, "vf_loss": vf_loss, "entropy": entropy}
         return loss, {k: v.detach() for k, v in stats.items()}

@@ -29,12 +29,11 @@ from flowrl.algorithms.impala import (
     IMPALAPolicy,
     enqueue_rollouts,
     learner_thread,
-    masked_mean,
 )
 from flowrl.core.config import ClippedSurrogateConfig, param
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import ACTIONS, OBS
-from flowrl.learning.losses import AdaptiveKL, clipped_surrogate
+from flowrl.core.sample_batch import ACTIONS
+from flowrl.learning.losses import AdaptiveKL, clipped_surrogate, masked_mean
 from flowrl.learning.policy import Policy
 from flowrl.ops import Concurrently, Dequeue, StandardMetricsReporting, UpdateKL, UpdateTargets
 from flowrl.rollout.worker import WorkerSet
@@ -83,10 +82,10 @@ class APPOLearner(IMPALALearner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg, policy = self.config, self.policy
-        dist, values = policy.distribution(batch[OBS])
+        dist, values = self.distribution(batch)
         logp = dist.log_prob(batch[ACTIONS])
         with torch.no_grad():
-            old_inputs = policy.forward(batch[OBS], module=self.target).dist_inputs
+            old_inputs = self.forward(batch, module=self.target).dist_inputs
             old_logp = policy.dist_cls(old_inputs).log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), old_logp)
         log_ratio = self.time_major(logp - old_logp)[:-1]

@@ -35,6 +35,7 @@ from flowrl.core.sample_batch import (
     SampleBatch,
 )
 from flowrl.learning.learner import Learner
+from flowrl.learning.losses import masked_mean
 from flowrl.learning.policy import Policy
 from flowrl.learning.postprocessing import VALID, to_sequences, vtrace
 from flowrl.ops import (
@@ -99,10 +100,6 @@ PRESETS = (
 )
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
 class IMPALAPolicy(Policy):
     """The actor-critic; each fragment becomes env-major sequences of its steps and the
     bootstrap step after them."""
@@ -153,7 +150,7 @@ class IMPALALearner(Learner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg = self.config
-        dist, values = self.policy.distribution(batch[OBS])
+        dist, values = self.distribution(batch)
         logp = dist.log_prob(batch[ACTIONS])
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), logp.detach())
         pi_loss = -masked_mean(self.time_major(logp)[:-1] * advantages, mask)

@@ -31,7 +31,12 @@ from flowrl.core.sample_batch import (
     SampleBatch,
 )
 from flowrl.learning.learner import Learner
-from flowrl.learning.losses import AdaptiveKL, clipped_surrogate, explained_variance
+from flowrl.learning.losses import (
+    AdaptiveKL,
+    clipped_surrogate,
+    explained_variance,
+    valid_mean,
+)
 from flowrl.learning.policy import ActorCriticPolicy, Policy
 from flowrl.ops import (
     ConcatBatches,
@@ -119,14 +124,14 @@ class PPOLearner(Learner):
         self.kl = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        cfg = self.config
-        dist, values = self.policy.distribution(batch[OBS])
+        cfg, mean = self.config, valid_mean(batch)
+        dist, values = self.distribution(batch)
         log_ratio = dist.log_prob(batch[ACTIONS]) - batch[LOGP]
         loss, stats = clipped_surrogate(
-            log_ratio, batch[ADVANTAGES], clip=cfg.clip_param, kl_coeff=self.kl.coeff
+            log_ratio, batch[ADVANTAGES], clip=cfg.clip_param, kl_coeff=self.kl.coeff, mean=mean
         )
-        vf_loss = 0.5 * (values - batch[VALUE_TARGETS]).pow(2).mean()
-        entropy = dist.entropy().mean()
+        vf_loss = 0.5 * mean((values - batch[VALUE_TARGETS]).pow(2))
+        entropy = mean(dist.entropy())
         loss = loss + cfg.vf_loss_coeff * vf_loss
         if cfg.entropy_coeff > 0:  # a zero-weight term stays out of backward
             loss = loss - cfg.entropy_coeff * entropy

@@ -15,6 +15,7 @@ from flowrl.run.checkpoints import CheckpointError
 
 MASKED = "flowrl.rollout.toy_envs:MaskedChoice"
 IMAGE_AND_VECTOR = "flowrl.rollout.toy_envs:ImageAndVector"
+STATELESS = "flowrl.rollout.toy_envs:StatelessCartPole"
 CASES = {
     "ppo-discrete": ("ppo", {"env": "CartPole-v1", "train_batch_size": 256}),
     "ppo-box-normalised": (
@@ -36,6 +37,8 @@ CASES = {
         "ppo",
         {"env": IMAGE_AND_VECTOR, "normalize_observations": True, "train_batch_size": 256},
     ),
+    "ppo-lstm": ("ppo", {"env": STATELESS, "use_lstm": True, "train_batch_size": 256}),
+    "appo-lstm-masked": ("appo", {"env": MASKED, "use_lstm": True, "train_batch_size": 256}),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
     "dqn-masked": ("dqn", {"env": MASKED}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
@@ -69,19 +72,40 @@ def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
         obs = layout.stack(samples)
         records = layout.pack(obs)
         inputs = {leaf.name: field(records, leaf.path).copy() for leaf in layout.leaves}
-    assert list(inputs) == input_names(policy.policy)
     expected = policy.compute_actions(obs)
+    if policy.policy.module.recurrent:  # state in, state out: from a state mid-episode
+        state = np.random.default_rng(0).normal(size=policy.policy.initial_state(100).shape)
+        inputs["state_in"] = state.astype(np.float32)
+        expected = policy.compute_actions(obs, state=inputs["state_in"])
+    else:
+        expected = (expected,)
+    assert list(inputs) == input_names(policy.policy)
 
     onnx_file = export_policy(path, tmp_path / "policy.onnx")
     session = onnxruntime.InferenceSession(str(onnx_file))
-    from_onnx = session.run(None, inputs)[0]
+    from_onnx = session.run(None, inputs)
     script_file = export_policy(path, tmp_path / "policy.pt", format="torchscript")
     script = torch.jit.load(str(script_file))
-    from_script = script(*(torch.as_tensor(x) for x in inputs.values())).numpy()
+    from_script = script(*(torch.as_tensor(x) for x in inputs.values()))
+    from_script = [from_script] if torch.is_tensor(from_script) else from_script
 
-    for got in (from_onnx, from_script):
-        assert got.shape == expected.shape
-        assert np.abs(got.astype(np.float64) - expected).max() < 1e-5
+    for outputs in (from_onnx, from_script):
+        assert len(outputs) == len(expected)
+        for got, want in zip(outputs, expected, strict=True):
+            got = np.asarray(got, dtype=np.float64)
+            assert got.shape == want.shape
+            assert np.abs(got - want).max() < 1e-5
+
+
+def test_a_recurrent_policy_acts_on_one_observation_from_the_state_it_returned(tmp_path):
+    policy = load_policy(checkpoint(tmp_path, "ppo", {"env": STATELESS, "use_lstm": True}))
+    obs = np.zeros(2, np.float32)
+    first, state = policy.compute_action(obs)
+    assert first in (0, 1) and state.shape == (2, 128)
+    _, same = policy.compute_action(obs, state=None)  # None: an episode's start
+    np.testing.assert_array_equal(state, same)
+    _, later = policy.compute_action(obs, state=state)
+    assert not np.allclose(later, state)  # the memory moved on
 
 
 def test_load_policy_from_a_run_directory_acts_on_one_observation(tmp_path):

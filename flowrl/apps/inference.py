@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from flowrl.core.config import ConfigError
+from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
 from flowrl.learning.spaces import field
 from flowrl.rollout.envs import make_vector_env
@@ -40,27 +41,52 @@ from flowrl.run.checkpoints import Checkpoint, CheckpointError
 FORMATS = ("onnx", "torchscript")
 
 
+def _item(action: np.ndarray) -> Any:
+    return action.item() if action.ndim == 0 else action
+
+
 class LoadedPolicy:
     """A policy read from a checkpoint: actions for one observation or a batch."""
 
     def __init__(self, policy: Policy, algo: str, env: str) -> None:
         self.policy, self.algo, self.env = policy, algo, env
 
-    def compute_actions(self, obs: Any, *, explore: bool = False) -> np.ndarray:
+    def compute_actions(
+        self, obs: Any, *, explore: bool = False, state: np.ndarray | None = None
+    ) -> Any:
         """The env actions for a batch of raw observations (greedy unless ``explore``); a
-        Dict or Tuple space's batch is its nest of arrays."""
+        Dict or Tuple space's batch is its nest of arrays. A recurrent policy takes each
+        env's state (None: fresh episodes) and returns ``(actions, next_states)``."""
         policy = self.policy
         if policy.obs_layout is not None:
             obs = policy.obs_layout.pack(obs)
-        actions, _ = policy.compute_actions(policy.normalizer.observations(obs), explore=explore)
-        return policy.env_actions(actions)
+        obs = policy.normalizer.observations(obs)
+        if not policy.module.recurrent:
+            actions, _ = policy.compute_actions(obs, explore=explore)
+            return policy.env_actions(actions)
+        if state is None:
+            state = policy.initial_state(len(obs))
+        actions, extras = policy.compute_actions(obs, explore=explore, state=state)
+        return policy.env_actions(actions), extras[STATE_OUT]
 
-    def compute_action(self, obs: Any, *, explore: bool = False) -> Any:
-        """The env action for one raw observation (an int for Discrete action spaces)."""
+    def compute_action(
+        self, obs: Any, *, explore: bool = False, state: np.ndarray | None = None
+    ) -> Any:
+        """The env action for one raw observation (an int for Discrete action spaces); a
+        recurrent policy takes the state the last call returned (None at an episode's
+        start) and returns ``(action, next_state)``.
+
+        Example:
+            >>> action, state = policy.compute_action(obs, state=None)  # doctest: +SKIP
+            >>> action, state = policy.compute_action(next_obs, state=state)  # doctest: +SKIP
+        """
         layout = self.policy.obs_layout
         batch = np.asarray(obs)[None] if layout is None else layout.unpack(layout.pack_one(obs))
-        action = self.compute_actions(batch, explore=explore)[0]
-        return action.item() if action.ndim == 0 else action
+        states = None if state is None else np.asarray(state)[None]
+        out = self.compute_actions(batch, explore=explore, state=states)
+        if self.policy.module.recurrent:
+            return _item(out[0][0]), out[1][0]
+        return _item(out[0])
 
     def __repr__(self) -> str:
         return f"LoadedPolicy({self.algo} on {self.env})"
@@ -115,20 +141,26 @@ class GreedyPolicy(nn.Module):
             self.register_buffer(f"obs_inv_std_{i}", torch.as_tensor(inv_std))
         self.clip = float(norm.clip)
 
-    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
-        values = list(obs)
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        recurrent = self.policy.module.recurrent
+        values, state = (list(inputs[:-1]), inputs[-1]) if recurrent else (list(inputs), None)
         for j, i in self.normalized:
             mean, inv_std = getattr(self, f"obs_mean_{i}"), getattr(self, f"obs_inv_std_{i}")
             values[j] = torch.clamp((values[j].float() - mean) * inv_std, -self.clip, self.clip)
         layout = self.policy.obs_layout
-        return self.policy.greedy_env_actions(values[0] if layout is None else layout.build(values))
+        obs = values[0] if layout is None else layout.build(values)
+        if state is None:  # not recurrent: DQN and SAC act on the observations alone
+            return self.policy.greedy_env_actions(obs)
+        return self.policy.greedy_env_actions(obs, state)
 
 
 def input_names(policy: Policy) -> list[str]:
     """An export's inputs: ``obs``, or one per leaf of a Dict or Tuple observation, named
-    by its path (``image``, ``action_mask``, ``pose.0``)."""
+    by its path (``image``, ``action_mask``, ``pose.0``); then ``state_in`` for a
+    recurrent policy (its outputs are ``actions`` and ``state_out``)."""
     layout = policy.obs_layout
-    return ["obs"] if layout is None else [leaf.name for leaf in layout.leaves]
+    names = ["obs"] if layout is None else [leaf.name for leaf in layout.leaves]
+    return [*names, STATE_IN] if policy.module.recurrent else names
 
 
 def export_policy(
@@ -139,8 +171,9 @@ def export_policy(
 ) -> Path:
     """Write the greedy policy of a checkpoint (or run directory) to ``out`` as an ONNX
     model (input ``obs``, or one input per leaf of a Dict or Tuple observation as
-    :func:`input_names` names them, the action mask among them; output ``actions``; any
-    batch size) or a TorchScript module; returns ``out``.
+    :func:`input_names` names them, the action mask among them, and ``state_in`` for a
+    recurrent policy; outputs ``actions`` and, recurrent, ``state_out``; any batch size)
+    or a TorchScript module; returns ``out``.
 
     Example:
         >>> export_policy("runs/ppo_Hopper-v5_x", "hopper.onnx")  # doctest: +SKIP
@@ -158,13 +191,16 @@ def export_policy(
     else:
         records = layout.pack(layout.stack(samples))
         example = tuple(torch.as_tensor(field(records, leaf.path)) for leaf in layout.leaves)
+    if policy.module.recurrent:
+        example = (*example, torch.as_tensor(policy.initial_state(2)))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), _quiet_exporters():
         if format == "torchscript":
             torch.jit.trace(module, example).save(str(out))
         else:
-            _export_onnx(module, example, input_names(policy), out)
+            outputs = ["actions", STATE_OUT] if policy.module.recurrent else ["actions"]
+            _export_onnx(module, example, input_names(policy), outputs, out)
     return out
 
 
@@ -186,7 +222,11 @@ def _quiet_exporters():
 
 
 def _export_onnx(
-    module: nn.Module, example: tuple[torch.Tensor, ...], names: list[str], out: Path
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    names: list[str],
+    outputs: list[str],
+    out: Path,
 ) -> None:
     try:
         import onnx  # noqa: F401  (torch's exporter needs it)
@@ -200,7 +240,7 @@ def _export_onnx(
         example,
         str(out),
         input_names=names,
-        output_names=["actions"],
+        output_names=outputs,
         dynamic_shapes=(tuple({0: batch} for _ in example),),  # forward(*obs): one tuple
         dynamo=True,
         verbose=False,

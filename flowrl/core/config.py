@@ -310,6 +310,11 @@ class ActorCriticConfig(Config):
     gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
     vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
     entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
+    use_lstm: bool = param(False, "an LSTM between the observation features and the heads")
+    lstm_cell_size: int = param(128, "LSTM cells (use_lstm)", ge=1)
+    max_seq_len: int = param(
+        20, "steps of one env trained as one sequence from its recorded state (use_lstm)", ge=1
+    )
 
 
 @dataclasses.dataclass

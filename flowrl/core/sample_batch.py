@@ -30,6 +30,10 @@ ACTION_DIST_INPUTS = "action_dist_inputs"
 VF_PREDS = "vf_preds"
 ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
+#: the recurrent state a step started from (recurrent policies' fragments)
+STATE_IN = "state_in"
+#: the recurrent state after a step, in :meth:`Policy.compute_actions`'s extras only
+STATE_OUT = "state_out"
 
 
 class SampleBatch:
@@ -173,14 +177,16 @@ class Fragment:
     """What one worker sampled, time-major (``[T, num_envs, ...]``), before flattening.
 
     ``valid[t, i]`` is False on the reset steps of NEXT_STEP autoreset (see
-    :mod:`flowrl.learning.postprocessing`); ``last_obs`` is the observation after the last step.
-    With a ``pool``, the valid rows are gathered into its arrays instead of fresh ones.
+    :mod:`flowrl.learning.postprocessing`); ``last_obs`` is the observation after the last
+    step, and ``last_state`` a recurrent policy's state after it. With a ``pool``, the valid
+    rows are gathered into its arrays instead of fresh ones.
     """
 
     columns: dict[str, np.ndarray]
     valid: np.ndarray
     last_obs: np.ndarray
     pool: ArrayPool | None = None
+    last_state: np.ndarray | None = None
 
     def to_batch(self) -> SampleBatch:
         """The valid rows, flattened in time-major order (views of the columns when every

@@ -12,7 +12,7 @@ Example:
     ...     loss_columns = ("obs", "actions", "rewards")
     ...
     ...     def loss(self, batch):
-    ...         dist, _ = self.policy.distribution(batch["obs"])
+    ...         dist, _ = self.distribution(batch)
     ...         loss = -(dist.log_prob(batch["actions"]) * batch["rewards"]).mean()
     ...         return loss, {"loss": loss.detach()}
 """
@@ -31,9 +31,10 @@ import torch
 from torch import nn
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import SampleBatch
+from flowrl.core.sample_batch import OBS, STATE_IN, SampleBatch
 from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
+from flowrl.learning.postprocessing import VALID, sequence_starts
 from flowrl.learning.spaces import to_tensor
 
 Losses = torch.Tensor | dict[str, torch.Tensor]
@@ -213,9 +214,26 @@ class Learner:
 
     @property
     def sequence_length(self) -> int:
-        """Rows that belong together, in order (a V-trace learner's time steps of one env):
-        minibatches are made of whole sequences. 1: every row stands alone."""
-        return 1
+        """Rows that belong together, in order (a V-trace learner's time steps of one env,
+        a recurrent module's sequences): minibatches are made of whole sequences. 1:
+        every row stands alone."""
+        return self.config.max_seq_len if self.module.recurrent else 1
+
+    def forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None) -> Any:
+        """The acting module (or ``module``, a target copy) on a minibatch's observations,
+        masked as the policy masks them; a recurrent module runs through each sequence
+        from the state its first step recorded (``state_in``), reset at episode starts."""
+        if not self.module.recurrent:
+            return self.policy.forward(batch[OBS], module=module)
+        length = self.sequence_length
+        state = batch[STATE_IN][::length]
+        starts = sequence_starts(batch[VALID], length)
+        return self.policy.unroll(batch[OBS], state, starts, module=module)
+
+    def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
+        """The action distribution and value estimates of a minibatch (:meth:`forward`)."""
+        out = self.forward(batch)
+        return self.policy.dist_cls(out.dist_inputs), out.value
 
     # -- what a subclass supplies ----------------------------------------------------------
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
@@ -280,6 +298,8 @@ class Learner:
 
     def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         keys = batch.keys() if self.loss_columns is None else self.loss_columns
+        if self.module.recurrent:  # what forward reads of sequences
+            keys = [*keys, *(k for k in (STATE_IN, VALID) if k not in keys)]
         return {k: to_tensor(batch[k]).to(self.device) for k in keys}
 
     def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:

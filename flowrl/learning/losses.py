@@ -15,6 +15,27 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from flowrl.learning.postprocessing import VALID
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of ``x`` over the steps ``mask`` keeps (1.0 or True).
+
+    Example:
+        >>> float(masked_mean(torch.tensor([1.0, 2.0, 9.0]), torch.tensor([1.0, 1.0, 0.0])))
+        1.5
+    """
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def valid_mean(batch: dict[str, torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The mean over a batch's rows to learn from: all of them, or those its ``valid``
+    column marks (a recurrent learner's sequences hold reset steps and padding)."""
+    if VALID not in batch:
+        return torch.mean
+    mask = batch[VALID].float()
+    return lambda x: masked_mean(x, mask)
+
 
 def clipped_surrogate(
     log_ratio: torch.Tensor,

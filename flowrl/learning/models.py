@@ -21,7 +21,7 @@ from torch import nn
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import distribution_for
-from flowrl.learning.module import ActingModule, ActingOutput
+from flowrl.learning.module import ActingModule, ActingOutput, reset_state
 from flowrl.learning.spaces import get, is_composite, leaf_spaces
 
 
@@ -242,6 +242,91 @@ class ActorCritic(ActingModule):
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return ActingOutput(out, self.vf(features).squeeze(-1))
+
+
+class RecurrentActorCritic(ActingModule):
+    """An LSTM actor-critic: observation features (an MLP on vectors, a CNN on images, or
+    your ``trunk``) feed an LSTM cell whose output the policy and value heads read. The
+    state is ``[B, 2, cell_size]`` (the LSTM's h and c).
+
+    Example:
+        >>> module = RecurrentActorCritic(
+        ...     gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), hiddens=(16,), cell_size=8
+        ... )
+        >>> out = module(torch.zeros(3, 2), module.initial_state(3))
+        >>> out.dist_inputs.shape, out.state.shape
+        (torch.Size([3, 2]), torch.Size([3, 2, 8]))
+    """
+
+    recurrent = True
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        hiddens: Sequence[int],
+        cell_size: int,
+        trunk: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        check_obs_space(obs_space)
+        _, n_inputs = distribution_for(action_space)
+        continuous = isinstance(action_space, gym.spaces.Box)
+        n_out = n_inputs // 2 if continuous else n_inputs
+        if trunk is None and is_image_space(obs_space):
+            trunk = image_encoder(obs_space.shape)
+        if trunk is None:
+            flatten = features(obs_space)
+            body = mlp([flatten.out_features, *hiddens], out_gain=np.sqrt(2))
+            trunk = _Features(flatten, body, hiddens[-1])
+        self.trunk = trunk
+        self.cell_size = cell_size
+        self.lstm = nn.LSTMCell(trunk.out_features, cell_size)
+        self.pi = _init(nn.Linear(cell_size, n_out), 0.01)
+        self.vf = _init(nn.Linear(cell_size, 1), 1.0)
+        self.log_std = nn.Parameter(torch.zeros(n_out)) if continuous else None
+
+    def initial_state(self, batch_size: int) -> torch.Tensor:
+        return torch.zeros(batch_size, 2, self.cell_size, device=self.pi.weight.device)
+
+    def _heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.pi(h)
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out, self.vf(h).squeeze(-1)
+
+    def forward(self, obs: Any, state: torch.Tensor | None = None) -> ActingOutput:
+        x = self.trunk(obs)
+        if state is None:
+            state = self.initial_state(x.shape[0])
+        h, c = self.lstm(x, (state[:, 0], state[:, 1]))
+        return ActingOutput(*self._heads(h), torch.stack([h, c], 1))
+
+    def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> ActingOutput:
+        """The features of every step in one pass, the LSTM step by step, the heads in
+        one pass (see :meth:`ActingModule.unroll`)."""
+        batch, length = starts.shape
+        x = self.trunk(obs).unflatten(0, (batch, length))
+        fresh = self.initial_state(batch)
+        hs = []
+        for t in range(length):
+            state = reset_state(state, fresh, starts[:, t])
+            h, c = self.lstm(x[:, t], (state[:, 0], state[:, 1]))
+            hs.append(h)
+            state = torch.stack([h, c], 1)
+        return ActingOutput(*self._heads(torch.stack(hs, 1).flatten(0, 1)), state)
+
+
+class _Features(nn.Module):
+    """Flattened observations through an MLP, with a tanh on its output."""
+
+    def __init__(self, flatten: Any, body: nn.Module, out_features: int) -> None:
+        super().__init__()
+        self.flatten, self.body, self.out_features = flatten, body, out_features
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        return torch.tanh(self.body(self.flatten(obs)))
 
 
 class ActorNetwork(ActingModule):

@@ -9,9 +9,11 @@ networks and any network only the loss reads (SAC's critics) belong to a
 ``forward(obs, state)`` returns an :class:`ActingOutput`. The interface is shaped for what
 the acting side grows next:
 
-- recurrent models set ``recurrent = True``, return their first state from
-  :meth:`ActingModule.initial_state` and the next one in ``ActingOutput.state``; workers
-  keep the state per env and reset it at episode starts;
+- recurrent models set ``recurrent = True``, return their first state (one tensor
+  ``[B, ...]``) from :meth:`ActingModule.initial_state` and the next one in
+  ``ActingOutput.state``; workers keep the state per env and reset it at episode starts,
+  fragments record the state each step started from, and learners replay sequences from
+  it with :meth:`ActingModule.unroll`;
 - composite observation spaces reach ``forward`` as the nested dict or tuple of tensors the
   space has, and composite action spaces take one flat ``dist_inputs`` that a composite
   distribution splits;
@@ -73,3 +75,36 @@ class ActingModule(nn.Module):
 
     def forward(self, obs: Any, state: Any = None) -> ActingOutput:
         raise NotImplementedError
+
+    def unroll(self, obs: Any, state: Any, starts: torch.Tensor) -> ActingOutput:
+        """A recurrent module over ``B`` sequences of ``L`` steps: ``obs`` holds their steps
+        sequence by sequence (``[B * L, ...]``), ``state`` the state each starts from
+        (``[B, ...]``), and ``starts[b, t]`` is True where step ``t`` begins a new
+        episode (the state is reset to :meth:`initial_state` there). Returns the outputs
+        of every step, ``[B * L, ...]``. By default, one :meth:`forward` per step."""
+        batch, length = starts.shape
+        steps = map_nest(lambda x: x.unflatten(0, (batch, length)), obs)
+        fresh = self.initial_state(batch)
+        outs = []
+        for t in range(length):
+            state = reset_state(state, fresh, starts[:, t])
+            out = self(map_nest(lambda x, t=t: x[:, t], steps), state)
+            outs.append(out)
+            state = out.state
+        value = None if outs[0].value is None else torch.stack([o.value for o in outs], 1)
+        inputs = torch.stack([o.dist_inputs for o in outs], 1).flatten(0, 1)
+        return ActingOutput(inputs, None if value is None else value.flatten(), state)
+
+
+def reset_state(state: torch.Tensor, fresh: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """``state`` with the rows of ``starts`` (a ``[B]`` mask) replaced by ``fresh``'s."""
+    return torch.where(starts.view(-1, *[1] * (state.dim() - 1)), fresh.to(state), state)
+
+
+def map_nest(fn: Any, nest: Any) -> Any:
+    """``fn`` applied to every tensor of a nest of dicts and tuples."""
+    if isinstance(nest, dict):
+        return {k: map_nest(fn, v) for k, v in nest.items()}
+    if isinstance(nest, tuple):
+        return tuple(map_nest(fn, v) for v in nest)
+    return fn(nest)

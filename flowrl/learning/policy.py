@@ -32,15 +32,16 @@ from flowrl.core.sample_batch import (
     ACTION_DIST_INPUTS,
     ACTIONS,
     LOGP,
+    STATE_OUT,
     VF_PREDS,
     Fragment,
     SampleBatch,
 )
 from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
-from flowrl.learning.models import ActorCritic
+from flowrl.learning.models import ActorCritic, RecurrentActorCritic
 from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import Normalizer, split_state
-from flowrl.learning.postprocessing import add_advantages
+from flowrl.learning.postprocessing import add_advantages, chunk_sequences
 from flowrl.learning.registry import build_module
 from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite, to_tensor
 
@@ -205,19 +206,23 @@ class Policy:
         return distribution_for(self.action_space)[0]
 
     def make_module(self) -> ActingModule:
-        """The acting module: flowrl's actor-critic, on your encoder when the config names
-        one, or your whole module (:mod:`flowrl.learning.registry`)."""
-        obs_space, action_space, hiddens = (
-            self.input_space,
-            self.action_space,
-            self.config.model_hiddens,
-        )
-        return build_module(
-            self.config,
-            obs_space,
-            action_space,
-            lambda trunk: ActorCritic(obs_space, action_space, hiddens=hiddens, trunk=trunk),
-        )
+        """The acting module: flowrl's actor-critic (recurrent with ``use_lstm``), on your
+        encoder when the config names one, or your whole module
+        (:mod:`flowrl.learning.registry`)."""
+        cfg, obs_space, action_space = self.config, self.input_space, self.action_space
+
+        def default(trunk: nn.Module | None) -> ActingModule:
+            if getattr(cfg, "use_lstm", False):
+                return RecurrentActorCritic(
+                    obs_space,
+                    action_space,
+                    hiddens=cfg.model_hiddens,
+                    cell_size=cfg.lstm_cell_size,
+                    trunk=trunk,
+                )
+            return ActorCritic(obs_space, action_space, hiddens=cfg.model_hiddens, trunk=trunk)
+
+        return build_module(cfg, obs_space, action_space, default)
 
     # -- acting --------------------------------------------------------------------------
     def inputs(self, obs: Any) -> tuple[Any, torch.Tensor | None]:
@@ -231,14 +236,36 @@ class Policy:
         rest = {k: v for k, v in obs.items() if k != ACTION_MASK}
         return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[ACTION_MASK]
 
-    def forward(self, obs: Any, *, module: nn.Module | None = None) -> ActingOutput:
-        """The acting module (or ``module``, a target copy of it) on ``obs``, with the
-        invalid actions of a masked observation masked (:func:`mask_inputs`)."""
+    def forward(
+        self, obs: Any, state: Any = None, *, module: nn.Module | None = None
+    ) -> ActingOutput:
+        """The acting module (or ``module``, a target copy of it) on ``obs`` (from
+        ``state``, when it is recurrent), with the invalid actions of a masked
+        observation masked (:func:`mask_inputs`)."""
         inputs, mask = self.inputs(obs)
-        out = (self.module if module is None else module)(inputs)
+        module = self.module if module is None else module
+        out = module(inputs, state) if module.recurrent else module(inputs)
+        return self._masked(out, mask)
+
+    def unroll(
+        self, obs: Any, state: Any, starts: torch.Tensor, *, module: nn.Module | None = None
+    ) -> ActingOutput:
+        """A recurrent module over sequences (:meth:`ActingModule.unroll`), masked."""
+        inputs, mask = self.inputs(obs)
+        out = (self.module if module is None else module).unroll(inputs, state, starts)
+        return self._masked(out, mask)
+
+    @staticmethod
+    def _masked(out: ActingOutput, mask: torch.Tensor | None) -> ActingOutput:
         if mask is None:
             return out
         return out._replace(dist_inputs=mask_inputs(out.dist_inputs, mask))
+
+    def initial_state(self, n: int) -> np.ndarray | None:
+        """The recurrent state of ``n`` fresh episodes (None: the module has none)."""
+        if not self.module.recurrent:
+            return None
+        return self._as_numpy(self.module.initial_state(n))
 
     def distribution(self, obs: Any) -> tuple[Distribution, torch.Tensor | None]:
         """The action distribution for ``obs`` and the value estimates (None when the
@@ -248,18 +275,24 @@ class Policy:
 
     @inference
     def compute_actions(
-        self, obs: np.ndarray, *, explore: bool = True
+        self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions for a batch of observations, with the distribution inputs and value
-        estimates that gave them. The actions' log-probs are added per fragment by
+        estimates that gave them (and a recurrent module's next state, ``state_out``,
+        from ``state``). The actions' log-probs are added per fragment by
         :meth:`postprocess` (one vectorised pass instead of a gather per step)."""
-        out = self.forward(self._as_tensor(obs))
+        out = self.forward(self._as_tensor(obs), self._state_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
         extras = {ACTION_DIST_INPUTS: self._as_numpy(out.dist_inputs)}
         if out.value is not None:
             extras[VF_PREDS] = self._as_numpy(out.value)
+        if out.state is not None:
+            extras[STATE_OUT] = self._as_numpy(out.state)
         return self._as_numpy(actions), extras
+
+    def _state_tensor(self, state: np.ndarray | None) -> torch.Tensor | None:
+        return None if state is None else self._as_tensor(state)
 
     # per-step conversions: on the CPU (every rollout worker) skip the no-op device moves,
     # which cost about as much as the conversion itself on a batch of 8 observations
@@ -282,8 +315,8 @@ class Policy:
         of from its start. Nothing by default."""
 
     @inference
-    def compute_values(self, obs: np.ndarray) -> np.ndarray:
-        return self._as_numpy(self.forward(self._as_tensor(obs)).value)
+    def compute_values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
+        return self._as_numpy(self.forward(self._as_tensor(obs), self._state_tensor(state)).value)
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env receives: Box actions are clipped to their bounds."""
@@ -291,15 +324,17 @@ class Policy:
             return np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
 
-    def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
+    def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
         """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
         which an exported model (:mod:`flowrl.apps.inference`) traces; ``obs`` already
-        normalised."""
-        actions = self.dist_cls(self.forward(obs).dist_inputs).mode()
+        normalised. A recurrent module's export also takes ``state`` and returns the
+        actions and the next state."""
+        out = self.forward(obs, state)
+        actions = self.dist_cls(out.dist_inputs).mode()
         if isinstance(self.action_space, gym.spaces.Box):
             low, high = bounds(self.action_space, actions)
             actions = torch.minimum(torch.maximum(actions, low), high)
-        return actions
+        return actions if state is None else (actions, out.state)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         """Turn a sampled fragment into training rows (returns, advantages, ...)."""
@@ -346,10 +381,13 @@ class ActorCriticPolicy(Policy):
     :class:`~flowrl.core.config.ActorCriticConfig`)."""
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
-        last_values = self.compute_values(fragment.last_obs)
-        return add_advantages(
+        last_values = self.compute_values(fragment.last_obs, fragment.last_state)
+        add_advantages(
             self.add_action_logp(fragment),
             last_values,
             gamma=self.config.gamma,
             lam=self.config.gae_lambda,
         )
+        if self.module.recurrent:  # whole sequences, from the state each started from
+            return chunk_sequences(fragment, self.config.max_seq_len)
+        return fragment.to_batch()

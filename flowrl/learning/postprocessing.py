@@ -60,8 +60,9 @@ def compute_gae(
 
 def add_advantages(
     fragment: Fragment, last_values: np.ndarray, *, gamma: float, lam: float
-) -> SampleBatch:
-    """GAE advantages and value targets added to a fragment's columns, as training rows.
+) -> Fragment:
+    """GAE advantages and value targets added to a fragment's columns (returned, to
+    become training rows: :meth:`Fragment.to_batch` or :func:`chunk_sequences`).
 
     ``last_values`` are the value estimates of ``fragment.last_obs``.
     """
@@ -75,7 +76,7 @@ def add_advantages(
         gamma=gamma,
         lam=lam,
     )
-    return fragment.to_batch()
+    return fragment
 
 
 NEXT_OBS = "next_obs"
@@ -144,6 +145,39 @@ def to_sequences(fragment: Fragment) -> SampleBatch:
         seq = np.concatenate([column, last[None]], axis=0)  # [T + 1, N, ...]
         out[key] = seq.swapaxes(0, 1).reshape(num_envs * (steps + 1), *column.shape[2:])
     return SampleBatch(out)
+
+
+def chunk_sequences(fragment: Fragment, length: int) -> SampleBatch:
+    """A fragment as sequences of ``length`` steps of one env each, rows env-major (a
+    recurrent policy's training rows): each env's ``T`` steps are cut into
+    ``ceil(T / length)`` sequences, the last one padded with zeros. ``valid`` marks the
+    steps to learn from (not the reset steps of NEXT_STEP autoreset, not the padding);
+    the ``state_in`` column holds the state each step started from, which a learner reads
+    at each sequence's first step.
+
+    Example:
+        >>> cols = {"obs": np.zeros((5, 2, 3)), "rewards": np.ones((5, 2))}
+        >>> batch = chunk_sequences(Fragment(cols, np.ones((5, 2), bool), np.zeros((2, 3))), 3)
+        >>> len(batch), batch["valid"].reshape(4, 3).tolist()[1]
+        (12, [True, True, False])
+    """
+    steps, num_envs = fragment.valid.shape
+    padded = -(-steps // length) * length
+    out = {}
+    for key, column in {**fragment.columns, VALID: fragment.valid}.items():
+        seq = np.zeros((padded, *column.shape[1:]), column.dtype)
+        seq[:steps] = column
+        out[key] = seq.swapaxes(0, 1).reshape(num_envs * padded, *column.shape[2:])
+    return SampleBatch(out)
+
+
+def sequence_starts(valid: torch.Tensor, length: int) -> torch.Tensor:
+    """``[B, length]``: True where a step of a sequence begins an episode, the step after
+    a reset step (the first step starts from its recorded state, so never)."""
+    valid = valid.view(-1, length)
+    starts = torch.zeros_like(valid)
+    starts[:, 1:] = ~valid[:, :-1]
+    return starts
 
 
 def vtrace(

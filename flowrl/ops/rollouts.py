@@ -21,6 +21,7 @@ import numpy as np
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
 from flowrl.core.sample_batch import ArrayPool, SampleBatch
+from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.worker import WorkerSet
 
 Gradients = tuple[list[np.ndarray], dict[str, float]]
@@ -206,7 +207,9 @@ class StandardizeFields(Operator):
         self.fields = list(fields)
 
     def __call__(self, batch: SampleBatch) -> SampleBatch:
+        # the statistics of the rows to learn from (sequences hold reset steps and padding)
+        valid = batch[VALID] if VALID in batch else slice(None)
         for field in self.fields:
             x = batch[field]
-            batch[field] = (x - x.mean()) / max(float(x.std()), 1e-8)
+            batch[field] = (x - x[valid].mean()) / max(float(x[valid].std()), 1e-8)
         return batch

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.sample_batch import STATE_IN, STATE_OUT
+
 Episode = tuple[float, int]  # (return, length)
 
 
@@ -62,10 +64,15 @@ def run_episodes(
     obs, _ = env.reset(seed=seed)
     ret, length = np.zeros(n), np.zeros(n, dtype=np.int64)
     needs_reset = np.zeros(n, dtype=bool)
+    state = policy.initial_state(n)
+    memory = None if state is None else Memory(policy, state, np.zeros(n, bool), needs_reset)
     results: list[Episode] = []
     while (quota > 0).any():
-        actions, _ = policy.compute_actions(policy.normalizer.observations(obs), explore=explore)
+        act = policy.compute_actions if memory is None else memory.compute_actions
+        actions, _ = act(policy.normalizer.observations(obs), explore=explore)
         obs, rewards, terminated, truncated, _ = env.step(policy.env_actions(actions))
+        if memory is not None:
+            memory.stepped(terminated | truncated)
         counting = ~needs_reset & (quota > 0)
         ret += rewards * counting
         length += counting
@@ -76,6 +83,42 @@ def run_episodes(
         ret[finished], length[finished] = 0.0, 0
         needs_reset = terminated | truncated
     return results
+
+
+class Memory:
+    """A recurrent policy's state across the steps of a vector env's envs: each step starts
+    from the state the last one left, reset for the envs that begin an episode, and its
+    extras record that state (``state_in``); a step that only resets its env (NEXT_STEP
+    autoreset) makes the next one begin an episode.
+
+    Example:
+        >>> memory = Memory(policy, policy.initial_state(8), starts, needs_reset)  # doctest: +SKIP
+        >>> actions, extras = memory.compute_actions(obs)  # doctest: +SKIP
+        >>> memory.stepped(terminated | truncated)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, policy: Any, state: np.ndarray, starts: np.ndarray, needs_reset: np.ndarray
+    ) -> None:
+        self.policy, self.state = policy, state
+        #: the envs whose next step begins an episode, and those whose next step resets
+        self.starts, self.needs_reset = starts, needs_reset
+        self.fresh = policy.initial_state(len(starts))
+
+    def compute_actions(
+        self, obs: np.ndarray, *, explore: bool = True
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.starts.any():
+            rows = self.starts.reshape(-1, *[1] * (self.state.ndim - 1))
+            self.state = np.where(rows, self.fresh, self.state)
+        actions, extras = self.policy.compute_actions(obs, explore=explore, state=self.state)
+        extras[STATE_IN] = self.state
+        self.state = extras.pop(STATE_OUT)
+        return actions, extras
+
+    def stepped(self, done: np.ndarray) -> None:
+        """The step ended the episodes of ``done``: their next step is a reset step."""
+        self.starts, self.needs_reset = self.needs_reset, done
 
 
 #: what recording needs of the rendering libraries: pygame (classic control) opens no

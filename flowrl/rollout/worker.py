@@ -51,7 +51,13 @@ from flowrl.rollout.envs import (
     register_env,
     registered_creator,
 )
-from flowrl.rollout.episodes import Episode, EpisodeTracker, headless_rendering, run_episodes
+from flowrl.rollout.episodes import (
+    Episode,
+    EpisodeTracker,
+    Memory,
+    headless_rendering,
+    run_episodes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +124,9 @@ class RolloutWorker(ParallelIteratorWorker):
         self.obs, _ = self.env.reset(seed=seed)
         n = self.env.num_envs
         self._needs_reset = np.zeros(n, dtype=bool)
+        #: a recurrent policy's state per env, and which envs begin an episode next step
+        self.state = self.policy.initial_state(n)
+        self._starts = np.zeros(n, dtype=bool)
         self._episodes = EpisodeTracker(n)
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
         # held while a learner thread changes the policy: a checkpoint reads whole updates
@@ -146,12 +155,16 @@ class RolloutWorker(ParallelIteratorWorker):
         if norm.parts:  # normalised for the policy; the raw ones update the stats
             raw_obs = pool.empty("raw_obs", (steps, *np.shape(obs)), obs.dtype)
         cols: dict[str, np.ndarray] = {}
+        memory = None
+        if self.state is not None:  # a recurrent policy's state goes on from the last fragment
+            memory = Memory(policy, self.state, self._starts, self._needs_reset)
+        act = policy.compute_actions if memory is None else memory.compute_actions
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
                 if raw_obs is not None:
                     raw_obs[t] = obs
                     obs = norm.observations(obs)
-                actions, extras = policy.compute_actions(obs)
+                actions, extras = act(obs)
                 try:
                     next_obs, rewards, terminated, truncated, _ = env.step(
                         policy.env_actions(actions)
@@ -174,7 +187,11 @@ class RolloutWorker(ParallelIteratorWorker):
                 for k, v in row:
                     cols[k][t] = v
                 obs = next_obs
+                if memory is not None:
+                    memory.stepped(terminated | truncated)
         self.obs = obs
+        if memory is not None:  # for the next fragment
+            self.state, self._starts = memory.state, memory.starts
         what = non_finite_sample(cols, obs)
         if what is not None:
             where = f"env {self.config.env} (worker {self.worker_index})"
@@ -189,7 +206,7 @@ class RolloutWorker(ParallelIteratorWorker):
             norm.observe_fragment(raw_obs)
         cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid)
         cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
-        return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool)
+        return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool, last_state=self.state)
 
     def _env_error(self, error: Exception) -> EnvError:
         text = str(error).strip().splitlines()

@@ -1,0 +1,126 @@
+"""Recurrent policies: an LSTM between the features and the heads, its state kept per env
+on workers across fragments and reset at episode starts, fragments cut into sequences
+that record the state they started from, learners replaying them through the same steps;
+PPO and APPO with an LSTM learning CartPole with the velocities hidden."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from reach import reach
+
+from flowrl import Algorithm
+from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_IN, VF_PREDS
+from flowrl.learning.models import RecurrentActorCritic
+from flowrl.learning.module import ActingModule
+from flowrl.learning.postprocessing import VALID, sequence_starts
+from flowrl.rollout.worker import RolloutWorker
+
+STATELESS = "flowrl.rollout.toy_envs:StatelessCartPole"
+
+
+def recurrent_worker(**overrides) -> RolloutWorker:
+    cfg = PPOConfig(
+        env=STATELESS,
+        num_workers=0,
+        use_lstm=True,
+        lstm_cell_size=16,
+        num_envs_per_worker=3,
+        rollout_fragment_length=50,
+        max_seq_len=8,
+        **overrides,
+    )
+    return RolloutWorker(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+
+
+def test_fragments_record_the_state_each_step_started_from_reset_at_episode_starts():
+    worker = recurrent_worker()
+    fragment = worker.sample_fragment()
+    state, valid = fragment.columns[STATE_IN], fragment.valid  # [T, N, 2, cell]
+    assert state.shape == (50, 3, 2, 16) and not state[0].any()  # fresh episodes
+    # the step after a reset step begins an episode: it starts from the zero state
+    steps, envs = np.nonzero(~valid[:-1])
+    assert len(steps) > 0  # CartPole's random episodes end within 50 steps
+    assert not state[steps + 1, envs].any()
+    assert state[1:][valid[:-1]].any(axis=(1, 2)).all()  # elsewhere the memory goes on
+    # the next fragment goes on from the state the last step left
+    following = worker.sample_fragment().columns[STATE_IN][0]
+    np.testing.assert_array_equal(following[valid[-1]], fragment.last_state[valid[-1]])
+
+
+def test_the_learner_replays_the_sequences_as_the_workers_acted():
+    worker = recurrent_worker()
+    batch = worker.sample()  # GAE, then sequences of max_seq_len steps, padded
+    assert len(batch) == 3 * 56  # 50 steps: 7 sequences of 8, the last padded by 6
+    assert not batch[VALID].reshape(3, 7, 8)[:, -1, 2:].any()
+    learner = worker.learner
+    tensors = learner._tensors(batch)
+    with torch.no_grad():
+        out = learner.forward(tensors)
+    valid = batch[VALID]
+    np.testing.assert_allclose(out.dist_inputs[valid], batch[ACTION_DIST_INPUTS][valid], atol=1e-6)
+    np.testing.assert_allclose(out.value[valid], batch[VF_PREDS][valid], atol=1e-6)
+    stats = learner.learn_on_batch(batch, num_sgd_iter=2, minibatch_size=64)
+    assert np.isfinite(stats["policy_loss"]) and stats["entropy"] > 0
+
+
+def test_the_default_unroll_of_any_recurrent_module_matches_the_lstm_s_own():
+    module = RecurrentActorCritic(
+        gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3), hiddens=(8,), cell_size=4
+    )
+    torch.manual_seed(0)
+    obs, state = torch.randn(5 * 6, 2), torch.randn(5, 2, 4)
+    valid = torch.rand(5 * 6) > 0.2
+    starts = sequence_starts(valid, 6)
+    fast = module.unroll(obs, state, starts)
+    loop = ActingModule.unroll(module, obs, state, starts)
+    torch.testing.assert_close(fast.dist_inputs, loop.dist_inputs)
+    torch.testing.assert_close(fast.value, loop.value)
+    torch.testing.assert_close(fast.state, loop.state)
+
+
+def test_a_sequence_start_is_the_step_after_a_reset_step_never_its_first():
+    valid = torch.tensor([True, False, True, True, False, True])
+    assert sequence_starts(valid, 3).tolist() == [[False, False, True], [False, False, True]]
+
+
+@pytest.mark.parametrize("algo", ["a3c", "impala"])
+def test_a3c_and_impala_train_with_an_lstm(algo):
+    with Algorithm(algo, env=STATELESS, num_workers=0, use_lstm=True) as trainer:
+        result = trainer.train()
+    assert result["env_steps_trained"] > 0 and np.isfinite(result["learner/entropy"])
+
+
+@pytest.mark.ray
+def test_ray_workers_keep_each_env_s_state_across_fragments(ray_session):
+    with Algorithm(
+        "ppo", env=STATELESS, num_workers=2, use_lstm=True, train_batch_size=512
+    ) as trainer:
+        first, second = trainer.train(), trainer.train()
+        evaluation = trainer.evaluate(3)
+    assert second["env_steps_trained"] > first["env_steps_trained"]
+    assert evaluation["episodes"] == 3
+
+
+@pytest.mark.slow
+def test_ppo_with_an_lstm_balances_the_pole_without_its_velocities():
+    """PPO with an LSTM reached 150 at 42k and 38k env steps (seeds 0, 1); without memory
+    it stays near 50 (46.8 after 250k). The policy and value share the LSTM, so value
+    targets near unit scale (normalize_rewards) let the policy's gradient through."""
+    algo = Algorithm(
+        "ppo", env=STATELESS, num_workers=0, seed=0, use_lstm=True, normalize_rewards=True
+    )
+    summary = reach(algo, 150, 250_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
+@pytest.mark.slow
+def test_appo_with_an_lstm_balances_the_pole_without_its_velocities():
+    """APPO with an LSTM reached 150 at 137k, 148k and 146k env steps (seeds 0-2); RLlib's
+    tuned APPO example for this env asks 150 within 500k."""
+    algo = Algorithm("appo", env=STATELESS, num_workers=0, seed=0, use_lstm=True)
+    summary = reach(algo, 150, 250_000)
+    assert summary["stopped_by"] == "reward", summary
