@@ -119,3 +119,45 @@ class SlowCorridor(Corridor):
     def step(self, action):
         time.sleep(self.delay_s)
         return super().step(action)
+
+
+class ChooseAndAim(gym.Env):
+    """A Dict action: each step shows a target choice (one-hot) and a target amount; the
+    action's ``choice`` earns 0.5 when it hits the target, and its ``amount`` up to 0.5 by
+    how close it comes. The best return is ``length`` (20); random play returns about 8."""
+
+    def __init__(self, length: int = 20) -> None:
+        self.length = length
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Dict(
+            {"choice": gym.spaces.Discrete(3), "amount": gym.spaces.Box(-1.0, 1.0, (1,))}
+        )
+
+    def _draw(self) -> np.ndarray:
+        self.choice = int(self.np_random.integers(3))
+        self.amount = float(self.np_random.uniform(-1, 1))
+        return np.array([*np.eye(3)[self.choice], self.amount], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        self.t += 1
+        hit = 0.5 * (int(action["choice"]) == self.choice)
+        close = 0.5 * (
+            1 - abs(float(np.asarray(action["amount"]).reshape(-1)[0]) - self.amount) / 2
+        )
+        return self._draw(), hit + close, False, self.t >= self.length, {}
+
+
+class MaskedBox(Corridor):
+    """An action mask beside Box actions, which no mask can mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Dict(
+            {"pos": gym.spaces.Box(0, 5, (1,)), "action_mask": gym.spaces.MultiBinary(2)}
+        )
+        self.action_space = gym.spaces.Box(-1, 1, (2,))

@@ -133,3 +133,68 @@ def test_ppo_learns_from_multidiscrete_and_multibinary_observations(env_config):
 def test_normalising_discrete_observations_is_one_clear_line():
     with pytest.raises(ConfigError, match=r"normalize_observations takes Box .* Discrete\(16\)"):
         Algorithm("ppo", env="FrozenLake-v1", normalize_observations=True, num_workers=0)
+
+
+def test_a_composite_distribution_sums_its_leaves_and_acts_in_records():
+    import gymnasium as gym
+
+    from flowrl.learning.distributions import DiagGaussian, distribution_for
+    from flowrl.learning.spaces import RecordLayout
+
+    space = gym.spaces.Dict(
+        {"choice": gym.spaces.Discrete(3), "amount": gym.spaces.Box(-1, 1, (2,))}
+    )
+    cls, n = distribution_for(space)
+    assert n == 3 + 4  # logits, then mean and log std
+    torch.manual_seed(0)
+    inputs = torch.randn(5, n)
+    dist = cls(inputs)
+    actions = dist.sample()  # records' bytes
+    records = RecordLayout(space).as_records(actions.numpy())
+    assert records.shape == (5,) and set(records.dtype.names) == {"choice", "amount"}
+    # gymnasium's Dict sorts its keys: "amount" comes first
+    amount, choice = DiagGaussian(inputs[:, :4]), Categorical(inputs[:, 4:])
+    expected = amount.log_prob(torch.from_numpy(records["amount"])) + choice.log_prob(
+        torch.from_numpy(records["choice"])
+    )
+    torch.testing.assert_close(dist.log_prob(actions), expected)
+    torch.testing.assert_close(dist.entropy(), amount.entropy() + choice.entropy())
+
+
+@pytest.mark.slow
+def test_ppo_learns_a_dict_action_of_a_choice_and_an_amount():
+    """ChooseAndAim: random play returns about 8, the best 20; PPO reached 18 at 56k env
+    steps on seed 0 (APPO and A3C 17.6-17.8 by 125k)."""
+    algo = Algorithm("ppo", env="custom_envs:ChooseAndAim", num_workers=0, seed=0)
+    summary = reach(algo, 18, 120_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
+@pytest.mark.parametrize("name", ["dqn", "apex", "sac"])
+def test_algorithms_without_composite_actions_refuse_them_in_one_line(name):
+    with pytest.raises(ConfigError, match=rf"(?i){name}.*Dict\(") as refused:
+        Algorithm(name, env="custom_envs:ChooseAndAim", num_workers=0, replay_shards=0)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["dqn", "--set", "use_lstm=true"], "unknown config key 'use_lstm' for dqn"),
+        (
+            ["ppo", "--env", "custom_envs:MaskedBox"],
+            "an action_mask masks Discrete or MultiDiscrete actions",
+        ),
+        (["ppo", "--env", "custom_envs:TextObservation"], "observation space Dict"),
+    ],
+)
+def test_unsupported_combinations_exit_2_with_one_line(args, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowrl", "train", *args, "--num-workers", "2"],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert message in proc.stderr

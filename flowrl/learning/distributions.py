@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from flowrl.core.config import ConfigError
+from flowrl.learning.spaces import RecordLayout, is_composite, leaf_spaces
 
 
 class Categorical:
@@ -158,16 +159,65 @@ class Bernoulli:
         return F.binary_cross_entropy_with_logits(self.logits, p, reduction="none").sum(-1)
 
 
-Distribution = Categorical | DiagGaussian | SquashedGaussian | MultiCategorical | Bernoulli
+class Composite:
+    """Independent distributions over the leaves of a Tuple or Dict action space
+    (:mod:`flowrl.learning.spaces`): ``inputs`` hold each leaf's inputs in turn, log-probs
+    and entropies are the sums over the leaves, and an action is a record of one value
+    per leaf, as its bytes (``[B, itemsize]`` uint8), the form the data path carries.
+
+    Example:
+        >>> space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))))
+        >>> cls, n = distribution_for(space)
+        >>> d = cls(torch.zeros(4, n))
+        >>> actions = d.sample()
+        >>> actions.dtype, d.log_prob(actions).shape, n
+        (torch.uint8, torch.Size([4]), 7)
+    """
+
+    def __init__(
+        self,
+        inputs: torch.Tensor,
+        *,
+        parts: list[tuple[DistributionClass, int]],
+        layout: RecordLayout,
+    ) -> None:
+        split = inputs.split([n for _, n in parts], dim=-1)
+        self.parts = [cls(x) for (cls, _), x in zip(parts, split, strict=True)]
+        self.layout = layout
+
+    def _pack(self, values: list[torch.Tensor]) -> torch.Tensor:
+        return self.layout.pack_tensor(values)
+
+    def sample(self) -> torch.Tensor:
+        return self._pack([p.sample() for p in self.parts])
+
+    def mode(self) -> torch.Tensor:
+        return self._pack([p.mode() for p in self.parts])
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        values = self.layout.leaf_tensors(actions)
+        return sum(p.log_prob(a) for p, a in zip(self.parts, values, strict=True))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(p.entropy() for p in self.parts)
+
+
+Distribution = (
+    Categorical | DiagGaussian | SquashedGaussian | MultiCategorical | Bernoulli | Composite
+)
 DistributionClass = Callable[[torch.Tensor], Distribution]
 
 #: the action spaces flowrl's distributions take, for error messages
-ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary or 1-D Box"
+ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary, 1-D Box, and Tuple or Dict of them"
 
 
 def distribution_for(space: gym.Space) -> tuple[DistributionClass, int]:
     """The distribution for an action space (a class, or one with the space's sizes bound)
     and the number of inputs it takes."""
+    if is_composite(space):
+        parts = [distribution_for(leaf) for _, leaf in leaf_spaces(space)]
+        dist = functools.partial(Composite, parts=parts, layout=RecordLayout(space))
+        return dist, sum(n for _, n in parts)
     if isinstance(space, gym.spaces.Discrete):
         return Categorical, int(space.n)
     if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:

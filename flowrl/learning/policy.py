@@ -43,7 +43,7 @@ from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import Normalizer, split_state
 from flowrl.learning.postprocessing import add_advantages, chunk_sequences
 from flowrl.learning.registry import build_module
-from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite, to_tensor
+from flowrl.learning.spaces import ACTION_MASK, RecordLayout, field, is_composite, to_tensor
 
 Weights = dict[str, np.ndarray]
 
@@ -161,6 +161,8 @@ class Policy:
         gym.spaces.MultiDiscrete,
         gym.spaces.MultiBinary,
         gym.spaces.Box,
+        gym.spaces.Tuple,
+        gym.spaces.Dict,
     )
 
     @classmethod
@@ -194,6 +196,8 @@ class Policy:
         #: the observations the acting module sees: without the action mask, if any
         self.input_space, mask_space = split_action_mask(observation_space)
         self.masked = mask_space is not None
+        #: how Tuple or Dict actions lie in the data path's record arrays
+        self.action_layout = RecordLayout(action_space) if is_composite(action_space) else None
         if mask_space is not None:
             check_action_mask(mask_space, action_space)
         self.dist_cls = self.distribution_class()
@@ -289,7 +293,12 @@ class Policy:
             extras[VF_PREDS] = self._as_numpy(out.value)
         if out.state is not None:
             extras[STATE_OUT] = self._as_numpy(out.state)
-        return self._as_numpy(actions), extras
+        return self.actions_numpy(actions), extras
+
+    def actions_numpy(self, actions: torch.Tensor) -> np.ndarray:
+        """Sampled actions for the data path: a Tuple or Dict space's as records."""
+        array = self._as_numpy(actions)
+        return array if self.action_layout is None else self.action_layout.as_records(array)
 
     def _state_tensor(self, state: np.ndarray | None) -> torch.Tensor | None:
         return None if state is None else self._as_tensor(state)
@@ -318,8 +327,17 @@ class Policy:
     def compute_values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         return self._as_numpy(self.forward(self._as_tensor(obs), self._state_tensor(state)).value)
 
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """What the env receives: Box actions are clipped to their bounds."""
+    def env_actions(self, actions: np.ndarray) -> Any:
+        """What the env receives: Box actions are clipped to their bounds, and a Tuple or
+        Dict space's records become its nest of arrays."""
+        if self.action_layout is not None:
+            values = []
+            for leaf in self.action_layout.leaves:
+                value = field(actions, leaf.path)
+                if isinstance(leaf.space, gym.spaces.Box):
+                    value = np.clip(value, leaf.space.low, leaf.space.high)
+                values.append(value)
+            return self.action_layout.build(values)
         if isinstance(self.action_space, gym.spaces.Box):
             return np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
@@ -347,7 +365,7 @@ class Policy:
         cols = fragment.columns
         if ACTION_DIST_INPUTS in cols:
             dist = self.dist_cls(torch.from_numpy(cols[ACTION_DIST_INPUTS]))
-            cols[LOGP] = dist.log_prob(torch.from_numpy(cols[ACTIONS])).numpy()
+            cols[LOGP] = dist.log_prob(to_tensor(cols[ACTIONS])).numpy()
         return fragment
 
     # -- weights and state ---------------------------------------------------------------

@@ -154,11 +154,28 @@ class RecordLayout:
 
     def unpack_tensor(self, data: torch.Tensor) -> Any:
         """Records' bytes ``[..., itemsize]`` as the space's nest of tensors (views)."""
+        return self.build(self.leaf_tensors(data))
+
+    def leaf_tensors(self, data: torch.Tensor) -> list[torch.Tensor]:
+        """Records' bytes ``[..., itemsize]`` as one tensor per leaf (views), in order."""
         values = []
         for leaf, dtype in zip(self.leaves, self._torch_dtypes, strict=True):
             value = data[..., leaf.offset : leaf.offset + leaf.nbytes].view(dtype)
             values.append(value.unflatten(-1, leaf.shape) if leaf.shape else value.squeeze(-1))
-        return self.build(values)
+        return values
+
+    def pack_tensor(self, values: list[torch.Tensor]) -> torch.Tensor:
+        """One tensor per leaf (``[B, ...]``, in order) as records' bytes ``[B, itemsize]``."""
+        batch = values[0].shape[0]
+        out = torch.zeros(batch, self.dtype.itemsize, dtype=torch.uint8, device=values[0].device)
+        for leaf, dtype, value in zip(self.leaves, self._torch_dtypes, values, strict=True):
+            part = out[:, leaf.offset : leaf.offset + leaf.nbytes].view(dtype)
+            part.copy_(value.reshape(batch, -1))
+        return out
+
+    def as_records(self, data: np.ndarray) -> np.ndarray:
+        """Records' bytes ``[B, itemsize]`` (numpy) as records ``[B]`` (no copy)."""
+        return np.ascontiguousarray(data).view(self.dtype).reshape(len(data))
 
     def build(self, values: list[Any]) -> Any:
         """The space's nest with ``values`` at its leaves, in :attr:`leaves` order."""

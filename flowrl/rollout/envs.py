@@ -272,9 +272,10 @@ _ATARI_SINGLE = {"repeat_action_probability": 0.0, "max_num_frames_per_episode":
 
 
 def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> None:
-    """A ConfigError naming the space unless observations are a Box (vectors or images)
-    and actions Discrete, MultiDiscrete, MultiBinary or a 1-D Box, which flowrl's policies
-    take (an algorithm may take fewer: :meth:`Policy.check_action_space`)."""
+    """A ConfigError naming the space unless flowrl's policies take both: observations of
+    :data:`~flowrl.learning.models.OBS_SPACES`, actions of
+    :data:`~flowrl.learning.distributions.ACTION_SPACES` (an algorithm may take fewer:
+    :meth:`Policy.check_action_space`)."""
     try:
         check_obs_space(obs_space)
     except ConfigError:
