@@ -10,7 +10,7 @@ import torch
 from flowrl import Algorithm, load_policy
 from flowrl.apps.cli import main
 from flowrl.apps.inference import export_policy, input_names
-from flowrl.learning.spaces import field
+from flowrl.learning.spaces import field, get
 from flowrl.run.checkpoints import CheckpointError
 
 MASKED = "flowrl.rollout.toy_envs:MaskedChoice"
@@ -39,6 +39,7 @@ CASES = {
     ),
     "ppo-lstm": ("ppo", {"env": STATELESS, "use_lstm": True, "train_batch_size": 256}),
     "appo-lstm-masked": ("appo", {"env": MASKED, "use_lstm": True, "train_batch_size": 256}),
+    "ppo-dict-actions": ("ppo", {"env": "custom_envs:ChooseAndAim", "train_batch_size": 256}),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
     "dqn-masked": ("dqn", {"env": MASKED}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),
@@ -79,6 +80,9 @@ def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
         expected = policy.compute_actions(obs, state=inputs["state_in"])
     else:
         expected = (expected,)
+    if policy.policy.action_layout is not None:  # one output per leaf, in order
+        leaves = policy.policy.action_layout.leaves
+        expected = tuple(get(expected[0], leaf.path) for leaf in leaves)
     assert list(inputs) == input_names(policy.policy)
 
     onnx_file = export_policy(path, tmp_path / "policy.onnx")
@@ -88,6 +92,7 @@ def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
     script = torch.jit.load(str(script_file))
     from_script = script(*(torch.as_tensor(x) for x in inputs.values()))
     from_script = [from_script] if torch.is_tensor(from_script) else from_script
+    from_script = [x for out in from_script for x in (out if isinstance(out, tuple) else [out])]
 
     for outputs in (from_onnx, from_script):
         assert len(outputs) == len(expected)

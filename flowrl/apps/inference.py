@@ -154,6 +154,14 @@ class GreedyPolicy(nn.Module):
         return self.policy.greedy_env_actions(obs, state)
 
 
+def output_names(policy: Policy) -> list[str]:
+    """An export's outputs: ``actions``, or one per leaf of a Tuple or Dict action space
+    (``actions.choice``); then ``state_out`` for a recurrent policy."""
+    layout = policy.action_layout
+    names = ["actions"] if layout is None else [f"actions.{leaf.name}" for leaf in layout.leaves]
+    return [*names, STATE_OUT] if policy.module.recurrent else names
+
+
 def input_names(policy: Policy) -> list[str]:
     """An export's inputs: ``obs``, or one per leaf of a Dict or Tuple observation, named
     by its path (``image``, ``action_mask``, ``pose.0``); then ``state_in`` for a
@@ -172,8 +180,8 @@ def export_policy(
     """Write the greedy policy of a checkpoint (or run directory) to ``out`` as an ONNX
     model (input ``obs``, or one input per leaf of a Dict or Tuple observation as
     :func:`input_names` names them, the action mask among them, and ``state_in`` for a
-    recurrent policy; outputs ``actions`` and, recurrent, ``state_out``; any batch size)
-    or a TorchScript module; returns ``out``.
+    recurrent policy; outputs as :func:`output_names` names them; any batch size) or a
+    TorchScript module; returns ``out``.
 
     Example:
         >>> export_policy("runs/ppo_Hopper-v5_x", "hopper.onnx")  # doctest: +SKIP
@@ -199,8 +207,7 @@ def export_policy(
         if format == "torchscript":
             torch.jit.trace(module, example).save(str(out))
         else:
-            outputs = ["actions", STATE_OUT] if policy.module.recurrent else ["actions"]
-            _export_onnx(module, example, input_names(policy), outputs, out)
+            _export_onnx(module, example, input_names(policy), output_names(policy), out)
     return out
 
 

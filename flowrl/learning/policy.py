@@ -348,10 +348,12 @@ class Policy:
         normalised. A recurrent module's export also takes ``state`` and returns the
         actions and the next state."""
         out = self.forward(obs, state)
-        actions = self.dist_cls(out.dist_inputs).mode()
-        if isinstance(self.action_space, gym.spaces.Box):
-            low, high = bounds(self.action_space, actions)
-            actions = torch.minimum(torch.maximum(actions, low), high)
+        dist = self.dist_cls(out.dist_inputs)
+        if self.action_layout is not None:  # one tensor per leaf, not records' bytes
+            leaves = zip(self.action_layout.leaves, dist.parts, strict=True)
+            actions = tuple(clip_box(leaf.space, part.mode()) for leaf, part in leaves)
+        else:
+            actions = clip_box(self.action_space, dist.mode())
         return actions if state is None else (actions, out.state)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
@@ -386,6 +388,14 @@ class Policy:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
+
+
+def clip_box(space: gym.Space, actions: torch.Tensor) -> torch.Tensor:
+    """Box actions clipped to their bounds; others as they are."""
+    if not isinstance(space, gym.spaces.Box):
+        return actions
+    low, high = bounds(space, actions)
+    return torch.minimum(torch.maximum(actions, low), high)
 
 
 def bounds(space: gym.spaces.Box, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
