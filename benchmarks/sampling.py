@@ -11,6 +11,9 @@ RLlib PPO's ``"auto"`` fragment for the same runners and envs (its 4,000-step tr
 divided over all envs), so both pay one round trip per as many steps. ``bulk_sync`` is
 also measured with PPO's own 128-step fragments (one train batch per round with 2 x 8).
 
+An LSTM row samples with PPO's ``use_lstm`` network (the MLP's features into a 128-cell
+LSTM) and 128-step fragments, beside the MLP's row with the same fragments.
+
 Every contender is started once, then they take turns in short windows (``--rounds`` of
 ``--seconds`` each, in a rotating order), so a slow minute of this shared machine costs
 them all alike. A contender's figure is its steps over its time, summed over its windows.
@@ -143,14 +146,21 @@ class FlowrlRollouts:
     batches reuse their memory from one round to the next."""
 
     def __init__(
-        self, env_id: str, workers: int, envs: int, mode: str, num_async: int, fragment: int
+        self,
+        env_id: str,
+        workers: int,
+        envs: int,
+        mode: str,
+        num_async: int,
+        fragment: int,
+        use_lstm: bool = False,
     ) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
         from flowrl.ops import ParallelRollouts
         from flowrl.rollout.worker import WorkerSet
 
         config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
-                           rollout_fragment_length=fragment)  # fmt: skip
+                           rollout_fragment_length=fragment, use_lstm=use_lstm)  # fmt: skip
         self.workers = WorkerSet(policy_cls=PPOPolicy, config=config)
         self.mode, self.num_async = mode, num_async
         self.rounds = ParallelRollouts(self.workers, mode=mode) if mode == "bulk_sync" else None
@@ -217,6 +227,10 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
         makers[f"flowrl bulk_sync ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
             env, workers, envs, "bulk_sync", 1, ppo_frag
         )
+    # PPO's plan with use_lstm: the state carried per env, recorded per step, sequences cut
+    makers[f"flowrl bulk_sync LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
+        env, workers, envs, "bulk_sync", 1, ppo_frag, use_lstm=True
+    )
     if rllib_available():
         makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)
     contenders = {}

@@ -63,3 +63,19 @@ def test_sweep_notebook_runs_two_tune_trials_and_plots_them(tmp_path):
     outputs = printed(nb)
     assert "lr=0.001: 8 iterations" in outputs and "lr=0.0003: 8 iterations" in outputs
     assert rich_outputs(nb, "image/png"), "the trials' curves are shown"
+
+
+@pytest.mark.slow
+def test_memory_and_masks_notebook_shows_the_lstm_and_the_mask_at_work(tmp_path):
+    nb = execute("memory_and_masks.ipynb", tmp_path)
+    outputs = printed(nb)
+    returns = {
+        line.split(":")[0]: float(line.split("mean return ")[1].split()[0])
+        for line in outputs.splitlines()
+        if line.startswith("PPO")
+    }
+    assert returns["PPO + LSTM"] > 150 > returns["PPO (MLP)"], returns
+    assert len(rich_outputs(nb, "image/png")) == 1, "the two curves, side by side"
+    assert "masked=True: 0 forbidden actions" in outputs
+    unmasked = next(line for line in outputs.splitlines() if line.startswith("masked=False"))
+    assert int(unmasked.split(": ")[1].split()[0]) > 0, unmasked
