@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from flowrl.core.config import Config, ConfigError, param
     from flowrl.core.context import PlanContext
     from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
-    from flowrl.core.sample_batch import SampleBatch
+    from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
     from flowrl.learning.learner import Learner
     from flowrl.learning.module import ActingModule, ActingOutput
     from flowrl.learning.policy import Policy
@@ -51,6 +51,7 @@ _HOMES = {
     "Policy": "flowrl.learning.policy",
     "register_model": "flowrl.learning.registry",
     "SampleBatch": "flowrl.core.sample_batch",
+    "MultiAgentBatch": "flowrl.core.sample_batch",
     "AlgorithmSpec": "flowrl.run.spec",
     "RolloutWorker": "flowrl.rollout.worker",
     "WorkerSet": "flowrl.rollout.worker",
@@ -80,6 +81,7 @@ __all__ = [
     "ConfigError",
     "Learner",
     "LocalIterator",
+    "MultiAgentBatch",
     "NotReady",
     "Operator",
     "ParallelIterator",

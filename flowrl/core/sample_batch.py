@@ -92,9 +92,12 @@ class SampleBatch:
         return SampleBatch({k: v[indices] for k, v in self._columns.items()})
 
     @staticmethod
-    def concat(batches: Sequence[SampleBatch], *, pool: ArrayPool | None = None) -> SampleBatch:
+    def concat(
+        batches: Sequence[SampleBatch], *, pool: ArrayPool | None = None, prefix: str = ""
+    ) -> SampleBatch:
         """Rows of all ``batches`` in order; every batch must have the same columns.
-        With a ``pool``, written into its arrays instead of fresh ones."""
+        With a ``pool``, written into its arrays (kept under ``prefix`` + column name)
+        instead of fresh ones."""
         if not batches:
             raise ValueError("concat needs at least one batch")
         if len(batches) == 1:
@@ -107,9 +110,71 @@ class SampleBatch:
         for k in keys:
             parts = [b[k] for b in batches]
             shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
-            out = None if pool is None else pool.empty(k, shape, np.result_type(*parts))
+            out = None if pool is None else pool.empty(prefix + k, shape, np.result_type(*parts))
             columns[k] = np.concatenate(parts, out=out)
         return SampleBatch(columns)
+
+
+class MultiAgentBatch:
+    """Rows of several policies from the same env steps: one :class:`SampleBatch` per
+    policy id, and the number of env steps they came from. ``len()`` is the env steps (an
+    env step of three agents is one env step and three rows), which is what
+    ``train_batch_size`` and the step counters count.
+
+    Example:
+        >>> a, b = SampleBatch(obs=np.zeros((4, 2))), SampleBatch(obs=np.ones((2, 2)))
+        >>> batch = MultiAgentBatch({"ppo": a, "dqn": b}, env_steps=4)
+        >>> len(batch), len(batch["dqn"]), batch.policy_ids
+        (4, 2, ['ppo', 'dqn'])
+        >>> both = MultiAgentBatch.concat([batch, batch])
+        >>> len(both), len(both["ppo"]), batch.select(["dqn"]).policy_ids
+        (8, 8, ['dqn'])
+    """
+
+    __slots__ = ("env_steps", "policy_batches")
+
+    def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int) -> None:
+        self.policy_batches = dict(policy_batches)
+        self.env_steps = int(env_steps)
+
+    @property
+    def policy_ids(self) -> list[str]:
+        return list(self.policy_batches)
+
+    def __getitem__(self, policy_id: str) -> SampleBatch:
+        return self.policy_batches[policy_id]
+
+    def __contains__(self, policy_id: object) -> bool:
+        return policy_id in self.policy_batches
+
+    def __len__(self) -> int:
+        return self.env_steps
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{k}: {len(v)} rows" for k, v in self.policy_batches.items())
+        return f"MultiAgentBatch({self.env_steps} env steps; {parts})"
+
+    def select(self, policy_ids: Sequence[str]) -> MultiAgentBatch:
+        """The named policies' rows (those this batch has), from the same env steps."""
+        kept = {k: v for k, v in self.policy_batches.items() if k in policy_ids}
+        return MultiAgentBatch(kept, self.env_steps)
+
+    @staticmethod
+    def concat(
+        batches: Sequence[MultiAgentBatch], *, pool: ArrayPool | None = None, prefix: str = ""
+    ) -> MultiAgentBatch:
+        """Each policy's rows of all ``batches`` in order (a policy missing from some
+        batches has rows from the others), and their env steps summed."""
+        if not batches:
+            raise ValueError("concat needs at least one batch")
+        ids = list(dict.fromkeys(pid for b in batches for pid in b.policy_batches))
+        merged = {
+            pid: SampleBatch.concat(
+                [b[pid] for b in batches if pid in b], pool=pool, prefix=f"{prefix}{pid}/"
+            )
+            for pid in ids
+        }
+        return MultiAgentBatch(merged, sum(b.env_steps for b in batches))
 
 
 class ArrayPool:

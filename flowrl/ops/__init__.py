@@ -22,6 +22,7 @@ from flowrl.ops.rollouts import (
     ComputeGradients,
     ConcatBatches,
     ParallelRollouts,
+    SelectExperiences,
     StandardizeFields,
 )
 from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateKL, UpdateTargets
@@ -43,6 +44,7 @@ __all__ = [
     "ParallelRollouts",
     "Replay",
     "SamplingLead",
+    "SelectExperiences",
     "StandardMetricsReporting",
     "StandardizeFields",
     "StoreToReplayBuffer",

@@ -20,11 +20,12 @@ import numpy as np
 
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
-from flowrl.core.sample_batch import ArrayPool, SampleBatch
+from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.worker import WorkerSet
 
 Gradients = tuple[list[np.ndarray], dict[str, float]]
+Batch = SampleBatch | MultiAgentBatch
 
 
 def _counted(
@@ -182,18 +183,40 @@ class ConcatBatches(Operator):
 
     def __init__(self, min_batch_size: int) -> None:
         self.min_batch_size = min_batch_size
-        self._buffer: list[SampleBatch] = []
+        self._buffer: list[Batch] = []
         self._count = 0
         self._pool = ArrayPool()  # a batch's memory, reused once nothing holds it
 
-    def __call__(self, batch: SampleBatch) -> list[SampleBatch]:
+    def __call__(self, batch: Batch) -> list[Batch]:
         self._buffer.append(batch)
-        self._count += len(batch)
+        self._count += len(batch)  # env steps, for a multi-agent batch too
         if self._count < self.min_batch_size:
             return []
-        out = SampleBatch.concat(self._buffer, pool=self._pool)
+        out = type(self._buffer[0]).concat(self._buffer, pool=self._pool)
         self._buffer, self._count = [], 0
         return [out]
+
+
+class SelectExperiences(Operator):
+    """Keeps the named policies' rows of each multi-agent batch (from the same env steps):
+    a branch of a plan that trains some policies takes only theirs.
+
+    Example:
+        >>> rows = {"ppo": SampleBatch(x=np.ones(3)), "dqn": SampleBatch(x=np.ones(2))}
+        >>> SelectExperiences(["ppo"])(MultiAgentBatch(rows, env_steps=3))
+        MultiAgentBatch(3 env steps; ppo: 3 rows)
+    """
+
+    def __init__(self, policy_ids: Sequence[str]) -> None:
+        if isinstance(policy_ids, str):
+            raise TypeError(f"SelectExperiences takes a list of policy ids, got {policy_ids!r}")
+        self.policy_ids = list(policy_ids)
+
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        return batch.select(self.policy_ids)
+
+    def __repr__(self) -> str:
+        return f"SelectExperiences({self.policy_ids})"
 
 
 class StandardizeFields(Operator):
