@@ -185,14 +185,11 @@ class Composite:
         self.parts = [cls(x) for (cls, _), x in zip(parts, split, strict=True)]
         self.layout = layout
 
-    def _pack(self, values: list[torch.Tensor]) -> torch.Tensor:
-        return self.layout.pack_tensor(values)
-
     def sample(self) -> torch.Tensor:
-        return self._pack([p.sample() for p in self.parts])
+        return self.layout.pack_tensor([p.sample() for p in self.parts])
 
     def mode(self) -> torch.Tensor:
-        return self._pack([p.mode() for p in self.parts])
+        return self.layout.pack_tensor([p.mode() for p in self.parts])
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         values = self.layout.leaf_tensors(actions)

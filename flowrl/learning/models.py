@@ -219,9 +219,7 @@ class ActorCritic(ActingModule):
     ) -> None:
         super().__init__()
         check_obs_space(obs_space)
-        _, n_inputs = distribution_for(action_space)
-        self.continuous = isinstance(action_space, gym.spaces.Box)
-        n_out = n_inputs // 2 if self.continuous else n_inputs
+        n_out, log_std = policy_head(action_space)
         if trunk is None and is_image_space(obs_space):
             trunk = image_encoder(obs_space.shape)
         if trunk is not None:  # an encoder shared by both heads (yours, or the CNN)
@@ -234,14 +232,27 @@ class ActorCritic(ActingModule):
             n_obs = self.flatten.out_features
             self.pi = mlp([n_obs, *hiddens, n_out], out_gain=0.01)
             self.vf = mlp([n_obs, *hiddens, 1], out_gain=1.0)
-        self.log_std = nn.Parameter(torch.zeros(n_out)) if self.continuous else None
+        self.log_std = log_std  # last: the parameters' order (optimiser states) as before
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         features = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
-        out = self.pi(features)
-        if self.log_std is not None:
-            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        out = with_log_std(self.pi(features), self.log_std)
         return ActingOutput(out, self.vf(features).squeeze(-1))
+
+
+def policy_head(action_space: gym.Space) -> tuple[int, nn.Parameter | None]:
+    """The outputs of a policy head for ``action_space`` and, for Box actions, the learned
+    state-independent log standard deviation that :func:`with_log_std` appends to them."""
+    _, n_inputs = distribution_for(action_space)
+    if not isinstance(action_space, gym.spaces.Box):
+        return n_inputs, None
+    return n_inputs // 2, nn.Parameter(torch.zeros(n_inputs // 2))
+
+
+def with_log_std(out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+    """A policy head's output with the log std beside it (Box actions), as DiagGaussian
+    reads its inputs."""
+    return out if log_std is None else torch.cat([out, log_std.expand_as(out)], dim=-1)
 
 
 class RecurrentActorCritic(ActingModule):
@@ -271,9 +282,7 @@ class RecurrentActorCritic(ActingModule):
     ) -> None:
         super().__init__()
         check_obs_space(obs_space)
-        _, n_inputs = distribution_for(action_space)
-        continuous = isinstance(action_space, gym.spaces.Box)
-        n_out = n_inputs // 2 if continuous else n_inputs
+        n_out, log_std = policy_head(action_space)
         if trunk is None and is_image_space(obs_space):
             trunk = image_encoder(obs_space.shape)
         if trunk is None:
@@ -285,16 +294,13 @@ class RecurrentActorCritic(ActingModule):
         self.lstm = nn.LSTMCell(trunk.out_features, cell_size)
         self.pi = _init(nn.Linear(cell_size, n_out), 0.01)
         self.vf = _init(nn.Linear(cell_size, 1), 1.0)
-        self.log_std = nn.Parameter(torch.zeros(n_out)) if continuous else None
+        self.log_std = log_std
 
     def initial_state(self, batch_size: int) -> torch.Tensor:
         return torch.zeros(batch_size, 2, self.cell_size, device=self.pi.weight.device)
 
     def _heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.pi(h)
-        if self.log_std is not None:
-            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-        return out, self.vf(h).squeeze(-1)
+        return with_log_std(self.pi(h), self.log_std), self.vf(h).squeeze(-1)
 
     def forward(self, obs: Any, state: torch.Tensor | None = None) -> ActingOutput:
         x = self.trunk(obs)

@@ -89,13 +89,13 @@ class RunningMeanStd:
         return rms
 
 
-def normalized_leaves(space: gym.Space) -> list[tuple[str, Path]]:
-    """What ``normalize_observations`` normalises, as (statistics name, record path): a
-    Box observation whole, or each floating-point Box leaf of a Dict or Tuple."""
+def normalized_leaves(space: gym.Space) -> list[tuple[str, Path, tuple[int, ...]]]:
+    """What ``normalize_observations`` normalises, as (statistics name, record path,
+    shape): a Box observation whole, or each floating-point Box leaf of a Dict or Tuple."""
     if not is_composite(space):
-        return [("obs", ())] if isinstance(space, gym.spaces.Box) else []
+        return [("obs", (), space.shape)] if isinstance(space, gym.spaces.Box) else []
     return [
-        ("obs." + ".".join(path), path)
+        ("obs." + ".".join(path), path, leaf.shape)
         for path, leaf in leaf_spaces(space)
         if isinstance(leaf, gym.spaces.Box) and np.issubdtype(leaf.dtype, np.floating)
     ]
@@ -119,27 +119,20 @@ class Normalizer:
     def __init__(self, observation_space: gym.Space, config: Config) -> None:
         self.clip, self.gamma = config.normalize_clip, config.gamma
         #: (statistics name, record path) of each normalised part of an observation
-        self.parts: list[tuple[str, Path]] = []
-        if config.normalize_observations:
-            self.parts = normalized_leaves(observation_space)
-            if not self.parts:
-                raise ConfigError(
-                    "normalize_observations takes Box observations or Dict/Tuple observations "
-                    f"with float Box entries; the env's are {observation_space}"
-                )
-        shapes = dict(self._shapes(observation_space))
+        leaves = normalized_leaves(observation_space) if config.normalize_observations else []
+        if config.normalize_observations and not leaves:
+            raise ConfigError(
+                "normalize_observations takes Box observations or Dict/Tuple observations "
+                f"with float Box entries; the env's are {observation_space}"
+            )
+        self.parts: list[tuple[str, Path]] = [(name, path) for name, path, _ in leaves]
         #: running statistics by name: ``obs`` (or ``obs.<path>`` per leaf) and ``ret``
-        self.stats = {name: RunningMeanStd(shapes[name]) for name, _ in self.parts}
+        self.stats = {name: RunningMeanStd(shape) for name, _, shape in leaves}
         if config.normalize_rewards:
             self.stats["ret"] = RunningMeanStd(())
         self._unsent = self._empty()
         self._returns: np.ndarray | None = None  # each env's discounted return so far
         self._obs_scale: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _shapes(self, space: gym.Space) -> list[tuple[str, tuple[int, ...]]]:
-        if not is_composite(space):
-            return [("obs", space.shape)]
-        return [("obs." + ".".join(path), leaf.shape) for path, leaf in leaf_spaces(space)]
 
     def _empty(self) -> dict[str, RunningMeanStd]:
         return {k: RunningMeanStd(v.mean.shape) for k, v in self.stats.items()}

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -80,11 +80,17 @@ def split_action_mask(space: gym.Space) -> tuple[gym.Space, gym.Space | None]:
     """
     if not (isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces):
         return space, None
-    rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK}
-    if not rest:
+    if len(space.spaces) == 1:
         raise ConfigError(f"observation space {space} holds an action mask and nothing else")
-    inputs = next(iter(rest.values())) if len(rest) == 1 else gym.spaces.Dict(rest)
-    return inputs, space.spaces[ACTION_MASK]
+    inputs, mask = without_mask(space.spaces)
+    return (inputs if isinstance(inputs, gym.Space) else gym.spaces.Dict(inputs)), mask
+
+
+def without_mask(entries: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A Dict's entries (spaces, or a batch's tensors) other than ``action_mask`` (the one
+    entry itself when one is left) and the mask: what the acting module reads of them."""
+    rest = {k: v for k, v in entries.items() if k != ACTION_MASK}
+    return (next(iter(rest.values())) if len(rest) == 1 else rest), entries[ACTION_MASK]
 
 
 def check_action_mask(mask: gym.Space, action_space: gym.Space) -> None:
@@ -235,10 +241,7 @@ class Policy:
         space's records as bytes, :mod:`flowrl.learning.spaces`) or the space's nest."""
         if self.obs_layout is not None and torch.is_tensor(obs):
             obs = self.obs_layout.unpack_tensor(obs)
-        if not self.masked:
-            return obs, None
-        rest = {k: v for k, v in obs.items() if k != ACTION_MASK}
-        return (next(iter(rest.values())) if len(rest) == 1 else rest), obs[ACTION_MASK]
+        return without_mask(obs) if self.masked else (obs, None)
 
     def forward(
         self, obs: Any, state: Any = None, *, module: nn.Module | None = None

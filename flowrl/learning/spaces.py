@@ -88,14 +88,16 @@ class Leaf:
         return int(self.dtype.itemsize * np.prod(self.shape, dtype=np.int64))
 
 
-def _leaves(space: gym.Space, dtype: np.dtype, offset: int, path: Path) -> Iterator[Leaf]:
-    for name, child in children(space):
-        field_dtype, field_offset = dtype.fields[name][:2]
-        if is_composite(child):
-            yield from _leaves(child, field_dtype, offset + field_offset, (*path, name))
-        else:
-            base = np.dtype(child.dtype)
-            yield Leaf((*path, name), child, offset + field_offset, base, tuple(child.shape))
+def _leaves(space: gym.Space, dtype: np.dtype) -> list[Leaf]:
+    """The leaves of ``space`` with their offsets in a record of ``dtype``."""
+    leaves = []
+    for path, child in leaf_spaces(space):
+        offset, record = 0, dtype
+        for name in path:
+            record, at = record.fields[name][:2]
+            offset += at
+        leaves.append(Leaf(path, child, offset, np.dtype(child.dtype), tuple(child.shape)))
+    return leaves
 
 
 def records_tensor(records: np.ndarray) -> torch.Tensor:
@@ -123,7 +125,7 @@ class RecordLayout:
             raise TypeError(f"a record layout is for Dict and Tuple spaces, got {space}")
         self.space = space
         self.dtype = record_dtype(space)
-        self.leaves = list(_leaves(space, self.dtype, 0, ()))
+        self.leaves = _leaves(space, self.dtype)
         self._torch_dtypes = [_torch_dtype(leaf.dtype) for leaf in self.leaves]
 
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:

@@ -31,7 +31,23 @@ class StatelessCartPole(gym.ObservationWrapper):
         return observation[[0, 2]]
 
 
-class MaskedChoice(gym.Env):
+class _Drawn(gym.Env):
+    """An env that draws a fresh observation every step (``_draw``) and ends after
+    ``self.length`` steps unless its ``step`` ends it sooner."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    length: int
+
+    def _draw(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+
+class MaskedChoice(_Drawn):
     """Each step shows a target action and allows ``valid`` of the ``n`` actions (the target
     among them). The target earns 1, another allowed action 0, and a forbidden one ends
     the episode with a reward of -1; the best return is ``length``.
@@ -43,7 +59,6 @@ class MaskedChoice(gym.Env):
     taken in this process.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     #: forbidden actions taken by every MaskedChoice of this process
     invalid_actions: ClassVar[int] = 0
 
@@ -69,11 +84,6 @@ class MaskedChoice(gym.Env):
             return {"observation": target, "action_mask": self.allowed.copy()}
         return {"observation": np.concatenate([target, self.allowed.astype(np.float32)])}
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw(), {}
-
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1
         action = int(action)
@@ -84,13 +94,11 @@ class MaskedChoice(gym.Env):
         return self._draw(), reward, False, self.t >= self.length, {}
 
 
-class ImageAndVector(gym.Env):
+class ImageAndVector(_Drawn):
     """A Dict observation of a small image and a vector, both needed: the image (8x8, one
     channel, uint8) lights one column, the vector holds a sign; action 1 is right when the
     lit column is in the right half and the sign is positive, or neither; action 0
     otherwise. Each right action earns 1 over ``length`` steps (a guess earns half)."""
-
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, length: int = 16) -> None:
         self.length = length
@@ -110,11 +118,6 @@ class ImageAndVector(gym.Env):
         image[:, column] = 255
         noise = float(self.np_random.uniform(-1, 1))
         return {"image": image, "vector": np.array([sign, noise], np.float32)}
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw(), {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1
