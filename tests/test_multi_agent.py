@@ -3,6 +3,8 @@ first pieces of multi-agent training (issue 31)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,143 @@ def test_a_policy_over_agents_with_different_spaces_is_refused():
 
     with pytest.raises(ConfigError, match="policy 'shared' acts for agents with different obs"):
         AgentLanes(lambda: Uneven(2), num_envs=1, policy_of=lambda agent: "shared")
+
+
+POLES = "flowrl.rollout.toy_multi_agent:IndependentCartPoles"
+
+
+def worker_of(**settings):
+    from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+    from flowrl.rollout.worker import RolloutWorker
+
+    config = PPOConfig(env=POLES, num_workers=0, num_envs_per_worker=3, **settings)
+    return RolloutWorker(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=config)
+
+
+def test_a_multi_agent_worker_samples_each_policy_s_rows_and_episodes():
+    worker = worker_of(policy_mapping="independent", rollout_fragment_length=100)
+    batch = worker.sample()
+    assert isinstance(batch, MultiAgentBatch) and len(batch) == 300  # env steps of 3 copies
+    assert batch.policy_ids == ["cartpole_0", "cartpole_1"]
+    assert all(0 < len(batch[pid]) <= 300 for pid in batch.policy_ids)
+    assert {"advantages", "value_targets"} <= set(batch["cartpole_0"].keys())
+    episodes, _, _ = worker.get_metrics()
+    assert episodes and all(ep.episode_return == sum(ep.agents.values()) for ep in episodes)
+    assert all(ep.length == max(ep.agents.values()) for ep in episodes)  # a pole's reward is 1
+    stats = worker.learner.learn_on_batch(batch, num_sgd_iter=1)
+    assert (
+        sorted(stats) == ["cartpole_0", "cartpole_1"]
+        and "policy/cartpole_1/vf_loss" in stats.flat()
+    )
+
+    shared = worker_of(rollout_fragment_length=50).sample()  # the default: one shared policy
+    assert shared.policy_ids == ["shared"] and 300 // 2 < len(shared["shared"]) <= 300
+
+
+def test_policy_settings_and_mappings_are_checked_in_one_line():
+    from flowrl import Config, ConfigError
+    from flowrl.rollout.multi_agent import policy_mapping
+
+    with pytest.raises(ConfigError, match="policy_mapping must be shared, independent"):
+        Config(policy_mapping="by-team")
+    with pytest.raises(ConfigError, match=r"policies\['a'\] expects a mapping"):
+        Config(policies={"a": 3})
+    with pytest.raises(ConfigError, match="policy id is a non-empty name without '/'"):
+        Config(policies={"a/b": {}})
+    assert Config(policy_mapping='{"x": "p"}').policy_mapping == {"x": "p"}  # JSON on the CLI
+    with pytest.raises(ConfigError, match="no policy for agent 'y'"):
+        policy_mapping({"x": "p"})("y")
+    assert policy_mapping("shared", ["main"])("anyone") == "main"
+    assert policy_mapping("test_multi_agent:team_of")("cartpole_1") == "odd"
+
+
+def team_of(agent: str) -> str:
+    return "odd" if int(agent.rsplit("_", 1)[1]) % 2 else "even"
+
+
+def test_a_policy_of_another_algorithm_keeps_its_own_defaults_and_the_run_s_sampling():
+    from flowrl import ConfigError
+    from flowrl.algorithms.ppo import ALGORITHM, PPOConfig
+    from flowrl.run.spec import policy_specs
+
+    config = PPOConfig(env=POLES, seed=7, policies={"q": {"algorithm": "dqn", "lr": 2e-4}, "p": {}})
+    specs = policy_specs(ALGORITHM, config)
+    assert specs["q"].config.algo_name == "dqn" and specs["q"].config.seed == 7
+    assert specs["q"].config.lr == 2e-4 and specs["q"].config.env == POLES
+    assert specs["p"].config.lr == config.lr and specs["p"].learner_cls.__name__ == "PPOLearner"
+    with pytest.raises(ConfigError, match=r"policies\['q'\]: unknown config key 'clip_param'"):
+        policy_specs(ALGORITHM, PPOConfig(policies={"q": {"algorithm": "dqn", "clip_param": 1}}))
+
+
+def test_a_policy_buffer_per_policy_samples_what_is_ready():
+    from flowrl.replay import PolicyBuffers, ReplayBuffer
+
+    buffers = PolicyBuffers(lambda: ReplayBuffer(10))
+    buffers.add(fragment(ppo_rows=6, dqn_rows=2, env_steps=6))
+    assert buffers.sample_after(4, learning_starts=4).policy_ids == ["ppo"]
+    buffers.add(fragment(ppo_rows=6, dqn_rows=2, env_steps=6))
+    both = buffers.sample_after(4, learning_starts=4)
+    assert both.policy_ids == ["ppo", "dqn"] and len(both["dqn"]) == 4 and len(both) == 4
+    restored = PolicyBuffers(lambda: ReplayBuffer(10))
+    restored.set_state(buffers.get_state())
+    assert len(restored) == len(buffers) == 10 + 4
+
+
+ALGORITHM_SETTINGS = {  # small rounds: one iteration each
+    "ppo": {"train_batch_size": 512},
+    "a3c": {},
+    "impala": {},
+    "appo": {},
+    "dqn": {"learning_starts": 64},
+    "apex": {"replay_shards": 0, "learning_starts": 64},
+    "sac": {"discrete": True, "learning_starts": 64, "min_env_steps_per_iteration": 200},
+}
+
+
+@pytest.mark.parametrize("name", list(ALGORITHM_SETTINGS))
+def test_every_algorithm_trains_a_policy_per_agent(name):
+    from flowrl import Algorithm
+
+    settings = {"num_workers": 0, "policy_mapping": "independent", **ALGORITHM_SETTINGS[name]}
+    algo = Algorithm(name, env=POLES, **settings)
+    try:
+        result = algo.train()
+        while result["env_steps_trained"] == 0:
+            result = algo.train()
+    finally:
+        algo.stop()
+    for pid in ("cartpole_0", "cartpole_1"):
+        assert any(k.startswith(f"policy/{pid}/") and "return" not in k for k in result), name
+        assert result[f"agent/{pid}/episode_return_mean"] > 0
+
+
+def agents_reach(algo, reward: float, budget: int) -> dict[str, float]:
+    """Train until every agent's mean return reaches ``reward`` or ``budget`` env steps
+    (at least any agent's own) are sampled; each agent's mean return and the steps."""
+    try:
+        while True:
+            result = algo.train()
+            means = {k.split("/")[1]: v for k, v in result.items() if k.startswith("agent/")}
+            if (means and min(means.values()) >= reward) or result["env_steps_sampled"] >= budget:
+                return {**means, "env_steps": result["env_steps_sampled"]}
+    finally:
+        algo.stop()
+
+
+def test_two_independent_ppo_policies_each_reach_450_within_150k_env_steps():
+    from flowrl import Algorithm
+
+    algo = Algorithm("ppo", env=POLES, num_workers=0, policy_mapping="independent", seed=1)
+    reached = agents_reach(algo, 450, 150_000)
+    assert min(reached["cartpole_0"], reached["cartpole_1"]) >= 450, reached
+
+
+def test_the_composed_plan_trains_agent_0_with_ppo_and_agent_1_with_dqn():
+    from flowrl import Algorithm
+    from flowrl.run.spec import get_algorithm
+
+    example = Path(__file__).parents[1] / "examples" / "ppo_and_dqn.py"
+    algo = Algorithm(get_algorithm(f"{example}:plan"), env=POLES, num_workers=0, seed=0)
+    assert type(algo.workers.learner["dqn"]).__name__ == "DQNLearner"
+    reached = agents_reach(algo, 450, 150_000)  # PPO's budget; DQN's is 200k
+    assert min(reached["cartpole_0"], reached["cartpole_1"]) >= 450, reached

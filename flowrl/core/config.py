@@ -99,8 +99,11 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(name, value, inner)
+        inner = [a for a in args if a is not type(None)]
+        for tp in inner[:-1]:  # the first type that takes the value
+            with contextlib.suppress(ConfigError):
+                return _coerce(name, value, tp)
+        return _coerce(name, value, inner[-1])
     if tp is dict or origin is dict:
         return _to_dict(name, value)
     if origin is tuple:
@@ -237,6 +240,17 @@ class Config:
     profile: bool = param(
         False, "record each operator's time, items and queue depths (timers/* in results)"
     )
+    # param gives each config its own copy of a dict default
+    policies: dict[str, Any] = param(  # noqa: RUF009
+        {},
+        "multi-agent envs: settings by policy id ({id: {algorithm, trainable, ...}}), "
+        "over this config's",
+    )
+    policy_mapping: dict[str, str] | str = param(  # noqa: RUF009
+        "shared",
+        "multi-agent envs: agent -> policy id: shared (one policy), independent (one per "
+        "agent), {agent: id} or module:function",
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A plain new default for an inherited field keeps that field's doc and range."""
@@ -266,6 +280,7 @@ class Config:
             value = _coerce(f.name, getattr(self, f.name), hints[f.name])
             _check_range(f.name, value, f.metadata)
             object.__setattr__(self, f.name, value)
+        check_policies(self.policies, self.policy_mapping)
         if self.evaluation_video_dir and not self.evaluation_interval:
             raise ConfigError(
                 "evaluation_video_dir records the evaluation episodes: set evaluation_interval too"
@@ -325,6 +340,35 @@ class ClippedSurrogateConfig(Config):
     clip_param: float = param(0.2, "surrogate clip range around the old policy", gt=0)
     kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)
     kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
+
+
+#: what a ``policies`` entry sets besides config fields
+POLICY_KEYS = ("algorithm", "trainable")
+
+
+def check_policies(policies: Mapping[str, Any], mapping: Mapping[str, str] | str) -> None:
+    """A ConfigError naming the entry unless ``policies`` maps ids to settings and
+    ``mapping`` is a rule, a module function or agent -> id strings."""
+    for pid, settings in policies.items():
+        if not pid or "/" in pid:
+            raise ConfigError(f"policies: a policy id is a non-empty name without '/', got {pid!r}")
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"policies[{pid!r}] expects a mapping of settings, got {settings!r}")
+        algo = settings.get("algorithm", "")
+        if not isinstance(algo, str):
+            raise ConfigError(
+                f"policies[{pid!r}].algorithm expects an algorithm name, got {algo!r}"
+            )
+        if not isinstance(settings.get("trainable", True), bool):
+            raise ConfigError(f"policies[{pid!r}].trainable expects true or false")
+    if isinstance(mapping, str):
+        if mapping not in ("shared", "independent") and ":" not in mapping:
+            raise ConfigError(
+                "policy_mapping must be shared, independent, {agent: policy id} or "
+                f"module:function, got {mapping!r}"
+            )
+    elif not all(isinstance(v, str) and v for v in mapping.values()):
+        raise ConfigError(f"policy_mapping maps agents to policy ids (strings), got {mapping!r}")
 
 
 def parse_set_value(text: str) -> Any:

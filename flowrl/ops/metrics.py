@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from flowrl.core.config import Config
@@ -27,6 +28,8 @@ from flowrl.core.context import (
     PlanContext,
 )
 from flowrl.core.iter import LocalIterator, Operator
+from flowrl.learning.multi import POLICY_PREFIX
+from flowrl.rollout.multi_agent import AgentEpisode
 from flowrl.rollout.worker import Episode, WorkerSet
 
 
@@ -85,7 +88,8 @@ class CollectMetrics(Operator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._episodes.clear()
-        self._episodes.extend(state["episodes"])
+        # a multi-agent episode comes back from a checkpoint as a plain tuple
+        self._episodes.extend(AgentEpisode(*ep) if len(ep) == 4 else ep for ep in state["episodes"])
         self._time_total_s = state["time_total_s"]
 
     def take_over(self, previous: CollectMetrics) -> None:
@@ -108,7 +112,7 @@ class CollectMetrics(Operator):
         rate = (steps - self._last_steps) / elapsed
         self._time_total_s += elapsed
         self._last_time, self._last_steps = now, steps
-        returns = [r for r, _ in self._episodes]
+        returns = [ep[0] for ep in self._episodes]
         result = {
             ITERATION: counters[ITERATION],
             TIME_TOTAL_S: self._time_total_s,
@@ -120,12 +124,15 @@ class CollectMetrics(Operator):
             EPISODE_RETURN_MEAN: _mean(returns),
             "episode_return_min": min(returns, default=math.nan),
             "episode_return_max": max(returns, default=math.nan),
-            EPISODE_LEN_MEAN: _mean([float(n) for _, n in self._episodes]),
+            EPISODE_LEN_MEAN: _mean([float(ep[1]) for ep in self._episodes]),
             ENV_STEPS_PER_S: rate,
             WORKER_RESTARTS: counters[WORKER_RESTARTS],
         }
-        learner = self.context.info.get(LEARNER_INFO, {})
-        result.update({f"learner/{k}": v for k, v in learner.items()})
+        result.update(agent_returns(self._episodes))
+        learner = self.context.info.get(LEARNER_INFO, {})  # a policy's stats name their policy
+        result.update(
+            {k if k.startswith(POLICY_PREFIX) else f"learner/{k}": v for k, v in learner.items()}
+        )
         for index, metrics in sorted(self._worker_metrics.items()):
             result.update({f"worker_{index}/{k}": v for k, v in metrics.items()})
         result.update({f"timers/{k}_ms": t.mean_ms for k, t in self.context.timers.items()})
@@ -134,6 +141,25 @@ class CollectMetrics(Operator):
             profiler.worker_busy(by_worker)
             result.update(profiler.window().results())
         return result
+
+
+def agent_returns(episodes: Iterable[Any]) -> dict[str, float]:
+    """The mean return of each agent (``agent/<id>/episode_return_mean``) and of each
+    policy's agents (``policy/<id>/episode_return_mean``) over multi-agent episodes.
+
+    Example:
+        >>> from flowrl.rollout.multi_agent import AgentEpisode
+        >>> returns = agent_returns([AgentEpisode(3.0, 2, {"a": 1.0, "b": 2.0}, {"p": 1.5})])
+        >>> returns["agent/b/episode_return_mean"], returns["policy/p/episode_return_mean"]
+        (2.0, 1.5)
+    """
+    by_name: dict[str, list[float]] = {}
+    for ep in episodes:
+        if isinstance(ep, AgentEpisode):
+            for prefix, values in (("agent/", ep.agents), (POLICY_PREFIX, ep.policies)):
+                for name, value in values.items():
+                    by_name.setdefault(f"{prefix}{name}/{EPISODE_RETURN_MEAN}", []).append(value)
+    return {name: _mean(values) for name, values in by_name.items()}
 
 
 def StandardMetricsReporting(

@@ -21,13 +21,15 @@ import numpy as np
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.core.sample_batch import SampleBatch
-from flowrl.replay import BATCH_INDEXES, ReplayBuffer, SampleShard, shard_of
+from flowrl.learning.multi import PolicyStats
+from flowrl.replay import BATCH_INDEXES, PolicyBuffers, ReplayBuffer, SampleShard, shard_of
 
-ReplayTarget = ReplayBuffer | Sequence[Any]  # a local buffer, or ReplayActor handles
+# a local buffer (one per policy in a multi-agent run), or ReplayActor handles
+ReplayTarget = ReplayBuffer | PolicyBuffers | Sequence[Any]
 
 
 def _is_local(target: ReplayTarget) -> bool:
-    if isinstance(target, ReplayBuffer):
+    if isinstance(target, ReplayBuffer | PolicyBuffers):
         return True
     if isinstance(target, Sequence) and len(target) > 0:
         return False
@@ -186,6 +188,9 @@ class UpdatePriorities(Operator):
 
     def __call__(self, item: tuple[SampleBatch, dict[str, Any]]) -> Any:
         batch, stats = item
+        if isinstance(stats, PolicyStats):  # a buffer per policy
+            self._target.update_priorities(batch, {p: s["td_error"] for p, s in stats.items()})
+            return item
         indexes, priorities = batch[BATCH_INDEXES], np.abs(stats["td_error"])
         if self._local:
             self._target.update_priorities(indexes, priorities)

@@ -21,6 +21,7 @@ import numpy as np
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
+from flowrl.learning.multi import PolicyStats
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.worker import WorkerSet
 
@@ -125,6 +126,8 @@ class ComputeGradients(Operator):
     def __call__(self, batch: SampleBatch) -> Gradients:
         worker = self._worker if self._worker is not None else self.context.worker
         grads, stats = worker.compute_gradients(batch)
+        if isinstance(stats, PolicyStats):  # several policies': by policy id
+            stats = stats.flat()
         return grads, {**stats, "batch_count": len(batch)}
 
 
@@ -169,8 +172,8 @@ class ConcatRound(Operator):
     def __init__(self) -> None:
         self._pool = ArrayPool()
 
-    def __call__(self, fragments: list[SampleBatch]) -> SampleBatch:
-        return SampleBatch.concat(fragments, pool=self._pool)
+    def __call__(self, fragments: list[Batch]) -> Batch:
+        return type(fragments[0]).concat(fragments, pool=self._pool)
 
 
 class ConcatBatches(Operator):
@@ -229,7 +232,12 @@ class StandardizeFields(Operator):
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = list(fields)
 
-    def __call__(self, batch: SampleBatch) -> SampleBatch:
+    def __call__(self, batch: Batch) -> Batch:
+        if isinstance(batch, MultiAgentBatch):  # each policy's rows on their own
+            for part in batch.policy_batches.values():
+                if all(field in part for field in self.fields):
+                    self(part)
+            return batch
         # the statistics of the rows to learn from (sequences hold reset steps and padding)
         valid = batch[VALID] if VALID in batch else slice(None)
         for field in self.fields:

@@ -23,8 +23,9 @@ from flowrl.core.context import (
     PlanContext,
 )
 from flowrl.core.iter import Operator
-from flowrl.core.sample_batch import SampleBatch
-from flowrl.ops.rollouts import Gradients
+from flowrl.core.sample_batch import MultiAgentBatch
+from flowrl.learning.multi import PolicyStats
+from flowrl.ops.rollouts import Batch, Gradients
 from flowrl.rollout.worker import WorkerSet
 
 
@@ -36,7 +37,14 @@ def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
         >>> scalar_stats({"loss": 0.5, "td_error": np.zeros(3)})
         {'loss': 0.5}
     """
+    if isinstance(stats, PolicyStats):
+        stats = stats.flat()
     return {k: v for k, v in stats.items() if np.ndim(v) == 0}
+
+
+def steps_trained(policy_id: str) -> str:
+    """The counter of policy ``policy_id``'s rows trained (a multi-agent run's)."""
+    return f"policy/{policy_id}/{STEPS_TRAINED}"
 
 
 class TrainOneStep(Operator):
@@ -45,7 +53,9 @@ class TrainOneStep(Operator):
     (:meth:`WorkerSet.defer_weight_sync`). Counts env steps trained.
 
     Passes on ``(batch, stats)``; per-row stats (a DQN's ``td_error``) stay out of the
-    results, which get the scalar ones.
+    results, which get the scalar ones. A :class:`MultiAgentBatch` trains each of its
+    trainable policies on its own rows (stats by policy id, rows counted per policy
+    too).
 
     Example:
         >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
@@ -61,13 +71,18 @@ class TrainOneStep(Operator):
         self.num_sgd_iter = num_sgd_iter
         self.sgd_minibatch_size = sgd_minibatch_size
 
-    def __call__(self, batch: SampleBatch) -> tuple[SampleBatch, dict[str, Any]]:
+    def __call__(self, batch: Batch) -> tuple[Batch, dict[str, Any]]:
         with self.context.timer("learn"):
             stats = self._workers.local_worker.learn_on_batch(
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
-        self.context.info[LEARNER_INFO] = scalar_stats(stats)
+        if isinstance(batch, MultiAgentBatch):  # branches training other policies keep theirs
+            for pid in stats:
+                self.context.counters[steps_trained(pid)] += len(batch[pid])
+            self.context.info.setdefault(LEARNER_INFO, {}).update(scalar_stats(stats))
+        else:
+            self.context.info[LEARNER_INFO] = scalar_stats(stats)
         self._workers.defer_weight_sync()
         return batch, stats
 
@@ -105,7 +120,8 @@ class ApplyGradients(Operator):
 class UpdateTargets(Operator):
     """Copies the online network into the target network once ``period`` env steps
     (trained, or sampled when ``by="sampled"``) have passed since the last copy, or, with
-    ``tau``, blends it in softly after every item (Polyak averaging).
+    ``tau``, blends it in softly after every item (Polyak averaging). With ``policy_id``,
+    the period counts that policy's rows trained (a branch of a multi-agent plan).
 
     Example:
         >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
@@ -118,6 +134,7 @@ class UpdateTargets(Operator):
         period: int = 0,
         tau: float | None = None,
         by: str = "trained",
+        policy_id: str | None = None,
     ) -> None:
         if (tau is None) == (period <= 0):
             raise ValueError("give either period > 0 (hard copies) or tau (soft updates)")
@@ -125,6 +142,9 @@ class UpdateTargets(Operator):
             raise ValueError(f"by must be trained or sampled, got {by!r}")
         self._update_fn = update_fn
         self.period, self.tau, self.by = period, tau, by
+        self._counter = STEPS_TRAINED if by == "trained" else STEPS_SAMPLED
+        if policy_id is not None and by == "trained":
+            self._counter = steps_trained(policy_id)
         self._last = 0  # the steps counted at the last copy; checkpoints keep it
 
     def bind(self, context: PlanContext) -> None:
@@ -141,7 +161,7 @@ class UpdateTargets(Operator):
         if self.tau is not None:
             self._update_fn(self.tau)
             return item
-        steps = self.context.counters[STEPS_TRAINED if self.by == "trained" else STEPS_SAMPLED]
+        steps = self.context.counters[self._counter]
         if steps - self._last >= self.period:
             self._update_fn(1.0)
             self._last = steps
@@ -153,6 +173,8 @@ class UpdateKL(Operator):
     """Adapts the KL penalty's weight from each trained batch's mean KL (the learner's
     ``kl`` statistic), through ``update_fn`` (:meth:`flowrl.learning.losses.AdaptiveKL.update`), and
     reports the new weight as ``learner/kl_coeff``. Takes and passes on ``(batch, stats)``.
+    With several policies (:class:`PolicyStats`), ``update_fn`` takes and returns values by
+    policy id (``MultiLearner.kl.update``), reported as ``policy/<id>/kl_coeff``.
 
     Example:
         >>> from flowrl.learning.losses import AdaptiveKL
@@ -169,8 +191,14 @@ class UpdateKL(Operator):
 
     def __call__(self, item: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
         _, stats = item
-        coeff = self._update_fn(float(stats["kl"]))
         info = self.context.info.get(LEARNER_INFO)
+        if isinstance(stats, PolicyStats):
+            kls = {pid: float(s["kl"]) for pid, s in stats.items() if "kl" in s}
+            coeffs = {pid: {"kl_coeff": c} for pid, c in self._update_fn(kls).items()}
+            if info is not None:
+                info.update(PolicyStats(coeffs).flat())
+            return item
+        coeff = self._update_fn(float(stats["kl"]))
         if info is not None:
             info["kl_coeff"] = coeff
         return item

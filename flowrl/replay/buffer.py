@@ -18,9 +18,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
-from flowrl.core.sample_batch import SampleBatch
+from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
 from flowrl.replay.segment_tree import MinTree, SumTree
 
 BATCH_INDEXES = "batch_indexes"
@@ -241,3 +243,58 @@ class ReplayBuffer:
         self._size, self._next, self.num_added = size, state["next"], state["num_added"]
         self.sampler.set_state(state["sampler"])
         self.rng.bit_generator.state = state["rng"]
+
+
+class PolicyBuffers:
+    """One replay buffer per policy of a multi-agent run, made by ``make`` when a policy's
+    first rows arrive: :meth:`add` takes a :class:`MultiAgentBatch` and :meth:`sample_after`
+    returns one, with ``n`` rows of every policy whose buffer is ready.
+
+    Example:
+        >>> buffers = PolicyBuffers(lambda: ReplayBuffer(100))
+        >>> rows = {"a": SampleBatch(x=np.arange(4)), "b": SampleBatch(x=np.arange(2))}
+        >>> buffers.add(MultiAgentBatch(rows, env_steps=4))
+        >>> buffers.sample_after(3, learning_starts=3)
+        MultiAgentBatch(3 env steps; a: 3 rows)
+    """
+
+    def __init__(self, make: Callable[[], ReplayBuffer]) -> None:
+        self._make = make
+        self.buffers: dict[str, ReplayBuffer] = {}
+
+    def __repr__(self) -> str:
+        return f"PolicyBuffers({self.buffers})"
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.buffers.values())
+
+    def _buffer(self, policy_id: str) -> ReplayBuffer:
+        if policy_id not in self.buffers:
+            self.buffers[policy_id] = self._make()
+        return self.buffers[policy_id]
+
+    def add(self, batch: MultiAgentBatch) -> None:
+        for pid, rows in batch.policy_batches.items():
+            if len(rows):
+                self._buffer(pid).add(rows)
+
+    def sample_after(self, n: int, learning_starts: int) -> MultiAgentBatch | None:
+        """``n`` rows of each policy whose buffer has received ``learning_starts`` rows;
+        None while none has."""
+        parts = {pid: b.sample_after(n, learning_starts) for pid, b in self.buffers.items()}
+        ready = {pid: rows for pid, rows in parts.items() if rows is not None}
+        return MultiAgentBatch(ready, env_steps=n) if ready else None
+
+    def update_priorities(
+        self, batch: MultiAgentBatch, td_errors: Mapping[str, np.ndarray]
+    ) -> None:
+        """New priorities for the rows of each policy of a sampled ``batch``."""
+        for pid, errors in td_errors.items():
+            self.buffers[pid].update_priorities(batch[pid][BATCH_INDEXES], np.abs(errors))
+
+    def get_state(self) -> dict:
+        return {pid: b.get_state() for pid, b in self.buffers.items()}
+
+    def set_state(self, state: dict) -> None:
+        for pid, s in state.items():
+            self._buffer(pid).set_state(s)

@@ -16,7 +16,12 @@ from typing import Any
 
 from flowrl.core.config import Config, ConfigError, param
 from flowrl.replay.actor import create_replay_actors
-from flowrl.replay.buffer import PrioritizedSampler, ReplayBuffer, UniformSampler
+from flowrl.replay.buffer import (
+    PolicyBuffers,
+    PrioritizedSampler,
+    ReplayBuffer,
+    UniformSampler,
+)
 
 
 @dataclass
@@ -78,8 +83,15 @@ def make_buffer(config: ReplayConfig, shard_index: int = 0) -> ReplayBuffer:
     return ReplayBuffer(capacity, sampler=sampler, seed=seed)
 
 
-def make_replay(config: ReplayConfig) -> ReplayBuffer | list[Any]:
-    """A local buffer, or ``replay_shards`` replay actors."""
+def make_replay(
+    config: ReplayConfig, *, multi_agent: bool = False
+) -> ReplayBuffer | PolicyBuffers | list[Any]:
+    """A local buffer, or ``replay_shards`` replay actors; for a multi-agent run, a local
+    buffer per policy (:class:`PolicyBuffers`)."""
+    if multi_agent:
+        if config.replay_shards:
+            raise ConfigError("replay_shards does not take multi-agent batches yet; set it to 0")
+        return PolicyBuffers(functools.partial(make_buffer, config))
     if config.replay_shards == 0:
         return make_buffer(config)
     # a plain ReplayConfig: unpickling an algorithm's own config in every shard actor would

@@ -18,16 +18,122 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from flowrl.core.config import ConfigError
+from flowrl.core.sample_batch import (
+    ACTIONS,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    ArrayPool,
+    Fragment,
+)
+from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
+from flowrl.rollout.envs import resolve_env
+from flowrl.rollout.fragments import finish_fragment, write_row
 
 PolicyOf = Callable[[str], str]
+
+
+class AgentEpisode(NamedTuple):
+    """A finished episode of a multi-agent env copy: the return summed over its agents,
+    its env steps, each agent's own return, and each policy's mean over its agents."""
+
+    episode_return: float
+    length: int
+    agents: dict[str, float]
+    policies: dict[str, float]
+
+
+def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ()) -> PolicyOf:
+    """The agent -> policy id function of a config's ``policy_mapping``: ``shared`` (the
+    one id of ``policy_ids`` when there is one, else ``"shared"``), ``independent`` (each
+    agent its own id), a dict, or ``module:function``.
+
+    Example:
+        >>> policy_mapping("independent")("player_1"), policy_mapping("shared")("player_1")
+        ('player_1', 'shared')
+    """
+    if mapping == "shared":
+        shared = policy_ids[0] if len(policy_ids) == 1 else "shared"
+        return lambda agent: shared
+    if mapping == "independent":
+        return lambda agent: agent
+    if isinstance(mapping, Mapping):
+        table = dict(mapping)
+
+        def mapped(agent: str) -> str:
+            if agent not in table:
+                raise ConfigError(f"policy_mapping has no policy for agent {agent!r}: {table}")
+            return table[agent]
+
+        return mapped
+    module_name, _, name = mapping.rpartition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), name, None)
+    except ImportError as e:
+        raise ConfigError(f"cannot import {module_name} for policy_mapping: {e}") from None
+    if not callable(function):
+        raise ConfigError(f"policy_mapping {mapping} is not a function")
+    return lambda agent: str(function(agent))
+
+
+_AGENT_ENVS: dict[str, bool] = {}
+
+
+def agent_env_maker(
+    env: str, env_config: Mapping[str, Any] | None = None
+) -> Callable[[], Any] | None:
+    """A function making one copy of ``env`` as a PettingZoo Parallel-API env, when
+    ``env`` is a multi-agent env (Parallel, or AEC converted with PettingZoo's
+    ``aec_to_parallel``); None for a single-agent env. A creator function is called once
+    per process to tell."""
+    target, kwargs = resolve_env(env), dict(env_config or {})
+    if isinstance(target, gym.envs.registration.EnvSpec):
+        return None
+    key = f"{env} {json.dumps(kwargs, sort_keys=True, default=str)}"
+    if key not in _AGENT_ENVS:
+        if isinstance(target, type) and issubclass(target, gym.Env):
+            _AGENT_ENVS[key] = False
+        else:
+            probe = target(**kwargs)
+            _AGENT_ENVS[key] = _is_agent_env(probe)
+            probe.close()
+    if not _AGENT_ENVS[key]:
+        return None
+
+    def make() -> Any:
+        one = target(**kwargs)
+        if hasattr(one, "agent_selection"):  # the AEC API
+            return _as_parallel(env, one)
+        return one
+
+    return make
+
+
+def _is_agent_env(env: Any) -> bool:
+    return all(hasattr(env, name) for name in ("possible_agents", "observation_space", "step"))
+
+
+def _as_parallel(name: str, env: Any) -> Any:
+    if not env.metadata.get("is_parallelizable", False):
+        raise ConfigError(
+            f"env {name} is a turn-based (AEC) env that PettingZoo cannot make parallel; "
+            "give its parallel_env, or wrap it as a Parallel-API env"
+        )
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(env)
 
 
 class AgentLanes:
@@ -54,6 +160,7 @@ class AgentLanes:
         self.envs = [make_env() for _ in range(num_envs)]
         first = self.envs[0]
         self.lanes: dict[str, list[tuple[int, str]]] = {}
+        self.num_envs = num_envs
         for copy in range(num_envs):
             for agent in first.possible_agents:
                 self.lanes.setdefault(policy_of(agent), []).append((copy, agent))
@@ -77,6 +184,12 @@ class AgentLanes:
         #: which lanes act at the next step
         self.active = {pid: np.zeros(len(lanes), bool) for pid, lanes in self.lanes.items()}
         self._resetting = [False] * num_envs
+        self._policy_of = {agent: pid for pid, lanes in self.lanes.items() for _, agent in lanes}
+        #: each copy's running episode: its env steps and each agent's return
+        self._length = [0] * num_envs
+        self._returns: list[dict[str, float]] = [{} for _ in self.envs]
+        #: episodes finished since the last :meth:`take_episodes`
+        self.episodes: list[AgentEpisode] = []
 
     def _empty_obs(self, pid: str) -> np.ndarray:
         n, layout = len(self.lanes[pid]), self._layouts[pid]
@@ -116,22 +229,111 @@ class AgentLanes:
                 self._start(copy, env.reset()[0])
                 continue
             lanes = self._of_copy[copy]
-            acting = {agent: actions[pid][i] for pid, i, agent in lanes if valid[pid][i]}
+            acting = {agent: _lane(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]}
             obs, rew, term, trunc, _ = env.step(acting)
+            returns = self._returns[copy]
             for pid, i, agent in lanes:
                 if agent in obs:
                     self._observe(pid, i, obs[agent])
-                rewards[pid][i] = rew.get(agent, 0.0)
+                if agent in rew:
+                    rewards[pid][i] = rew[agent]
+                    returns[agent] = returns.get(agent, 0.0) + float(rew[agent])
                 terminated[pid][i] = bool(term.get(agent, False))
                 truncated[pid][i] = bool(trunc.get(agent, False))
                 self.active[pid][i] = agent in env.agents
+            self._length[copy] += 1
             self._resetting[copy] = not env.agents
+            if not env.agents:
+                self._finish_episode(copy)
         obs = {pid: o.copy() for pid, o in self.obs.items()}
         return obs, rewards, terminated, truncated, valid
+
+    def _finish_episode(self, copy: int) -> None:
+        returns = self._returns[copy]
+        by_policy: dict[str, list[float]] = {}
+        for agent, value in returns.items():
+            by_policy.setdefault(self._policy_of[agent], []).append(value)
+        means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
+        self.episodes.append(
+            AgentEpisode(sum(returns.values()), self._length[copy], dict(returns), means)
+        )
+        self._returns[copy], self._length[copy] = {}, 0
+
+    def take_episodes(self) -> list[AgentEpisode]:
+        """The episodes finished since the last call."""
+        episodes, self.episodes = self.episodes, []
+        return episodes
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _lane(actions: Any, i: int) -> Any:
+    """Lane ``i``'s action of a policy's (a nest of arrays for Dict and Tuple actions)."""
+    if isinstance(actions, Mapping):
+        return {k: _lane(v, i) for k, v in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_lane(v, i) for v in actions)
+    return actions[i]
+
+
+class AgentSampler:
+    """Fragments of every policy of a multi-agent worker: each step, every policy acts
+    for all its lanes in one batched forward pass (inactive lanes' actions are dropped),
+    and each policy's steps become a time-major :class:`Fragment` whose ``valid`` mask is
+    the lanes' (an agent that left early has several inactive rows, not one)."""
+
+    def __init__(self, lanes: AgentLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
+        self.lanes, self.policies, self.where = lanes, policies, where
+        self.obs = lanes.reset(seed=seed)
+        self.pool = ArrayPool()
+
+    def sample(self, steps: int) -> dict[str, Fragment]:
+        """``steps`` steps of every copy, one fragment per policy."""
+        lanes, pool = self.lanes, self.pool
+        cols: dict[str, dict[str, np.ndarray]] = {pid: {} for pid in self.policies}
+        valid = {pid: np.empty((steps, len(lanes.lanes[pid])), bool) for pid in self.policies}
+        raw = {
+            pid: pool.empty(f"{pid}/raw_obs", (steps, *o.shape), o.dtype)
+            if self.policies[pid].normalizer.parts
+            else None
+            for pid, o in self.obs.items()
+        }
+        obs = self.obs
+        with torch.inference_mode():
+            for t in range(steps):
+                rows, actions = {}, {}
+                for pid, policy in self.policies.items():
+                    o = obs[pid]
+                    if raw[pid] is not None:
+                        raw[pid][t] = o
+                        o = policy.normalizer.observations(o)
+                    a, extras = policy.compute_actions(o)
+                    actions[pid] = policy.env_actions(a)
+                    rows[pid] = [(OBS, o), (ACTIONS, a), *extras.items()]
+                obs, rewards, terminated, truncated, valid_t = lanes.step(actions)
+                for pid, row in rows.items():
+                    row += [
+                        (REWARDS, rewards[pid]),
+                        (TERMINATEDS, terminated[pid]),
+                        (TRUNCATEDS, truncated[pid]),
+                    ]
+                    write_row(cols[pid], pool, t, steps, row, prefix=f"{pid}/")
+                    valid[pid][t] = valid_t[pid]
+        self.obs = obs
+        return {
+            pid: finish_fragment(
+                policy,
+                cols[pid],
+                valid[pid],
+                obs[pid],
+                raw_obs=None if raw[pid] is None else raw[pid][valid[pid]],
+                pool=pool,
+                where=f"{self.where} (policy {pid})",
+            )
+            for pid, policy in self.policies.items()
+        }
 
 
 def _shared(space_of: Callable[[str], gym.Space], agents: list[str], pid: str, what: str) -> Any:

@@ -8,7 +8,7 @@ holds the policy's acting module; the local worker also builds the
 asks them for gradients).
 
 Example:
-    >>> from flowrl.core.config import Config
+    >>> from flowrl.core.config import Config, ConfigError
     >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
     >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
     True
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from flowrl.core.config import Config
+from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
 from flowrl.core.sample_batch import (
@@ -38,11 +38,12 @@ from flowrl.core.sample_batch import (
     TRUNCATEDS,
     ArrayPool,
     Fragment,
+    MultiAgentBatch,
 )
-from flowrl.learning.learner import Learner, NonFiniteError
+from flowrl.learning.learner import Learner
+from flowrl.learning.multi import MultiLearner, PolicyMap, PolicySpec
 from flowrl.learning.policy import Policy, Weights
 from flowrl.learning.registry import register_model, registered_model
-from flowrl.learning.spaces import float_columns
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
@@ -58,6 +59,8 @@ from flowrl.rollout.episodes import (
     headless_rendering,
     run_episodes,
 )
+from flowrl.rollout.fragments import finish_fragment, write_row
+from flowrl.rollout.multi_agent import AgentLanes, AgentSampler, agent_env_maker, policy_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +69,6 @@ T = TypeVar("T")
 
 def worker_seed(config: Config, worker_index: int) -> int:
     return config.seed + 10_007 * worker_index
-
-
-def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
-    """``"reward"`` or ``"observation"`` when the env returned a NaN or infinity in a
-    fragment's columns (one vectorised check per fragment, not per step), else None."""
-    if not np.isfinite(cols[REWARDS]).all():
-        return "reward"
-    floats = [*float_columns(cols[OBS]), *float_columns(last_obs)]
-    if not all(np.isfinite(part).all() for part in floats):
-        return "observation"
-    return None
 
 
 class RolloutWorker(ParallelIteratorWorker):
@@ -92,6 +84,7 @@ class RolloutWorker(ParallelIteratorWorker):
         device: str = "cpu",
         env_creator: EnvCreator | None = None,
         model_cls: type[torch.nn.Module] | None = None,
+        policy_specs: dict[str, PolicySpec] | None = None,
     ) -> None:
         super().__init__(self._fragments)
         if env_creator is not None:  # the driver's register_env, in this process too
@@ -102,11 +95,18 @@ class RolloutWorker(ParallelIteratorWorker):
             torch.set_num_threads(1)
         self.config = config
         self.worker_index = worker_index
-        self.learner_cls = learner_cls
+        self.policy_cls, self.learner_cls = policy_cls, learner_cls
         seed = worker_seed(config, worker_index)
         torch.manual_seed(seed)
         # a remote worker's env threads stay within the CPUs Ray reserved for it
         threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
+        #: a multi-agent env's sampler (None: a single-agent vector env)
+        self.agents: AgentSampler | None = None
+        self.policy_specs = dict(policy_specs or {})
+        make_agent_env = agent_env_maker(config.env, config.env_config)
+        if make_agent_env is not None:
+            self._init_agents(make_agent_env, device, seed)
+            return
         self.env = make_vector_env(
             config.env,
             num_envs=config.num_envs_per_worker,
@@ -134,6 +134,39 @@ class RolloutWorker(ParallelIteratorWorker):
         # seconds spent sampling and loading weights, reported when profiling
         self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
 
+    def _init_agents(self, make_env: Callable[[], Any], device: str, seed: int) -> None:
+        """Multi-agent: lanes over copies of the env, and a policy per id."""
+        cfg = self.config
+        if getattr(cfg, "use_lstm", False):
+            raise ConfigError("use_lstm is not supported with multi-agent envs yet")
+        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+        lanes = AgentLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
+        policies = PolicyMap()
+        for pid in lanes.policy_ids:
+            spec = self.policy_spec(pid)
+            policies[pid] = spec.policy_cls(
+                lanes.observation_spaces[pid],
+                lanes.action_spaces[pid],
+                spec.config,
+                device=device,
+                worker_index=self.worker_index,
+            )
+        self.env, self.policy = lanes, policies
+        self.state = None
+        self.agents = AgentSampler(lanes, policies, seed=seed, where=self._where)
+        self.lock = threading.Lock()
+        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
+
+    def policy_spec(self, policy_id: str) -> PolicySpec:
+        """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
+        run's own."""
+        default = PolicySpec(self.policy_cls, self.learner_cls, self.config)
+        return self.policy_specs.get(policy_id, default)
+
+    @property
+    def _where(self) -> str:
+        return f"env {self.config.env} (worker {self.worker_index})"
+
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self):
         while True:
@@ -142,9 +175,20 @@ class RolloutWorker(ParallelIteratorWorker):
     def sample(self):
         """One post-processed fragment: ``rollout_fragment_length`` steps of every env."""
         start = time.perf_counter()
-        fragment = self.policy.postprocess(self.sample_fragment())
+        if self.agents is None:
+            batch = self.policy.postprocess(self.sample_fragment())
+        else:
+            fragments = self.agents.sample(self.config.rollout_fragment_length)
+            batch = MultiAgentBatch(
+                {  # a policy all of whose agents sat the fragment out has no rows
+                    pid: self.policy[pid].postprocess(f)
+                    for pid, f in fragments.items()
+                    if f.valid.any()
+                },
+                env_steps=self.config.rollout_fragment_length * self.env.num_envs,
+            )
         self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
-        return fragment
+        return batch
 
     def sample_fragment(self) -> Fragment:
         """``rollout_fragment_length`` raw steps of every env, time-major."""
@@ -180,56 +224,63 @@ class RolloutWorker(ParallelIteratorWorker):
                     (TRUNCATEDS, truncated),
                     *extras.items(),
                 )
-                if not cols:
-                    cols = {
-                        k: pool.empty(k, (steps, *np.shape(v)), np.asarray(v).dtype) for k, v in row
-                    }
-                for k, v in row:
-                    cols[k][t] = v
+                write_row(cols, pool, t, steps, row)
                 obs = next_obs
                 if memory is not None:
                     memory.stepped(terminated | truncated)
         self.obs = obs
         if memory is not None:  # for the next fragment
             self.state, self._starts = memory.state, memory.starts
-        what = non_finite_sample(cols, obs)
-        if what is not None:
-            where = f"env {self.config.env} (worker {self.worker_index})"
-            raise NonFiniteError(f"{where} returned a non-finite {what}")
         # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
         done = cols[TERMINATEDS] | cols[TRUNCATEDS]
         valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
+        rewards = cols[REWARDS]  # the env's own (scaling makes a new array), for results
+        fragment = finish_fragment(
+            policy, cols, valid, obs, raw_obs=raw_obs, pool=pool, where=self._where,
+            last_state=self.state,
+        )  # fmt: skip
         self._needs_reset = done[-1]
-        self._episodes.add(cols[REWARDS], done, valid)  # the env's own rewards
-        last_obs = norm.observations(obs)  # before the statistics change
-        if raw_obs is not None:
-            norm.observe_fragment(raw_obs)
-        cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid)
-        cols[REWARDS] = cols[REWARDS].astype(np.float32, copy=False)
-        return Fragment(cols, valid, last_obs=np.array(last_obs), pool=pool, last_state=self.state)
+        self._episodes.add(rewards, done, valid)
+        return fragment
 
     def _env_error(self, error: Exception) -> EnvError:
         text = str(error).strip().splitlines()
         reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-        where = f"env {self.config.env} (worker {self.worker_index})"
-        return EnvError(f"{where} raised {reason}", self.worker_index)
+        return EnvError(f"{self._where} raised {reason}", self.worker_index)
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
         policy reports about its acting (:meth:`Policy.metrics`) with, when profiling, its
         seconds sampling and loading weights so far, and the normalisation statistics
         added since the last call (for the learner to merge)."""
-        episodes = self._episodes.take()
+        if self.agents is not None:
+            episodes, unsent = self.env.take_episodes(), self.policy.take_unsent()
+        else:
+            episodes, unsent = self._episodes.take(), self.policy.normalizer.take_unsent()
         metrics = self.policy.metrics()
         if self.config.profile:
             metrics = {**metrics, **self.busy_s}
-        return episodes, metrics, self.policy.normalizer.take_unsent()
+        return episodes, metrics, unsent
+
+    def merge_statistics(self, unsent: dict[str, Any]) -> None:
+        """Another worker's normalisation statistics (:meth:`get_metrics`) into this
+        worker's policies."""
+        with self.lock:
+            (self.policy if self.agents is not None else self.policy.normalizer).merge(unsent)
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     @cached_property
-    def learner(self) -> Learner:
+    def learner(self) -> Learner | MultiLearner:
         """The learner that trains this worker's policy, built on first use: rollout
-        workers that only sample never build one."""
+        workers that only sample never build one. With several policies, a
+        :class:`MultiLearner` of the trainable ones."""
+        if self.agents is not None:
+            learners = {}
+            for pid, policy in self.policy.items():
+                spec = self.policy_spec(pid)
+                if spec.trainable and spec.learner_cls is not None:
+                    learners[pid] = spec.learner_cls(policy, spec.config)
+            return MultiLearner(learners)
         if self.learner_cls is None:
             raise TypeError(f"worker {self.worker_index} was built without a learner class")
         return self.learner_cls(self.policy, self.config)
@@ -247,8 +298,10 @@ class RolloutWorker(ParallelIteratorWorker):
         """How many weights this worker holds in torch modules: its policy's, and its
         learner's once built (a sampling worker holds the acting module alone)."""
         seen: dict[int, int] = {}
-        owners = [self.policy, self.__dict__.get("learner")]
-        for owner in filter(None, owners):
+        policies = self.policy.values() if self.agents is not None else [self.policy]
+        learner = self.__dict__.get("learner")
+        learners = learner.learners.values() if isinstance(learner, MultiLearner) else [learner]
+        for owner in filter(None, [*policies, *learners]):
             for value in vars(owner).values():
                 if isinstance(value, torch.nn.Module):
                     seen.update((id(p), p.numel()) for p in value.parameters())
@@ -319,7 +372,7 @@ class WorkerSet:
     and ``num_workers`` remote :class:`RolloutWorker` actors.
 
     Example:
-        >>> from flowrl.core.config import Config
+        >>> from flowrl.core.config import Config, ConfigError
         >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
         >>> workers.remote_workers
         []
@@ -331,15 +384,18 @@ class WorkerSet:
         policy_cls: type[Policy],
         config: Config,
         learner_cls: type[Learner] | None = None,
+        policy_specs: dict[str, PolicySpec] | None = None,
     ) -> None:
         self.config = config
         self.policy_cls, self.learner_cls = policy_cls, learner_cls
+        self.policy_specs = dict(policy_specs or {})
         self.local_worker = RolloutWorker(
             policy_cls=policy_cls,
             learner_cls=learner_cls,
             config=config,
             worker_index=0,
             device=config.device,
+            policy_specs=self.policy_specs,
         )
         if learner_cls is not None:  # built now: its networks take their seeds in order
             _ = self.local_worker.learner
@@ -361,9 +417,20 @@ class WorkerSet:
         self._weights_deferred = False
 
     @property
-    def learner(self) -> Learner:
-        """The learner, on the local worker: what training operators update."""
+    def learner(self) -> Learner | MultiLearner:
+        """The learner, on the local worker: what training operators update (with several
+        policies, a :class:`MultiLearner`)."""
         return self.local_worker.learner
+
+    @property
+    def policy_ids(self) -> list[str]:
+        """The ids of a multi-agent run's policies ([] for a single-agent env)."""
+        worker = self.local_worker
+        return list(worker.policy) if worker.agents is not None else []
+
+    def policy_config(self, policy_id: str) -> Config:
+        """The config policy ``policy_id`` acts and learns with."""
+        return self.local_worker.policy_spec(policy_id).config
 
     def keep(self, name: str, make: Callable[[], T]) -> T:
         """The object ``make()`` built the first time a plan asked for ``name``.
@@ -388,6 +455,7 @@ class WorkerSet:
             worker_index=index,
             env_creator=registered_creator(self.config.env),
             model_cls=registered_model(self.config.model),
+            policy_specs=self.policy_specs,
         )
 
     def make_evaluation_worker(self) -> Any:
@@ -466,8 +534,7 @@ class WorkerSet:
             if ref in ready_set:
                 new, metrics, unsent = ray.get(ref)
                 if unsent:
-                    with self.local_worker.lock:
-                        self.local_worker.policy.normalizer.merge(unsent)
+                    self.local_worker.merge_statistics(unsent)
                 episodes.extend(new)
                 if metrics:
                     by_worker[index] = metrics

@@ -26,18 +26,32 @@ from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
-from flowrl.rollout.envs import check_env_id, env_name, make_vector_env
+from flowrl.rollout.envs import check_env_id, check_spaces, env_name, make_vector_env
+from flowrl.rollout.multi_agent import AgentLanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.runner import run
 from flowrl.run.saving import Checkpointing
-from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm
+from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm, policy_specs
 
 
 def check_env(spec: AlgorithmSpec, config: Config) -> None:
-    """Build one env of ``config`` and check its spaces against ``spec``'s policy: a bad
-    env or space is a ConfigError here, before Ray or a worker starts."""
+    """Build one env of ``config`` and check its spaces against ``spec``'s policy (each
+    policy's, for a multi-agent env): a bad env or space is a ConfigError here, before Ray
+    or a worker starts."""
+    make_agent_env = agent_env_maker(config.env, config.env_config)
+    if make_agent_env is not None:
+        specs = policy_specs(spec, config)
+        policy_of = policy_mapping(config.policy_mapping, list(config.policies))
+        lanes = AgentLanes(make_agent_env, num_envs=1, policy_of=policy_of)
+        lanes.close()
+        for pid, space in lanes.action_spaces.items():
+            check_spaces(f"{config.env} (policy {pid})", lanes.observation_spaces[pid], space)
+            own = specs.get(pid)
+            policy_cls = own.policy_cls if own else spec.classes(config)[0]
+            policy_cls.check_action_space(space, own.config if own else config)
+        return
     env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
     env.close()
     spec.classes(config)[0].check_action_space(env.single_action_space, config)
@@ -185,7 +199,12 @@ class Algorithm(Checkpointing):
             check_worker_cpus(self.config, address)  # a cluster, once joined
         torch.manual_seed(self.config.seed)
         policy_cls, learner_cls = self.spec.classes(self.config)
-        self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls, config=self.config)
+        self.workers = WorkerSet(
+            policy_cls=policy_cls,
+            learner_cls=learner_cls,
+            config=self.config,
+            policy_specs=policy_specs(self.spec, self.config),
+        )
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         if self.config.profile:  # before the first pull builds the plan

@@ -74,8 +74,9 @@ def _encode(value: Any) -> Any:
         return value.item()
     if isinstance(value, dict):
         return {k: _encode(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_encode(v) for v in value)
+    if isinstance(value, list | tuple):  # a named tuple as a plain one
+        kind = tuple if hasattr(value, "_fields") else type(value)
+        return kind(_encode(v) for v in value)
     return value
 
 

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import Config, ConfigError
+from flowrl.core.config import POLICY_KEYS, Config, ConfigError
 from flowrl.core.iter import LocalIterator
 from flowrl.learning.learner import Learner
+from flowrl.learning.multi import PolicySpec
 from flowrl.learning.policy import Policy
 from flowrl.run.presets import Preset
 
@@ -47,6 +49,61 @@ class AlgorithmSpec:
         if self.variant is not None:
             return self.variant(config)
         return self.policy_cls, self.learner_cls
+
+
+#: settings a policy of another algorithm does not take from the run's config: its own
+#: algorithm's defaults hold unless its ``policies`` entry sets them
+LEARNING_FIELDS = frozenset(
+    {
+        "lr",
+        "gamma",
+        "grad_clip",
+        "model",
+        "model_config",
+        "model_hiddens",
+        "normalize_observations",
+        "normalize_rewards",
+        "normalize_clip",
+        "policies",
+    }
+)
+
+
+def policy_specs(spec: AlgorithmSpec, config: Config) -> dict[str, PolicySpec]:
+    """The classes and config of each policy ``config.policies`` names.
+
+    An entry's ``algorithm`` (the run's by default) gives the classes; its other keys set
+    that policy's config: over the run's config for the run's algorithm, or over the other
+    algorithm's defaults and the run's sampling settings (env, workers, seed, ...).
+    ``trainable: false`` declares a policy no learner trains.
+
+    Example:
+        >>> from flowrl.algorithms.ppo import ALGORITHM, PPOConfig
+        >>> config = PPOConfig(policies={"ppo": {}, "dqn": {"algorithm": "dqn", "lr": 1e-4}})
+        >>> specs = policy_specs(ALGORITHM, config)
+        >>> specs["dqn"].learner_cls.__name__, specs["dqn"].config.lr, specs["ppo"].trainable
+        ('DQNLearner', 0.0001, True)
+    """
+    specs = {}
+    for pid, entry in config.policies.items():
+        settings = {k: v for k, v in entry.items() if k not in POLICY_KEYS}
+        name = entry.get("algorithm") or spec.name
+        try:
+            if name == spec.name:
+                algo, own = spec, config.replace(**settings)
+            else:
+                algo = get_algorithm(name)
+                shared = {
+                    f.name: getattr(config, f.name)
+                    for f in dataclasses.fields(Config)
+                    if f.name not in LEARNING_FIELDS
+                }
+                own = algo.config_cls.from_dict({**shared, **settings})
+        except ConfigError as e:
+            raise ConfigError(f"policies[{pid!r}]: {e}") from None
+        policy_cls, learner_cls = algo.classes(own)
+        specs[pid] = PolicySpec(policy_cls, learner_cls, own, entry.get("trainable", True))
+    return specs
 
 
 def list_algorithms() -> list[AlgorithmSpec]:

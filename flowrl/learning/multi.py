@@ -1,0 +1,179 @@
+"""Several policies in one run: a :class:`PolicyMap` of acting policies by id (what a
+multi-agent rollout worker holds) and a :class:`MultiLearner` that trains each trainable
+one on its own rows of a :class:`~flowrl.core.sample_batch.MultiAgentBatch`.
+
+Both answer what plans and workers ask of one policy and one learner (weights, state,
+``learn_on_batch``, ``update_targets``, the KL weight), so a single-policy plan runs
+unchanged over several policies; statistics come back per policy (:class:`PolicyStats`).
+
+Example:
+    >>> import gymnasium as gym, numpy as np
+    >>> from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+    >>> obs, act, config = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig()
+    >>> policies = PolicyMap({pid: PPOPolicy(obs, act, config) for pid in ("a", "b")})
+    >>> learner = MultiLearner({pid: PPOLearner(p, config) for pid, p in policies.items()})
+    >>> sorted(policies.get_weights()), learner.policy_ids
+    (['a', 'b'], ['a', 'b'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flowrl.core.config import Config
+from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
+from flowrl.learning.learner import Learner
+from flowrl.learning.policy import Policy
+
+#: results of one policy are ``policy/<id>/<name>``
+POLICY_PREFIX = "policy/"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy of a multi-agent run: the classes it acts and learns with, its config,
+    and whether it trains (a fixed opponent does not: its weights change only when a plan
+    sets them)."""
+
+    policy_cls: type[Policy]
+    learner_cls: type[Learner] | None
+    config: Config
+    trainable: bool = True
+
+
+class PolicyStats(dict):
+    """A learner's statistics by policy id (``{"a": {"loss": ...}, ...}``)."""
+
+    def flat(self) -> dict[str, Any]:
+        """One level: ``policy/<id>/<name>``, as results have them.
+
+        Example:
+            >>> PolicyStats(a={"loss": 0.5}).flat()
+            {'policy/a/loss': 0.5}
+        """
+        return {f"{POLICY_PREFIX}{pid}/{k}": v for pid, s in self.items() for k, v in s.items()}
+
+
+class PolicyMap(dict):
+    """Acting policies by id, with the one-policy calls a worker makes of them: weights
+    and state are dicts by id, metrics are ``policy/<id>/<name>``."""
+
+    def get_weights(self) -> dict[str, Any]:
+        return {pid: policy.get_weights() for pid, policy in self.items()}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        for pid, w in weights.items():
+            self[pid].set_weights(w)
+
+    def get_state(self) -> dict[str, Any]:
+        return {pid: policy.get_state() for pid, policy in self.items()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        for pid, s in state.items():
+            self[pid].set_state(s)
+
+    def metrics(self) -> dict[str, float]:
+        return PolicyStats({pid: p.metrics() for pid, p in self.items()}).flat()
+
+    def set_env_steps_sampled(self, steps: int) -> None:
+        for policy in self.values():
+            policy.set_env_steps_sampled(steps)
+
+    def take_unsent(self) -> dict[str, Any]:
+        """Each policy's normalisation statistics added since the last call."""
+        unsent = {pid: p.normalizer.take_unsent() for pid, p in self.items()}
+        return {pid: u for pid, u in unsent.items() if u}
+
+    def merge(self, unsent: Mapping[str, Any]) -> None:
+        for pid, u in unsent.items():
+            self[pid].normalizer.merge(u)
+
+
+class _PerPolicy:
+    """The same attribute of several learners (``learner.kl`` of each that has one),
+    called with one value per policy id."""
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getattr__(self, name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+        def call(values: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                pid: getattr(self._items[pid], name)(v)
+                for pid, v in values.items()
+                if pid in self._items
+            }
+
+        return call
+
+
+class MultiLearner:
+    """The learners of a multi-agent run by policy id, trained each on its own rows.
+
+    :meth:`learn_on_batch` takes a :class:`MultiAgentBatch` and trains every policy of it
+    that is trainable and has rows; statistics come back as :class:`PolicyStats`.
+    """
+
+    def __init__(self, learners: Mapping[str, Learner]) -> None:
+        self.learners = dict(learners)
+
+    @property
+    def policy_ids(self) -> list[str]:
+        return list(self.learners)
+
+    def __getitem__(self, policy_id: str) -> Learner:
+        return self.learners[policy_id]
+
+    @property
+    def optimizers(self) -> dict[str, Any]:
+        return {pid: learner.optimizers for pid, learner in self.learners.items()}
+
+    @property
+    def kl(self) -> _PerPolicy:
+        """Each KL-penalised learner's :class:`~flowrl.learning.losses.AdaptiveKL`:
+        ``kl.update({id: kl})`` returns the new weights by id."""
+        return _PerPolicy({pid: lr.kl for pid, lr in self.learners.items() if lr.kl is not None})
+
+    def _parts(self, batch: MultiAgentBatch) -> dict[str, SampleBatch]:
+        if not isinstance(batch, MultiAgentBatch):
+            raise TypeError(f"a multi-agent learner trains on a MultiAgentBatch, got {batch!r}")
+        return {pid: b for pid, b in batch.policy_batches.items() if pid in self.learners and b}
+
+    def learn_on_batch(self, batch: MultiAgentBatch, **kwargs: Any) -> PolicyStats:
+        parts = self._parts(batch)
+        return PolicyStats(
+            {pid: self.learners[pid].learn_on_batch(b, **kwargs) for pid, b in parts.items()}
+        )
+
+    def compute_gradients(self, batch: MultiAgentBatch) -> tuple[dict[str, Any], PolicyStats]:
+        out = {
+            pid: self.learners[pid].compute_gradients(b) for pid, b in self._parts(batch).items()
+        }
+        return {pid: g for pid, (g, _) in out.items()}, PolicyStats(
+            {pid: s for pid, (_, s) in out.items()}
+        )
+
+    def apply_gradients(self, grads: Mapping[str, list[np.ndarray]]) -> None:
+        for pid, g in grads.items():
+            self.learners[pid].apply_gradients(g)
+
+    def update_targets(self, tau: float = 1.0) -> None:
+        for learner in self.learners.values():
+            if learner.targets:
+                learner.update_targets(tau)
+
+    def check_finite_weights(self) -> None:
+        for learner in self.learners.values():
+            learner.check_finite_weights()
+
+    def get_state(self) -> dict[str, Any]:
+        return {pid: learner.get_state() for pid, learner in self.learners.items()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        for pid, s in state.items():
+            if pid in self.learners:
+                self.learners[pid].set_state(s)

@@ -1,0 +1,78 @@
+"""Writing sampled steps into a fragment's columns and finishing it, for the single-agent
+worker and the multi-agent sampler alike.
+
+Example:
+    >>> pool, cols = ArrayPool(), {}
+    >>> for t in range(3):
+    ...     write_row(cols, pool, t, 3, [("rewards", np.ones(2, np.float32))])
+    >>> cols["rewards"].shape
+    (3, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from flowrl.core.sample_batch import OBS, REWARDS, TERMINATEDS, TRUNCATEDS, ArrayPool, Fragment
+from flowrl.learning.learner import NonFiniteError
+from flowrl.learning.policy import Policy
+from flowrl.learning.spaces import float_columns
+
+
+def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
+    """``"reward"`` or ``"observation"`` when the env returned a NaN or infinity in a
+    fragment's columns (one vectorised check per fragment, not per step), else None."""
+    if not np.isfinite(cols[REWARDS]).all():
+        return "reward"
+    floats = [*float_columns(cols[OBS]), *float_columns(last_obs)]
+    if not all(np.isfinite(part).all() for part in floats):
+        return "observation"
+    return None
+
+
+def write_row(
+    cols: dict[str, np.ndarray],
+    pool: ArrayPool,
+    t: int,
+    steps: int,
+    row: Sequence[tuple[str, Any]],
+    *,
+    prefix: str = "",
+) -> None:
+    """Step ``t``'s values into ``cols`` (``[steps, ...]`` arrays from ``pool``, made on
+    the first step under ``prefix + name``)."""
+    if not cols:
+        for k, v in row:
+            cols[k] = pool.empty(prefix + k, (steps, *np.shape(v)), np.asarray(v).dtype)
+    for k, v in row:
+        cols[k][t] = v
+
+
+def finish_fragment(
+    policy: Policy,
+    cols: dict[str, np.ndarray],
+    valid: np.ndarray,
+    last_obs: np.ndarray,
+    *,
+    raw_obs: np.ndarray | None,
+    pool: ArrayPool,
+    where: str,
+    last_state: np.ndarray | None = None,
+) -> Fragment:
+    """A sampled fragment's columns as a :class:`Fragment`: non-finite env output is a
+    :class:`NonFiniteError` naming ``where``; ``raw_obs`` (the raw observations to learn
+    the statistics from) join the policy's normaliser after ``last_obs`` is normalised
+    with the statistics the fragment was sampled with, and rewards are scaled."""
+    what = non_finite_sample(cols, last_obs)
+    if what is not None:
+        raise NonFiniteError(f"{where} returned a non-finite {what}")
+    norm = policy.normalizer
+    last = norm.observations(last_obs)  # before the statistics change
+    if raw_obs is not None:
+        norm.observe_fragment(raw_obs)
+    done = cols[TERMINATEDS] | cols[TRUNCATEDS]
+    cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid).astype(np.float32, copy=False)
+    return Fragment(cols, valid, last_obs=np.array(last), pool=pool, last_state=last_state)
