@@ -249,7 +249,8 @@ class Config:
     policy_mapping: dict[str, str] | str = param(  # noqa: RUF009
         "shared",
         "multi-agent envs: agent -> policy id: shared (one policy), independent (one per "
-        "agent), {agent: id} or module:function",
+        "agent), self_play (main vs main, and vs a frozen opponent), {agent: id} or "
+        "module:function",
     )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -362,10 +363,10 @@ def check_policies(policies: Mapping[str, Any], mapping: Mapping[str, str] | str
         if not isinstance(settings.get("trainable", True), bool):
             raise ConfigError(f"policies[{pid!r}].trainable expects true or false")
     if isinstance(mapping, str):
-        if mapping not in ("shared", "independent") and ":" not in mapping:
+        if mapping not in ("shared", "independent", "self_play") and ":" not in mapping:
             raise ConfigError(
-                "policy_mapping must be shared, independent, {agent: policy id} or "
-                f"module:function, got {mapping!r}"
+                "policy_mapping must be shared, independent, self_play, {agent: policy id} "
+                f"or module:function, got {mapping!r}"
             )
     elif not all(isinstance(v, str) and v for v in mapping.values()):
         raise ConfigError(f"policy_mapping maps agents to policy ids (strings), got {mapping!r}")

@@ -25,6 +25,7 @@ from flowrl.ops.rollouts import (
     SelectExperiences,
     StandardizeFields,
 )
+from flowrl.ops.selfplay import SelfPlay
 from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateKL, UpdateTargets
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Replay",
     "SamplingLead",
     "SelectExperiences",
+    "SelfPlay",
     "StandardMetricsReporting",
     "StandardizeFields",
     "StoreToReplayBuffer",

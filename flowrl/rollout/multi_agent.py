@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -42,7 +43,38 @@ from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import resolve_env
 from flowrl.rollout.fragments import finish_fragment, write_row
 
-PolicyOf = Callable[[str], str]
+#: agent id -> policy id; or (agent id, env copy), or (agent id, env copy, the env's
+#: possible agents) -> policy id, to seat policies differently in different copies
+PolicyOf = Callable[..., str]
+LaneMapping = Callable[[str, int, list[str]], str]
+
+
+def lane_mapping(policy_of: PolicyOf) -> LaneMapping:
+    """``policy_of`` as a function of (agent, copy, agents), whichever it takes."""
+    for args in (("agent", 0, []), ("agent", 0)):
+        try:
+            inspect.signature(policy_of).bind(*args)
+        except TypeError:
+            continue
+        if len(args) == 3:
+            return policy_of
+        return lambda agent, copy, agents: policy_of(agent, copy)
+    return lambda agent, copy, agents: policy_of(agent)
+
+
+def self_play(agent: str, copy: int, agents: list[str]) -> str:
+    """The ``self_play`` mapping: in even env copies the policy ``main`` plays every
+    seat; in odd ones it plays one seat (the first, then the second, ... from copy to
+    copy) against ``opponent``, a frozen snapshot (:class:`flowrl.ops.SelfPlay`).
+
+    Example:
+        >>> agents = ["player_1", "player_2"]
+        >>> [self_play(a, copy, agents) for copy in (0, 1, 3) for a in agents]
+        ['main', 'main', 'main', 'opponent', 'opponent', 'main']
+    """
+    if copy % 2 == 0:
+        return "main"
+    return "main" if agents.index(agent) == (copy // 2) % len(agents) else "opponent"
 
 
 class AgentEpisode(NamedTuple):
@@ -58,7 +90,8 @@ class AgentEpisode(NamedTuple):
 def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ()) -> PolicyOf:
     """The agent -> policy id function of a config's ``policy_mapping``: ``shared`` (the
     one id of ``policy_ids`` when there is one, else ``"shared"``), ``independent`` (each
-    agent its own id), a dict, or ``module:function``.
+    agent its own id), ``self_play`` (:func:`self_play`), a dict, or ``module:function``
+    (of the agent, and optionally the env copy and the env's agents).
 
     Example:
         >>> policy_mapping("independent")("player_1"), policy_mapping("shared")("player_1")
@@ -69,6 +102,8 @@ def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ())
         return lambda agent: shared
     if mapping == "independent":
         return lambda agent: agent
+    if mapping == "self_play":
+        return self_play
     if isinstance(mapping, Mapping):
         table = dict(mapping)
 
@@ -85,39 +120,44 @@ def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ())
         raise ConfigError(f"cannot import {module_name} for policy_mapping: {e}") from None
     if not callable(function):
         raise ConfigError(f"policy_mapping {mapping} is not a function")
-    return lambda agent: str(function(agent))
+    return lane_mapping(function)
 
 
-_AGENT_ENVS: dict[str, bool] = {}
+_AGENT_ENVS: dict[str, str] = {}  # env and its config -> "parallel", "turns" or ""
 
 
 def agent_env_maker(
     env: str, env_config: Mapping[str, Any] | None = None
 ) -> Callable[[], Any] | None:
-    """A function making one copy of ``env`` as a PettingZoo Parallel-API env, when
-    ``env`` is a multi-agent env (Parallel, or AEC converted with PettingZoo's
-    ``aec_to_parallel``); None for a single-agent env. A creator function is called once
-    per process to tell."""
+    """A function making one copy of ``env`` when it is a multi-agent env, else None (a
+    creator function is called once per process to tell). A Parallel-API env comes as it
+    is, an AEC env that PettingZoo can make parallel through ``aec_to_parallel``, and a
+    turn-based AEC game as it is, for :class:`~flowrl.rollout.turns.TurnLanes` (the
+    function's ``turn_based`` says so)."""
     target, kwargs = resolve_env(env), dict(env_config or {})
     if isinstance(target, gym.envs.registration.EnvSpec):
         return None
     key = f"{env} {json.dumps(kwargs, sort_keys=True, default=str)}"
     if key not in _AGENT_ENVS:
-        if isinstance(target, type) and issubclass(target, gym.Env):
-            _AGENT_ENVS[key] = False
-        else:
+        kind = ""
+        if not (isinstance(target, type) and issubclass(target, gym.Env)):
             probe = target(**kwargs)
-            _AGENT_ENVS[key] = _is_agent_env(probe)
+            if _is_agent_env(probe):
+                kind = "turns" if is_turn_based(probe) else "parallel"
             probe.close()
+        _AGENT_ENVS[key] = kind
     if not _AGENT_ENVS[key]:
         return None
 
     def make() -> Any:
         one = target(**kwargs)
-        if hasattr(one, "agent_selection"):  # the AEC API
-            return _as_parallel(env, one)
+        if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
+            from pettingzoo.utils.conversions import aec_to_parallel
+
+            return aec_to_parallel(one)
         return one
 
+    make.turn_based = _AGENT_ENVS[key] == "turns"
     return make
 
 
@@ -125,15 +165,14 @@ def _is_agent_env(env: Any) -> bool:
     return all(hasattr(env, name) for name in ("possible_agents", "observation_space", "step"))
 
 
-def _as_parallel(name: str, env: Any) -> Any:
-    if not env.metadata.get("is_parallelizable", False):
-        raise ConfigError(
-            f"env {name} is a turn-based (AEC) env that PettingZoo cannot make parallel; "
-            "give its parallel_env, or wrap it as a Parallel-API env"
-        )
-    from pettingzoo.utils.conversions import aec_to_parallel
+def is_turn_based(env: Any) -> bool:
+    """An AEC env that PettingZoo cannot step in parallel (a board game, say)."""
+    aec = hasattr(env, "agent_iter")  # (agent_selection exists only once it is reset)
+    return aec and not env.metadata.get("is_parallelizable", False)
 
-    return aec_to_parallel(env)
+
+def _is_agent_env(env: Any) -> bool:
+    return all(hasattr(env, name) for name in ("possible_agents", "observation_space", "step"))
 
 
 class AgentLanes:
@@ -157,20 +196,22 @@ class AgentLanes:
     """
 
     def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
+        policy_of = lane_mapping(policy_of)
         self.envs = [make_env() for _ in range(num_envs)]
         first = self.envs[0]
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         self.num_envs = num_envs
         for copy in range(num_envs):
             for agent in first.possible_agents:
-                self.lanes.setdefault(policy_of(agent), []).append((copy, agent))
+                pid = policy_of(agent, copy, list(first.possible_agents))
+                self.lanes.setdefault(pid, []).append((copy, agent))
         self.policy_ids = list(self.lanes)
         self.observation_spaces: dict[str, gym.Space] = {}
         self.action_spaces: dict[str, gym.Space] = {}
         for pid, lanes in self.lanes.items():
             agents = list(dict.fromkeys(agent for _, agent in lanes))
-            self.observation_spaces[pid] = _shared(first.observation_space, agents, pid, "obs")
-            self.action_spaces[pid] = _shared(first.action_space, agents, pid, "action")
+            self.observation_spaces[pid] = shared_space(first.observation_space, agents, pid, "obs")
+            self.action_spaces[pid] = shared_space(first.action_space, agents, pid, "action")
         #: each copy's lanes: (policy id, lane index, agent)
         self._of_copy: list[list[tuple[str, int, str]]] = [[] for _ in self.envs]
         for pid, lanes in self.lanes.items():
@@ -336,7 +377,9 @@ class AgentSampler:
         }
 
 
-def _shared(space_of: Callable[[str], gym.Space], agents: list[str], pid: str, what: str) -> Any:
+def shared_space(
+    space_of: Callable[[str], gym.Space], agents: list[str], pid: str, what: str
+) -> Any:
     """The one space the ``agents`` of policy ``pid`` share, or a ConfigError naming them."""
     spaces = [space_of(agent) for agent in agents]
     for agent, space in zip(agents[1:], spaces[1:], strict=True):

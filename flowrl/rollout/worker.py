@@ -61,6 +61,7 @@ from flowrl.rollout.episodes import (
 )
 from flowrl.rollout.fragments import finish_fragment, write_row
 from flowrl.rollout.multi_agent import AgentLanes, AgentSampler, agent_env_maker, policy_mapping
+from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,11 @@ class RolloutWorker(ParallelIteratorWorker):
         if getattr(cfg, "use_lstm", False):
             raise ConfigError("use_lstm is not supported with multi-agent envs yet")
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        lanes = AgentLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
+        if make_env.turn_based:
+            check_turn_config(cfg)
+            lanes: Any = TurnLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
+        else:
+            lanes = AgentLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
         policies = PolicyMap()
         for pid in lanes.policy_ids:
             spec = self.policy_spec(pid)
@@ -153,7 +158,11 @@ class RolloutWorker(ParallelIteratorWorker):
             )
         self.env, self.policy = lanes, policies
         self.state = None
-        self.agents = AgentSampler(lanes, policies, seed=seed, where=self._where)
+        if make_env.turn_based:
+            lanes.reset(seed=seed)
+            self.agents = TurnSampler(lanes, policies, where=self._where)
+        else:
+            self.agents = AgentSampler(lanes, policies, seed=seed, where=self._where)
         self.lock = threading.Lock()
         self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
 
@@ -258,6 +267,8 @@ class RolloutWorker(ParallelIteratorWorker):
         else:
             episodes, unsent = self._episodes.take(), self.policy.normalizer.take_unsent()
         metrics = self.policy.metrics()
+        if hasattr(self.env, "illegal_moves"):  # a turn-based game's, so far
+            metrics = {**metrics, "illegal_moves": self.env.illegal_moves}
         if self.config.profile:
             metrics = {**metrics, **self.busy_s}
         return episodes, metrics, unsent
