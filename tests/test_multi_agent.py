@@ -365,5 +365,33 @@ def test_self_play_keeps_a_pool_of_snapshots_and_seats_one_against_the_policy(tm
     restored = Algorithm.from_checkpoint(path)
     try:
         assert restored.train()["iteration"] == 7
+        games = restored.evaluate(episodes=4)  # main in both seats (copy 0 of self_play)
+        assert games["episodes"] == 4 and "agent/player_2/episode_return_mean" in games
     finally:
         restored.stop()
+
+
+def test_a_multi_agent_checkpoint_loads_and_exports_each_policy(tmp_path):
+    import onnxruntime
+    from pettingzoo.classic import tictactoe_v3
+
+    from flowrl import Algorithm, ConfigError, load_policy
+    from flowrl.apps.cli import main
+
+    algo = Algorithm("ppo", env=TICTACTOE, num_workers=0, policy_mapping="independent")
+    algo.train()
+    path = algo.save(str(tmp_path / "run"))
+    algo.stop()
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    obs = env.observe("player_1")
+    move = load_policy(path, policy_id="player_1").compute_action(obs)
+    assert obs["action_mask"][move] == 1
+    with pytest.raises(ConfigError, match=r"holds policies \['player_1', 'player_2'\]"):
+        load_policy(path)
+    out = tmp_path / "player_2.onnx"
+    assert main(["export", str(path), "--out", str(out), "--policy-id", "player_2"]) == 0
+    session = onnxruntime.InferenceSession(str(out))
+    inputs = {"action_mask": obs["action_mask"][None], "observation": obs["observation"][None]}
+    (actions,) = session.run(None, inputs)
+    assert obs["action_mask"][int(actions[0])] == 1

@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
     export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
     export.add_argument("--out", required=True, help="the model file to write")
+    export.add_argument(
+        "--policy-id", default=None, help="the policy of a multi-agent run's checkpoint"
+    )
     export.set_defaults(func=cmd_export)
 
     plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
@@ -431,8 +434,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output_file(args.out)
     ckpt = checkpoints.resolve(args.checkpoint)
     _warn_skipped(ckpt)
-    out = export_policy(ckpt, args.out, format=args.format)
-    print(f"flowrl: wrote the greedy policy of {ckpt.path} to {out} ({args.format})")
+    out = export_policy(ckpt, args.out, format=args.format, policy_id=args.policy_id)
+    which = f"policy {args.policy_id!r}" if args.policy_id else "greedy policy"
+    print(f"flowrl: wrote the {which} of {ckpt.path} to {out} ({args.format})")
     return 0
 
 

@@ -35,6 +35,7 @@ from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
 from flowrl.learning.spaces import field
 from flowrl.rollout.envs import make_vector_env
+from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
 
@@ -92,10 +93,13 @@ class LoadedPolicy:
         return f"LoadedPolicy({self.algo} on {self.env})"
 
 
-def load_policy(path: str | os.PathLike[str] | Checkpoint) -> LoadedPolicy:
+def load_policy(
+    path: str | os.PathLike[str] | Checkpoint, *, policy_id: str | None = None
+) -> LoadedPolicy:
     """The policy of a checkpoint directory, of a run directory's newest checkpoint that
     loads, or of a loaded Checkpoint; builds one env to learn the spaces, and nothing else
-    (no Ray).
+    (no Ray). A multi-agent run's checkpoint holds every policy: ``policy_id`` names the
+    one (it may be left out when there is one).
 
     Example:
         >>> policy = load_policy("runs/ppo_CartPole-v1_20261121-130000")  # doctest: +SKIP
@@ -107,18 +111,52 @@ def load_policy(path: str | os.PathLike[str] | Checkpoint) -> LoadedPolicy:
     ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
     spec = get_algorithm(ckpt.meta["algo"])
     config = build_config(spec, {"preset": False, **ckpt.meta["config"], "num_workers": 0})
-    env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
-    obs_space, action_space = env.single_observation_space, env.single_action_space
-    env.close()
-    policy_cls, _ = spec.classes(config)
+    state = ckpt.state["policy"]
+    make_agent_env = agent_env_maker(config.env, config.env_config)
+    if make_agent_env is not None:
+        policy_cls, config, obs_space, action_space = _agent_policy(
+            spec, config, make_agent_env, policy_id, list(state)
+        )
+        state = state[policy_id or next(iter(state))]
+    else:
+        if policy_id is not None:
+            raise ConfigError(f"policy_id {policy_id!r}: {config.env} is a single-agent env")
+        env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
+        obs_space, action_space = env.single_observation_space, env.single_action_space
+        env.close()
+        policy_cls, _ = spec.classes(config)
     policy = policy_cls(obs_space, action_space, config, device="cpu")
     try:
-        policy.set_weights(ckpt.state["policy"]["weights"])
+        policy.set_weights(state["weights"])
     except (KeyError, RuntimeError, ValueError, TypeError) as e:
         reason = checkpoints.error_reason(e)
         raise CheckpointError(f"checkpoint {ckpt.path} has no usable weights ({reason})") from None
     policy.module.eval()
     return LoadedPolicy(policy, spec.name, config.env)
+
+
+def _agent_policy(
+    spec: Any, config: Any, make_env: Any, policy_id: str | None, saved: list[str]
+) -> tuple[type[Policy], Any, Any, Any]:
+    """The class, config and spaces of policy ``policy_id`` of a multi-agent run."""
+    from flowrl.rollout.multi_agent import AgentLanes, policy_mapping
+    from flowrl.rollout.turns import TurnLanes
+    from flowrl.run.spec import policy_specs
+
+    if policy_id is None and len(saved) != 1:
+        raise ConfigError(f"the checkpoint holds policies {saved}: name one with policy_id")
+    policy_id = policy_id or saved[0]
+    if policy_id not in saved:
+        raise ConfigError(f"the checkpoint has no policy {policy_id!r}; it has {saved}")
+    lanes_cls = TurnLanes if make_env.turn_based else AgentLanes
+    policy_of = policy_mapping(config.policy_mapping, list(config.policies))
+    lanes = lanes_cls(
+        make_env, num_envs=2, policy_of=policy_of
+    )  # copy 1 seats self_play's opponent
+    lanes.close()
+    own = policy_specs(spec, config).get(policy_id)
+    policy_cls, config = (own.policy_cls, own.config) if own else (spec.classes(config)[0], config)
+    return policy_cls, config, lanes.observation_spaces[policy_id], lanes.action_spaces[policy_id]
 
 
 class GreedyPolicy(nn.Module):
@@ -176,12 +214,14 @@ def export_policy(
     out: str | os.PathLike[str],
     *,
     format: str = "onnx",
+    policy_id: str | None = None,
 ) -> Path:
     """Write the greedy policy of a checkpoint (or run directory) to ``out`` as an ONNX
     model (input ``obs``, or one input per leaf of a Dict or Tuple observation as
     :func:`input_names` names them, the action mask among them, and ``state_in`` for a
     recurrent policy; outputs as :func:`output_names` names them; any batch size) or a
-    TorchScript module; returns ``out``.
+    TorchScript module; returns ``out``. ``policy_id`` names the policy of a multi-agent
+    run's checkpoint (:func:`load_policy`).
 
     Example:
         >>> export_policy("runs/ppo_Hopper-v5_x", "hopper.onnx")  # doctest: +SKIP
@@ -189,7 +229,7 @@ def export_policy(
     """
     if format not in FORMATS:
         raise ConfigError(f"unknown export format '{format}'; available: {', '.join(FORMATS)}")
-    loaded = load_policy(path)
+    loaded = load_policy(path, policy_id=policy_id)
     policy = loaded.policy
     module = GreedyPolicy(policy).eval().requires_grad_(False)
     space, layout = policy.observation_space, policy.obs_layout

@@ -229,8 +229,9 @@ class AgentLanes:
         #: each copy's running episode: its env steps and each agent's return
         self._length = [0] * num_envs
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
-        #: episodes finished since the last :meth:`take_episodes`
+        #: episodes finished since the last :meth:`take_episodes`, and the copy of each
         self.episodes: list[AgentEpisode] = []
+        self.episode_copies: list[int] = []
 
     def _empty_obs(self, pid: str) -> np.ndarray:
         n, layout = len(self.lanes[pid]), self._layouts[pid]
@@ -298,11 +299,12 @@ class AgentLanes:
         self.episodes.append(
             AgentEpisode(sum(returns.values()), self._length[copy], dict(returns), means)
         )
+        self.episode_copies.append(copy)
         self._returns[copy], self._length[copy] = {}, 0
 
     def take_episodes(self) -> list[AgentEpisode]:
         """The episodes finished since the last call."""
-        episodes, self.episodes = self.episodes, []
+        episodes, self.episodes, self.episode_copies = self.episodes, [], []
         return episodes
 
     def close(self) -> None:
@@ -390,3 +392,29 @@ def shared_space(
                 "policies"
             )
     return spaces[0]
+
+
+def run_agent_episodes(
+    policies: PolicyMap, lanes: AgentLanes, episodes: int, *, explore: bool, seed: int
+) -> list[AgentEpisode]:
+    """Exactly ``episodes`` fresh episodes of ``policies`` on ``lanes`` (greedy actions
+    unless ``explore``): copy i's first episodes i, i + n, ... count, so the count is exact
+    whatever the episodes' lengths."""
+    n = lanes.num_envs
+    quota = [len(range(i, episodes, n)) for i in range(n)]
+    obs, done = lanes.reset(seed=seed), []
+    with torch.inference_mode():
+        while len(done) < episodes:
+            actions = {}
+            for pid, policy in policies.items():
+                a, _ = policy.compute_actions(
+                    policy.normalizer.observations(obs[pid]), explore=explore
+                )
+                actions[pid] = policy.env_actions(a)
+            obs = lanes.step(actions)[0]
+            for episode, copy in zip(lanes.episodes, lanes.episode_copies, strict=True):
+                if quota[copy] > 0:
+                    quota[copy] -= 1
+                    done.append(episode)
+            lanes.take_episodes()
+    return done

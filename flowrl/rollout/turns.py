@@ -258,13 +258,13 @@ def play_games(
     make_env: Callable[[], Any], players: dict[str, Player], games: int, *, seed: int = 0
 ) -> list[dict[str, Any]]:
     """``games`` games of a turn-based env, each agent moved by its player; each game's
-    returns by agent, and ``illegal`` moves (a mask forbade them) by agent."""
+    returns by agent, ``illegal`` moves (a mask forbade them) by agent, and its moves."""
     env, results = make_env(), []
     with torch.inference_mode():
         for game in range(games):
             env.reset(seed=seed + game)
             returns = dict.fromkeys(env.agents, 0.0)
-            illegal = dict.fromkeys(env.agents, 0)
+            illegal, moves = dict.fromkeys(env.agents, 0), 0
             for agent in env.agent_iter():
                 obs, reward, terminated, truncated, _ = env.last()
                 returns[agent] += float(reward)
@@ -276,7 +276,8 @@ def play_games(
                 if mask is not None and not mask[int(move)]:
                     illegal[agent] += 1
                 env.step(move)
-            results.append({"returns": returns, "illegal": illegal})
+                moves += 1
+            results.append({"returns": returns, "illegal": illegal, "moves": moves})
     env.close()
     return results
 
@@ -319,3 +320,28 @@ def match(
         **by_seat,
         "illegal_moves": illegal,
     }
+
+
+def play_turns(
+    policies: PolicyMap,
+    make_env: Callable[[], Any],
+    policy_of: Callable[..., str],
+    games: int,
+    *,
+    explore: bool,
+    seed: int,
+) -> list[AgentEpisode]:
+    """``games`` games with each agent moved by the policy it maps to (in env copy 0)."""
+    env = make_env()
+    agents = list(env.possible_agents)
+    env.close()
+    seats = {agent: lane_mapping(policy_of)(agent, 0, agents) for agent in agents}
+    players = {agent: policy_player(policies[pid], explore=explore) for agent, pid in seats.items()}
+    episodes = []
+    for game in play_games(make_env, players, games, seed=seed):
+        returns, by_policy = game["returns"], {}
+        for agent, value in returns.items():
+            by_policy.setdefault(seats[agent], []).append(value)
+        means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
+        episodes.append(AgentEpisode(sum(returns.values()), game["moves"], returns, means))
+    return episodes

@@ -60,8 +60,14 @@ from flowrl.rollout.episodes import (
     run_episodes,
 )
 from flowrl.rollout.fragments import finish_fragment, write_row
-from flowrl.rollout.multi_agent import AgentLanes, AgentSampler, agent_env_maker, policy_mapping
-from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config
+from flowrl.rollout.multi_agent import (
+    AgentLanes,
+    AgentSampler,
+    agent_env_maker,
+    policy_mapping,
+    run_agent_episodes,
+)
+from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config, play_turns
 
 logger = logging.getLogger(__name__)
 
@@ -341,6 +347,8 @@ class RolloutWorker(ParallelIteratorWorker):
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4."""
         cfg = self.config
+        if self.agents is not None:
+            return self._evaluate_agents(episodes, explore=explore, seed=seed, video_dir=video_dir)
         with contextlib.ExitStack() as stack:
             if video_dir:  # one env: its episodes are written one at a time
                 stack.enter_context(headless_rendering())
@@ -352,6 +360,25 @@ class RolloutWorker(ParallelIteratorWorker):
                 env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
             stack.callback(env.close)  # before the rendering variables go (videos are written)
             return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
+
+    def _evaluate_agents(
+        self, episodes: int, *, explore: bool, seed: int, video_dir: str | None
+    ) -> list[Episode]:
+        """:meth:`evaluate` on a multi-agent env: fresh copies, every policy acting as
+        mapped (a turn-based game: one game at a time)."""
+        cfg = self.config
+        if video_dir:
+            raise ConfigError("evaluation videos of multi-agent envs are not supported yet")
+        make_env = agent_env_maker(cfg.env, cfg.env_config)
+        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+        if not make_env.turn_based:
+            n = min(episodes, cfg.num_envs_per_worker)
+            lanes = AgentLanes(make_env, num_envs=n, policy_of=policy_of)
+            try:
+                return run_agent_episodes(self.policy, lanes, episodes, explore=explore, seed=seed)
+            finally:
+                lanes.close()
+        return play_turns(self.policy, make_env, policy_of, episodes, explore=explore, seed=seed)
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None

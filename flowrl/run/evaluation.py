@@ -24,6 +24,7 @@ from typing import Any
 
 from flowrl.core.context import EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN, ITERATION
 from flowrl.learning.policy import Weights
+from flowrl.ops.metrics import agent_returns
 from flowrl.rollout.worker import Episode, WorkerSet
 
 logger = logging.getLogger(__name__)
@@ -33,14 +34,16 @@ EVAL_RETURN_MEAN = PREFIX + EPISODE_RETURN_MEAN
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
-    """Count, mean/min/max return and mean length of ``(return, length)`` episodes."""
-    returns = [r for r, _ in episodes]
+    """Count, mean/min/max return and mean length of ``(return, length)`` episodes; the
+    mean return of each agent and policy of multi-agent ones."""
+    returns = [ep[0] for ep in episodes]
     return {
         "episodes": len(episodes),
         EPISODE_RETURN_MEAN: sum(returns) / len(returns),
         "episode_return_min": min(returns),
         "episode_return_max": max(returns),
-        EPISODE_LEN_MEAN: sum(n for _, n in episodes) / len(episodes),
+        EPISODE_LEN_MEAN: sum(ep[1] for ep in episodes) / len(episodes),
+        **agent_returns(episodes),
     }
 
 
