@@ -79,3 +79,20 @@ def test_memory_and_masks_notebook_shows_the_lstm_and_the_mask_at_work(tmp_path)
     assert "masked=True: 0 forbidden actions" in outputs
     unmasked = next(line for line in outputs.splitlines() if line.startswith("masked=False"))
     assert int(unmasked.split(": ")[1].split()[0]) > 0, unmasked
+
+
+@pytest.mark.slow
+def test_multi_agent_notebook_composes_ppo_and_dqn_and_plays_tic_tac_toe(tmp_path):
+    nb = execute("multi_agent.ipynb", tmp_path)
+    outputs = printed(nb)
+    assert "PPOLearner DQNLearner" in outputs  # two algorithms' learners in one run
+    returns = {
+        line.split(":")[0]: float(line.split("mean return ")[1].split()[0])
+        for line in outputs.splitlines()
+        if " mean return " in line
+    }
+    assert returns["ppo"] > 100 and returns["dqn"] > 50, returns  # both learn (450: CI tests)
+    assert len(rich_outputs(nb, "image/png")) == 1, "the two agents' curves"
+    assert ", 0 illegal" in outputs
+    rate = float(outputs.split("win_or_draw_as_player_2 ")[1].split()[0])
+    assert rate >= 0.85, outputs

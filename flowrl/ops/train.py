@@ -143,8 +143,9 @@ class UpdateTargets(Operator):
         self._update_fn = update_fn
         self.period, self.tau, self.by = period, tau, by
         self._counter = STEPS_TRAINED if by == "trained" else STEPS_SAMPLED
-        if policy_id is not None and by == "trained":
-            self._counter = steps_trained(policy_id)
+        if policy_id is not None:  # shown in the plan's graph
+            self.policy_id = policy_id
+            self._counter = steps_trained(policy_id) if by == "trained" else self._counter
         self._last = 0  # the steps counted at the last copy; checkpoints keep it
 
     def bind(self, context: PlanContext) -> None:

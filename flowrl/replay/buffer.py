@@ -263,7 +263,7 @@ class PolicyBuffers:
         self.buffers: dict[str, ReplayBuffer] = {}
 
     def __repr__(self) -> str:
-        return f"PolicyBuffers({self.buffers})"
+        return f"PolicyBuffers({', '.join(self.buffers) or 'a buffer per policy'})"
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.buffers.values())
