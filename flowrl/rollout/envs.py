@@ -234,7 +234,7 @@ def make_recording_env(
     elif isinstance(target, gym.envs.registration.EnvSpec):
         one = gym.make(target.id, render_mode="rgb_array", **kwargs)
     else:
-        _check_signature(env, target, kwargs)
+        check_signature(env, target, kwargs)
         with contextlib.suppress(TypeError, ValueError):
             inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
             kwargs["render_mode"] = "rgb_array"
@@ -315,7 +315,7 @@ def _make_registered(
 def _make_from_creator(
     env: str, creator: EnvCreator, num_envs: int, kwargs: dict[str, Any]
 ) -> gym.vector.VectorEnv:
-    _check_signature(env, creator, kwargs)
+    check_signature(env, creator, kwargs)
 
     def make_one() -> gym.Env:
         one = creator(**kwargs)
@@ -328,7 +328,7 @@ def _make_from_creator(
     )
 
 
-def _check_signature(env: str, creator: EnvCreator, kwargs: dict[str, Any]) -> None:
+def check_signature(env: str, creator: EnvCreator, kwargs: dict[str, Any]) -> None:
     """``env_config`` that the creator cannot take is a ConfigError, not a TypeError from
     deep inside a worker."""
     try:

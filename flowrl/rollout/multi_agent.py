@@ -40,7 +40,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
-from flowrl.rollout.envs import resolve_env
+from flowrl.rollout.envs import check_signature, resolve_env
 from flowrl.rollout.fragments import finish_fragment, write_row
 
 #: agent id -> policy id; or (agent id, env copy), or (agent id, env copy, the env's
@@ -141,10 +141,12 @@ def agent_env_maker(
     if key not in _AGENT_ENVS:
         kind = ""
         if not (isinstance(target, type) and issubclass(target, gym.Env)):
+            check_signature(env, target, kwargs)
             probe = target(**kwargs)
             if _is_agent_env(probe):
                 kind = "turns" if is_turn_based(probe) else "parallel"
-            probe.close()
+            if callable(getattr(probe, "close", None)):
+                probe.close()
         _AGENT_ENVS[key] = kind
     if not _AGENT_ENVS[key]:
         return None
