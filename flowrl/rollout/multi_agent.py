@@ -120,7 +120,7 @@ def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ())
         raise ConfigError(f"cannot import {module_name} for policy_mapping: {e}") from None
     if not callable(function):
         raise ConfigError(f"policy_mapping {mapping} is not a function")
-    return lane_mapping(function)
+    return function
 
 
 _AGENT_ENVS: dict[str, str] = {}  # env and its config -> "parallel", "turns" or ""
