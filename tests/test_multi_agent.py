@@ -134,7 +134,7 @@ def worker_of(**settings):
     from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
     from flowrl.rollout.worker import RolloutWorker
 
-    config = PPOConfig(env=POLES, num_workers=0, num_envs_per_worker=3, **settings)
+    config = PPOConfig(**{"env": POLES, "num_workers": 0, "num_envs_per_worker": 3, **settings})
     return RolloutWorker(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=config)
 
 
@@ -395,3 +395,41 @@ def test_a_multi_agent_checkpoint_loads_and_exports_each_policy(tmp_path):
     inputs = {"action_mask": obs["action_mask"][None], "observation": obs["observation"][None]}
     (actions,) = session.run(None, inputs)
     assert obs["action_mask"][int(actions[0])] == 1
+
+
+def test_evaluation_videos_of_a_game_one_file_per_game(tmp_path):
+    from flowrl import Algorithm, ConfigError
+
+    settings = {"num_workers": 0, "evaluation_interval": 1, "evaluation_episodes": 2}
+    videos = tmp_path / "videos"
+    algo = Algorithm("ppo", env=TICTACTOE, evaluation_video_dir=str(videos), **settings)
+    try:
+        assert algo.train()["evaluation/episodes"] == 2
+    finally:
+        algo.stop()
+    names = sorted(p.name for p in (videos / "iteration_000001").iterdir())
+    assert names == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
+    poles = Algorithm("ppo", env=POLES, num_workers=0)
+    try:
+        with pytest.raises(ConfigError, match="cannot be recorded: it renders no rgb_array"):
+            poles.workers.local_worker.evaluate(1, video_dir=str(tmp_path / "none"))
+    finally:
+        poles.stop()
+
+
+def aec_poles():
+    """IndependentCartPoles through PettingZoo's AEC API (parallelizable)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    from flowrl.rollout.toy_multi_agent import IndependentCartPoles
+
+    return parallel_to_aec(IndependentCartPoles(agents=2))
+
+
+def test_an_aec_env_that_pettingzoo_can_make_parallel_is_stepped_in_parallel():
+    from flowrl.rollout.multi_agent import agent_env_maker
+
+    make = agent_env_maker("test_multi_agent:aec_poles")
+    assert not make.turn_based and hasattr(make(), "possible_agents")
+    batch = worker_of(env="test_multi_agent:aec_poles", rollout_fragment_length=20).sample()
+    assert len(batch) == 60 and len(batch["shared"]) > 60  # both agents' rows

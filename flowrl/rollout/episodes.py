@@ -147,3 +147,18 @@ def headless_rendering() -> Iterator[None]:
     finally:
         for key in added:
             os.environ.pop(key, None)
+
+
+def write_video(frames: list[np.ndarray], video_dir: str, index: int, fps: float) -> None:
+    """``frames`` as ``video_dir/eval-episode-{index}.mp4`` (gymnasium's ``save_video``:
+    moviepy, the ``video`` extra)."""
+    from gymnasium.utils.save_video import save_video
+
+    save_video(
+        frames,
+        video_dir,
+        episode_trigger=lambda _: True,
+        name_prefix="eval",
+        episode_index=index,
+        fps=fps,
+    )

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -41,6 +42,7 @@ from flowrl.core.sample_batch import (
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import check_signature, resolve_env
+from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment, write_row
 
 #: agent id -> policy id; or (agent id, env copy), or (agent id, env copy, the env's
@@ -127,13 +129,14 @@ _AGENT_ENVS: dict[str, str] = {}  # env and its config -> "parallel", "turns" or
 
 
 def agent_env_maker(
-    env: str, env_config: Mapping[str, Any] | None = None
+    env: str, env_config: Mapping[str, Any] | None = None, *, render: bool = False
 ) -> Callable[[], Any] | None:
     """A function making one copy of ``env`` when it is a multi-agent env, else None (a
     creator function is called once per process to tell). A Parallel-API env comes as it
     is, an AEC env that PettingZoo can make parallel through ``aec_to_parallel``, and a
     turn-based AEC game as it is, for :class:`~flowrl.rollout.turns.TurnLanes` (the
-    function's ``turn_based`` says so)."""
+    function's ``turn_based`` says so). With ``render``, copies render ``rgb_array``
+    frames, or making one is a ConfigError."""
     target, kwargs = resolve_env(env), dict(env_config or {})
     if isinstance(target, gym.envs.registration.EnvSpec):
         return None
@@ -151,8 +154,15 @@ def agent_env_maker(
     if not _AGENT_ENVS[key]:
         return None
 
+    if render:  # when the creator takes it
+        with contextlib.suppress(TypeError, ValueError):
+            inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
+            kwargs["render_mode"] = "rgb_array"
+
     def make() -> Any:
         one = target(**kwargs)
+        if render and getattr(one, "render_mode", None) != "rgb_array":
+            raise ConfigError(f"env {env} cannot be recorded: it renders no rgb_array frames")
         if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
             from pettingzoo.utils.conversions import aec_to_parallel
 
@@ -293,13 +303,8 @@ class AgentLanes:
         return obs, rewards, terminated, truncated, valid
 
     def _finish_episode(self, copy: int) -> None:
-        returns = self._returns[copy]
-        by_policy: dict[str, list[float]] = {}
-        for agent, value in returns.items():
-            by_policy.setdefault(self._policy_of[agent], []).append(value)
-        means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
         self.episodes.append(
-            AgentEpisode(sum(returns.values()), self._length[copy], dict(returns), means)
+            agent_episode(self._returns[copy], self._length[copy], self._policy_of)
         )
         self.episode_copies.append(copy)
         self._returns[copy], self._length[copy] = {}, 0
@@ -420,3 +425,59 @@ def run_agent_episodes(
                     done.append(episode)
             lanes.take_episodes()
     return done
+
+
+def record_agent_episodes(
+    policies: PolicyMap,
+    make_env: Callable[[], Any],
+    policy_of: PolicyOf,
+    episodes: int,
+    *,
+    video_dir: str,
+    explore: bool,
+    seed: int,
+) -> list[AgentEpisode]:
+    """``episodes`` episodes of a Parallel-API env, one at a time, each agent acting with
+    the policy it maps to (in env copy 0), each written to ``video_dir`` as
+    ``eval-episode-{i}.mp4``."""
+    mapping = lane_mapping(policy_of)
+    done = []
+    for index in range(episodes):
+        env = make_env()
+        agents = list(env.possible_agents)
+        seats = {agent: mapping(agent, 0, agents) for agent in agents}
+        obs, _ = env.reset(seed=seed + index)
+        frames, returns, steps = [env.render()], dict.fromkeys(agents, 0.0), 0
+        with torch.inference_mode():
+            while env.agents:
+                actions = {
+                    agent: _act(policies[seats[agent]], o, explore)
+                    for agent, o in obs.items()
+                    if agent in env.agents
+                }
+                obs, rewards, _, _, _ = env.step(actions)
+                for agent, reward in rewards.items():
+                    returns[agent] += float(reward)
+                frames.append(env.render())
+                steps += 1
+        write_video(frames, video_dir, index, env.metadata.get("render_fps", 30))
+        env.close()
+        done.append(agent_episode(returns, steps, seats))
+    return done
+
+
+def _act(policy: Any, obs: Any, explore: bool) -> Any:
+    """One agent's action of ``policy`` for its observation."""
+    space = policy.observation_space
+    batch = RecordLayout(space).pack_one(obs) if is_composite(space) else np.asarray(obs)[None]
+    actions, _ = policy.compute_actions(policy.normalizer.observations(batch), explore=explore)
+    return _lane(policy.env_actions(actions), 0)
+
+
+def agent_episode(returns: dict[str, float], length: int, seats: Mapping[str, str]) -> AgentEpisode:
+    """An :class:`AgentEpisode` of each agent's return, its policy's being ``seats[agent]``."""
+    by_policy: dict[str, list[float]] = {}
+    for agent, value in returns.items():
+        by_policy.setdefault(seats[agent], []).append(value)
+    means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
+    return AgentEpisode(sum(returns.values()), length, dict(returns), means)

@@ -43,8 +43,9 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
+from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment
-from flowrl.rollout.multi_agent import AgentEpisode, lane_mapping, shared_space
+from flowrl.rollout.multi_agent import AgentEpisode, agent_episode, lane_mapping, shared_space
 
 Row = dict[str, Any]
 Lane = tuple[str, int]  # (policy id, lane index)
@@ -126,12 +127,8 @@ class TurnLanes:
 
     def _finish_game(self, copy: int) -> None:
         returns = self._returns[copy]
-        by_policy: dict[str, list[float]] = {}
-        for agent, value in returns.items():
-            by_policy.setdefault(self._lane_of[copy, agent][0], []).append(value)
-        means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
-        episode = AgentEpisode(sum(returns.values()), self._moves[copy], dict(returns), means)
-        self.episodes.append(episode)
+        seats = {agent: self._lane_of[copy, agent][0] for agent in returns}
+        self.episodes.append(agent_episode(returns, self._moves[copy], seats))
         self._returns[copy], self._moves[copy] = {}, 0
 
     def take_episodes(self) -> list[AgentEpisode]:
@@ -255,14 +252,22 @@ def policy_player(policy: Any, *, explore: bool = False) -> Player:
 
 
 def play_games(
-    make_env: Callable[[], Any], players: dict[str, Player], games: int, *, seed: int = 0
+    make_env: Callable[[], Any],
+    players: dict[str, Player],
+    games: int,
+    *,
+    seed: int = 0,
+    video_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """``games`` games of a turn-based env, each agent moved by its player; each game's
-    returns by agent, ``illegal`` moves (a mask forbade them) by agent, and its moves."""
+    returns by agent, ``illegal`` moves (a mask forbade them) by agent, and its moves.
+    With ``video_dir`` (``make_env`` rendering ``rgb_array`` frames), each game is written
+    there as ``eval-episode-{i}.mp4``."""
     env, results = make_env(), []
     with torch.inference_mode():
         for game in range(games):
             env.reset(seed=seed + game)
+            frames = [env.render()] if video_dir else None
             returns = dict.fromkeys(env.agents, 0.0)
             illegal, moves = dict.fromkeys(env.agents, 0), 0
             for agent in env.agent_iter():
@@ -277,6 +282,10 @@ def play_games(
                     illegal[agent] += 1
                 env.step(move)
                 moves += 1
+                if frames is not None:
+                    frames.append(env.render())
+            if frames is not None:
+                write_video(frames, video_dir, game, env.metadata.get("render_fps", 1))
             results.append({"returns": returns, "illegal": illegal, "moves": moves})
     env.close()
     return results
@@ -330,18 +339,14 @@ def play_turns(
     *,
     explore: bool,
     seed: int,
+    video_dir: str | None = None,
 ) -> list[AgentEpisode]:
-    """``games`` games with each agent moved by the policy it maps to (in env copy 0)."""
+    """``games`` games with each agent moved by the policy it maps to (in env copy 0),
+    written to ``video_dir`` when given (:func:`play_games`)."""
     env = make_env()
     agents = list(env.possible_agents)
     env.close()
     seats = {agent: lane_mapping(policy_of)(agent, 0, agents) for agent in agents}
     players = {agent: policy_player(policies[pid], explore=explore) for agent, pid in seats.items()}
-    episodes = []
-    for game in play_games(make_env, players, games, seed=seed):
-        returns, by_policy = game["returns"], {}
-        for agent, value in returns.items():
-            by_policy.setdefault(seats[agent], []).append(value)
-        means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
-        episodes.append(AgentEpisode(sum(returns.values()), game["moves"], returns, means))
-    return episodes
+    played = play_games(make_env, players, games, seed=seed, video_dir=video_dir)
+    return [agent_episode(game["returns"], game["moves"], seats) for game in played]

@@ -65,6 +65,7 @@ from flowrl.rollout.multi_agent import (
     AgentSampler,
     agent_env_maker,
     policy_mapping,
+    record_agent_episodes,
     run_agent_episodes,
 )
 from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config, play_turns
@@ -367,10 +368,14 @@ class RolloutWorker(ParallelIteratorWorker):
         """:meth:`evaluate` on a multi-agent env: fresh copies, every policy acting as
         mapped (a turn-based game: one game at a time)."""
         cfg = self.config
-        if video_dir:
-            raise ConfigError("evaluation videos of multi-agent envs are not supported yet")
-        make_env = agent_env_maker(cfg.env, cfg.env_config)
+        make_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+        if video_dir and not make_env.turn_based:
+            with headless_rendering():
+                return record_agent_episodes(
+                    self.policy, make_env, policy_of, episodes,
+                    video_dir=video_dir, explore=explore, seed=seed,
+                )  # fmt: skip
         if not make_env.turn_based:
             n = min(episodes, cfg.num_envs_per_worker)
             lanes = AgentLanes(make_env, num_envs=n, policy_of=policy_of)
@@ -378,7 +383,11 @@ class RolloutWorker(ParallelIteratorWorker):
                 return run_agent_episodes(self.policy, lanes, episodes, explore=explore, seed=seed)
             finally:
                 lanes.close()
-        return play_turns(self.policy, make_env, policy_of, episodes, explore=explore, seed=seed)
+        with headless_rendering() if video_dir else contextlib.nullcontext():
+            return play_turns(
+                self.policy, make_env, policy_of, episodes,
+                explore=explore, seed=seed, video_dir=video_dir,
+            )  # fmt: skip
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None
