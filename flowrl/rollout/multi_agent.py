@@ -187,7 +187,49 @@ def _is_agent_env(env: Any) -> bool:
     return all(hasattr(env, name) for name in ("possible_agents", "observation_space", "step"))
 
 
-class AgentLanes:
+class Lanes:
+    """``num_envs`` copies of a multi-agent env whose agents are grouped into lanes by
+    policy: lane ``i`` of policy ``p`` is one agent of one copy (copy by copy, agents in
+    ``possible_agents`` order). Agents mapped to one policy must share their observation
+    and action spaces."""
+
+    def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
+        policy_of = lane_mapping(policy_of)
+        self.envs = [make_env() for _ in range(num_envs)]
+        self.num_envs = num_envs
+        first = self.envs[0]
+        agents = list(first.possible_agents)
+        self.lanes: dict[str, list[tuple[int, str]]] = {}
+        #: (copy, agent) -> (policy id, lane index)
+        self.lane_of: dict[tuple[int, str], tuple[str, int]] = {}
+        for copy in range(num_envs):
+            for agent in agents:
+                pid = policy_of(agent, copy, agents)
+                self.lane_of[copy, agent] = (pid, len(self.lanes.get(pid, [])))
+                self.lanes.setdefault(pid, []).append((copy, agent))
+        self.policy_ids = list(self.lanes)
+        self.observation_spaces: dict[str, gym.Space] = {}
+        self.action_spaces: dict[str, gym.Space] = {}
+        for pid, lanes in self.lanes.items():
+            mapped = list(dict.fromkeys(agent for _, agent in lanes))
+            self.observation_spaces[pid] = shared_space(first.observation_space, mapped, pid, "obs")
+            self.action_spaces[pid] = shared_space(first.action_space, mapped, pid, "action")
+        self._layouts = {
+            pid: RecordLayout(space) if is_composite(space) else None
+            for pid, space in self.observation_spaces.items()
+        }
+
+    def pack(self, pid: str, obs: Any) -> np.ndarray:
+        """One agent's observation as policy ``pid``'s rows hold it (a record when composite)."""
+        layout = self._layouts[pid]
+        return np.asarray(obs) if layout is None else layout.pack_one(obs)[0]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class AgentLanes(Lanes):
     """``num_envs`` copies of a Parallel-API env stepped together, their agents grouped
     into lanes by policy: lane ``i`` of policy ``p`` is one agent of one copy (copy by
     copy, agents in ``possible_agents`` order), and every observation, reward and flag
@@ -208,36 +250,16 @@ class AgentLanes:
     """
 
     def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
-        policy_of = lane_mapping(policy_of)
-        self.envs = [make_env() for _ in range(num_envs)]
-        first = self.envs[0]
-        self.lanes: dict[str, list[tuple[int, str]]] = {}
-        self.num_envs = num_envs
-        for copy in range(num_envs):
-            for agent in first.possible_agents:
-                pid = policy_of(agent, copy, list(first.possible_agents))
-                self.lanes.setdefault(pid, []).append((copy, agent))
-        self.policy_ids = list(self.lanes)
-        self.observation_spaces: dict[str, gym.Space] = {}
-        self.action_spaces: dict[str, gym.Space] = {}
-        for pid, lanes in self.lanes.items():
-            agents = list(dict.fromkeys(agent for _, agent in lanes))
-            self.observation_spaces[pid] = shared_space(first.observation_space, agents, pid, "obs")
-            self.action_spaces[pid] = shared_space(first.action_space, agents, pid, "action")
+        super().__init__(make_env, num_envs=num_envs, policy_of=policy_of)
         #: each copy's lanes: (policy id, lane index, agent)
         self._of_copy: list[list[tuple[str, int, str]]] = [[] for _ in self.envs]
         for pid, lanes in self.lanes.items():
             for i, (copy, agent) in enumerate(lanes):
                 self._of_copy[copy].append((pid, i, agent))
-        self._layouts = {
-            pid: RecordLayout(space) if is_composite(space) else None
-            for pid, space in self.observation_spaces.items()
-        }
         self.obs = {pid: self._empty_obs(pid) for pid in self.policy_ids}
         #: which lanes act at the next step
         self.active = {pid: np.zeros(len(lanes), bool) for pid, lanes in self.lanes.items()}
         self._resetting = [False] * num_envs
-        self._policy_of = {agent: pid for pid, lanes in self.lanes.items() for _, agent in lanes}
         #: each copy's running episode: its env steps and each agent's return
         self._length = [0] * num_envs
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
@@ -253,8 +275,7 @@ class AgentLanes:
         return np.zeros((n, *space.shape), space.dtype)
 
     def _observe(self, pid: str, lane: int, obs: Any) -> None:
-        layout = self._layouts[pid]
-        self.obs[pid][lane] = obs if layout is None else layout.pack_one(obs)[0]
+        self.obs[pid][lane] = self.pack(pid, obs)
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Start every copy (copy ``i`` seeded ``seed + i``); each policy's observations."""
@@ -303,9 +324,8 @@ class AgentLanes:
         return obs, rewards, terminated, truncated, valid
 
     def _finish_episode(self, copy: int) -> None:
-        self.episodes.append(
-            agent_episode(self._returns[copy], self._length[copy], self._policy_of)
-        )
+        seats = {agent: self.lane_of[copy, agent][0] for agent in self._returns[copy]}
+        self.episodes.append(agent_episode(self._returns[copy], self._length[copy], seats))
         self.episode_copies.append(copy)
         self._returns[copy], self._length[copy] = {}, 0
 
@@ -313,10 +333,6 @@ class AgentLanes:
         """The episodes finished since the last call."""
         episodes, self.episodes, self.episode_copies = self.episodes, [], []
         return episodes
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
 
 
 def _lane(actions: Any, i: int) -> Any:

@@ -45,13 +45,13 @@ from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment
-from flowrl.rollout.multi_agent import AgentEpisode, agent_episode, lane_mapping, shared_space
+from flowrl.rollout.multi_agent import AgentEpisode, Lanes, agent_episode, lane_mapping
 
 Row = dict[str, Any]
 Lane = tuple[str, int]  # (policy id, lane index)
 
 
-class TurnLanes:
+class TurnLanes(Lanes):
     """``num_envs`` copies of an AEC game, each agent of each copy a lane of the policy
     ``policy_of(agent, copy)`` names. :meth:`sample` plays one move in every copy per
     step (a finished game starts over in place) and returns each policy's fragment;
@@ -60,30 +60,8 @@ class TurnLanes:
     def __init__(
         self, make_env: Callable[[], Any], *, num_envs: int, policy_of: Callable[..., str]
     ) -> None:
-        policy_of = lane_mapping(policy_of)
-        self.envs = [make_env() for _ in range(num_envs)]
-        self.num_envs = num_envs
-        first = self.envs[0]
-        first.reset()  # some AEC envs know their agents only once reset
-        self.lanes: dict[str, list[tuple[int, str]]] = {}
-        self._lane_of: dict[tuple[int, str], Lane] = {}
-        for copy in range(num_envs):
-            for agent in first.possible_agents:
-                pid = policy_of(agent, copy, list(first.possible_agents))
-                self._lane_of[copy, agent] = (pid, len(self.lanes.get(pid, [])))
-                self.lanes.setdefault(pid, []).append((copy, agent))
-        self.policy_ids = list(self.lanes)
-        self.observation_spaces: dict[str, gym.Space] = {}
-        self.action_spaces: dict[str, gym.Space] = {}
-        for pid, lanes in self.lanes.items():
-            agents = list(dict.fromkeys(agent for _, agent in lanes))
-            self.observation_spaces[pid] = shared_space(first.observation_space, agents, pid, "obs")
-            self.action_spaces[pid] = shared_space(first.action_space, agents, pid, "action")
-        self._layouts = {
-            pid: RecordLayout(space) if is_composite(space) else None
-            for pid, space in self.observation_spaces.items()
-        }
-        self._finished: dict[Lane, list[Row]] = {lane: [] for lane in self._lane_of.values()}
+        super().__init__(make_env, num_envs=num_envs, policy_of=policy_of)
+        self._finished: dict[Lane, list[Row]] = {lane: [] for lane in self.lane_of.values()}
         self._open: dict[Lane, Row] = {}
         self._ready: dict[int, tuple[str, int, np.ndarray]] = {}  # a copy's next mover
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
@@ -95,10 +73,6 @@ class TurnLanes:
         self._ready.clear()
         for copy, env in enumerate(self.envs):
             env.reset(seed=None if seed is None else seed + copy)
-
-    def _pack(self, pid: str, obs: Any) -> np.ndarray:
-        layout = self._layouts[pid]
-        return np.asarray(obs) if layout is None else layout.pack_one(obs)[0]
 
     def _next_turn(self, copy: int) -> tuple[str, int, np.ndarray]:
         """Settle copy ``copy`` up to its next move: close the rows of the agents that
@@ -112,7 +86,7 @@ class TurnLanes:
                 continue
             agent = env.agent_selection
             obs, reward, terminated, truncated, _ = env.last()
-            pid, lane = self._lane_of[copy, agent]
+            pid, lane = self.lane_of[copy, agent]
             returns = self._returns[copy]
             returns[agent] = returns.get(agent, 0.0) + float(reward)
             row = self._open.pop((pid, lane), None)
@@ -120,14 +94,14 @@ class TurnLanes:
                 row.update({REWARDS: reward, TERMINATEDS: terminated, TRUNCATEDS: truncated})
                 self._finished[pid, lane].append(row)
             if not (terminated or truncated):
-                return pid, lane, self._pack(pid, obs)
+                return pid, lane, self.pack(pid, obs)
             if row is not None:  # the game's end: its final observation, not learned from
-                self._finished[pid, lane].append({OBS: self._pack(pid, obs), "_final": True})
+                self._finished[pid, lane].append({OBS: self.pack(pid, obs), "_final": True})
             env.step(None)
 
     def _finish_game(self, copy: int) -> None:
         returns = self._returns[copy]
-        seats = {agent: self._lane_of[copy, agent][0] for agent in returns}
+        seats = {agent: self.lane_of[copy, agent][0] for agent in returns}
         self.episodes.append(agent_episode(returns, self._moves[copy], seats))
         self._returns[copy], self._moves[copy] = {}, 0
 
@@ -170,7 +144,7 @@ class TurnLanes:
         length = max(1, *map(len, lanes))
         template = next((r for rows in lanes for r in rows if "_final" not in r), None)
         if template is None:  # no move finished: an empty fragment
-            template = {OBS: self._pack(pid, self.observation_spaces[pid].sample())}
+            template = {OBS: self.pack(pid, self.observation_spaces[pid].sample())}
         cols = {
             k: np.zeros((length, len(lanes), *np.shape(v)), np.asarray(v).dtype)
             for k, v in {**template, REWARDS: 0.0, TERMINATEDS: False, TRUNCATEDS: False}.items()
@@ -198,10 +172,6 @@ class TurnLanes:
             t, i = map(np.array, zip(*finals, strict=True))
             cols[VF_PREDS][t, i] = policy.compute_values(cols[OBS][t, i])
         return finish_fragment(policy, cols, valid, last_obs, raw_obs=None, pool=None, where=where)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
 
 
 class TurnSampler:
