@@ -400,6 +400,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         f"(min {res['episode_return_min']:.1f}, max {res['episode_return_max']:.1f}, "
         f"mean length {res['episode_len_mean']:.1f})"
     )
+    for key, value in res.items():  # a multi-agent env's agents and policies
+        if key.startswith(("agent/", "policy/")):
+            print(f"  {key.rsplit('/', 1)[0]}: episode_return_mean {value:.2f}")
     if args.video:
         print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
     return 0
