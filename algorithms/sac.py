@@ -20,7 +20,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -199,6 +201,20 @@ class Temperature(nn.Module):
         return self.log_alpha.detach().exp()
 
 
+@contextlib.contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """``module``'s parameters record no gradient meanwhile (gradients still flow through
+    it to its inputs)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
 class SoftActorCriticLearner(Learner):
     """What both variants learn: twin critics with soft-updated targets (clipped double
     Q), the actor, and the temperature, each with its own optimiser. A variant supplies
@@ -206,6 +222,8 @@ class SoftActorCriticLearner(Learner):
     loss."""
 
     shuffle = False  # replayed rows are a random sample already
+    # the actor's loss reads the critics frozen and the temperature detached: one backward
+    disjoint_losses = True
 
     def __init__(self, policy: Policy, config: SACConfig) -> None:
         super().__init__(policy, config)
@@ -257,7 +275,8 @@ class SoftActorCriticLearner(Learner):
         q1, q2 = self.taken_q(batch[OBS], batch[ACTIONS])
         weights = batch[WEIGHTS] if WEIGHTS in batch else torch.ones_like(q1)
         critic_loss = 0.5 * (weights * ((q1 - target).pow(2) + (q2 - target).pow(2))).mean()
-        actor_loss, entropy = self.actor_loss(batch[OBS], alpha)
+        with frozen(self.q):  # the actor's loss moves the actor only
+            actor_loss, entropy = self.actor_loss(batch[OBS], alpha.detach())
         entropy = entropy.detach()
         # log_alpha * (entropy - target): its gradient is the bracket
         alpha_loss = self.temperature.log_alpha * (entropy.mean() - self.target_entropy)

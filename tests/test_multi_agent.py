@@ -331,7 +331,7 @@ def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_
 
     algo = Algorithm("ppo", env=TICTACTOE, num_workers=0, seed=0)  # one policy, both seats
     try:
-        while (result := algo.train())["env_steps_sampled"] < 40_000:
+        while (result := algo.train())["env_steps_sampled"] < 30_000:
             pass
         policy = algo.workers.local_worker.policy["shared"]
         rates = match(tictactoe_v3.env, policy_player(policy), random_player(0), games=1000)
@@ -433,3 +433,12 @@ def test_an_aec_env_that_pettingzoo_can_make_parallel_is_stepped_in_parallel():
     assert not make.turn_based and hasattr(make(), "possible_agents")
     batch = worker_of(env="test_multi_agent:aec_poles", rollout_fragment_length=20).sample()
     assert len(batch) == 60 and len(batch["shared"]) > 60  # both agents' rows
+
+
+def test_connect_four_plays_turn_by_turn_with_its_action_mask():
+    batch = worker_of(env="pettingzoo.classic.connect_four_v3:env", rollout_fragment_length=50)
+    rows = batch.sample()["shared"]
+    assert rows["obs"].dtype.names == ("action_mask", "observation") and len(rows) > 100
+    episodes, metrics, _ = batch.get_metrics()
+    assert episodes and metrics["illegal_moves"] == 0
+    assert all(sorted(ep.agents.values()) in ([-1.0, 1.0], [0.0, 0.0]) for ep in episodes)

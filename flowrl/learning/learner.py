@@ -199,6 +199,10 @@ class Learner:
     #: Minibatches are shuffled index sets of rows (or sequences) each pass; False: slices
     #: in row order (replayed rows are a random sample already).
     shuffle: ClassVar[bool] = True
+    #: With several optimisers: each loss reaches only its own optimiser's parameters (the
+    #: loss detaches the others'), so one backward pass of their sum gives every optimiser
+    #: its own gradient. False: one pass per loss.
+    disjoint_losses: ClassVar[bool] = False
 
     def __init__(self, policy: Policy, config: Config) -> None:
         self.policy, self.config = policy, config
@@ -320,6 +324,8 @@ class Learner:
         if isinstance(losses, torch.Tensor):  # one optimiser: plain backward
             losses.backward()
             losses = {name: losses for name in optimizers}
+        elif self.disjoint_losses:
+            torch.stack(list(losses.values())).sum().backward()
         else:
             names = list(losses)
             for i, name in enumerate(names):
