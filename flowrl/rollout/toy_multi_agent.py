@@ -29,6 +29,7 @@ class IndependentCartPoles(ParallelEnv):
         self.possible_agents = [f"cartpole_{i}" for i in range(agents)]
         self._poles = {a: gym.make("CartPole-v1") for a in self.possible_agents}
         self.agents: list[str] = []
+        self.render_mode = None  # it does not render
 
     def observation_space(self, agent: str) -> gym.Space:
         return self._poles[agent].observation_space
