@@ -11,6 +11,9 @@ RLlib PPO's ``"auto"`` fragment for the same runners and envs (its 4,000-step tr
 divided over all envs), so both pay one round trip per as many steps. ``bulk_sync`` is
 also measured with PPO's own 128-step fragments (one train batch per round with 2 x 8).
 
+On CartPole-v1, a row samples the same numpy vector env made by a creator of yours
+(``toy_envs:cartpole_vector``, taking ``num_envs``), stepped as it is.
+
 An LSTM row samples with PPO's ``use_lstm`` network (the MLP's features into a 128-cell
 LSTM) and 128-step fragments, beside the MLP's row with the same fragments.
 
@@ -226,6 +229,10 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
     if ppo_frag != frag:  # what PPO's plan gets with its defaults
         makers[f"flowrl bulk_sync ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
             env, workers, envs, "bulk_sync", 1, ppo_frag
+        )
+    if env == "CartPole-v1":  # the same numpy env, made whole by a creator of yours
+        makers["flowrl bulk_sync (your VectorEnv)"] = lambda: FlowrlRollouts(
+            "flowrl.rollout.toy_envs:cartpole_vector", workers, envs, "bulk_sync", 1, frag
         )
     # PPO's plan with use_lstm: the state carried per env, recorded per step, sequences cut
     makers[f"flowrl bulk_sync LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(

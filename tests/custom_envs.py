@@ -161,3 +161,16 @@ class MaskedBox(Corridor):
             {"pos": gym.spaces.Box(0, 5, (1,)), "action_mask": gym.spaces.MultiBinary(2)}
         )
         self.action_space = gym.spaces.Box(-1, 1, (2,))
+
+
+def cartpole_vector(num_envs: int, autoreset: str = "NEXT_STEP", extra: int = 0):
+    """A user's own vector env: CartPole's numpy implementation, made whole (``extra``
+    envs more than asked, or another ``autoreset`` mode, to be refused)."""
+    if autoreset != "NEXT_STEP":
+        mode = gym.vector.AutoresetMode[autoreset]
+        return gym.vector.SyncVectorEnv(
+            [lambda: gym.make("CartPole-v1")] * num_envs, autoreset_mode=mode
+        )
+    return gym.make_vec(
+        "CartPole-v1", num_envs=num_envs + extra, vectorization_mode="vector_entry_point"
+    )

@@ -150,3 +150,23 @@ def test_the_cli_refuses_an_unsupported_space_with_exit_2_and_one_line(tmp_path)
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "observation space Dict" in proc.stderr
+
+
+def test_a_vector_env_of_your_own_is_stepped_as_it_is():
+    from flowrl.rollout.envs import make_vector_env
+
+    vec = make_vector_env("custom_envs:cartpole_vector", num_envs=5, seed=0)
+    assert type(vec).__name__ == "CartPoleVectorEnv" and vec.num_envs == 5  # no SyncVectorEnv
+    algo = Algorithm("ppo", env="custom_envs:cartpole_vector", num_workers=0)
+    try:
+        assert algo.train()["episode_return_mean"] > 0
+    finally:
+        algo.stop()
+    with pytest.raises(
+        ConfigError, match="must make a gymnasium VectorEnv of num_envs=2 envs; it made 3 envs"
+    ):
+        make_vector_env("custom_envs:cartpole_vector", num_envs=2, seed=0, env_config={"extra": 1})
+    with pytest.raises(ConfigError, match="resets its envs in SAME_STEP mode"):
+        make_vector_env(
+            "custom_envs:cartpole_vector", num_envs=2, seed=0, env_config={"autoreset": "SAME_STEP"}
+        )

@@ -5,7 +5,9 @@ An env is named by a string, so that configs, checkpoints and Ray workers can ca
 - a gymnasium id (``CartPole-v1``), or ``module:EnvId-v0`` to import the module that
   registers it first;
 - ``package.module:ClassOrFactory``: a ``gymnasium.Env`` subclass or a function returning
-  an env, imported by every process that builds one;
+  an env, imported by every process that builds one; a ``gymnasium.vector.VectorEnv``
+  subclass or a function taking ``num_envs`` makes all of a worker's envs at once and is
+  stepped as it is (NEXT_STEP autoreset), with no loop of flowrl's over its envs;
 - a name given to :func:`register_env` (the creator travels to Ray workers with them).
 
 The config's ``env_config`` is passed to the creator (or to ``gymnasium.make``) as keyword
@@ -168,7 +170,11 @@ def make_vector_env(
         raise ConfigError(f"{env} needs a package that is not installed: {e}") from None
     mode = vec.metadata.get("autoreset_mode")
     if mode is not None and getattr(mode, "name", str(mode)) != "NEXT_STEP":
-        raise ValueError(f"{env}: expected NEXT_STEP autoreset, got {mode}")
+        vec.close()
+        raise ConfigError(
+            f"env {env} resets its envs in {getattr(mode, 'name', mode)} mode: flowrl "
+            "steps vector envs in gymnasium's NEXT_STEP autoreset mode"
+        )
     try:
         check_spaces(env, vec.single_observation_space, vec.single_action_space)
     except ConfigError:
@@ -233,6 +239,11 @@ def make_recording_env(
         fps = one.metadata.get("render_fps", 60) // 4  # one frame per agent step
     elif isinstance(target, gym.envs.registration.EnvSpec):
         one = gym.make(target.id, render_mode="rgb_array", **kwargs)
+    elif makes_vector_envs(target):
+        raise ConfigError(
+            f"env {env} makes vector envs, which cannot be recorded: record with a creator "
+            "of one env"
+        )
     else:
         check_signature(env, target, kwargs)
         with contextlib.suppress(TypeError, ValueError):
@@ -312,9 +323,34 @@ def _make_registered(
         raise ConfigError(f"env {env} rejected env_config {kwargs}: {e}") from None
 
 
+def makes_vector_envs(creator: Any) -> bool:
+    """Whether ``creator`` makes a whole vector env: a ``gymnasium.vector.VectorEnv``
+    subclass, or a function taking ``num_envs``."""
+    if isinstance(creator, type):
+        return issubclass(creator, gym.vector.VectorEnv)
+    try:
+        return "num_envs" in inspect.signature(creator).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
+
+
 def _make_from_creator(
     env: str, creator: EnvCreator, num_envs: int, kwargs: dict[str, Any]
 ) -> gym.vector.VectorEnv:
+    if makes_vector_envs(creator):  # stepped as it is: its own loop over its envs
+        check_signature(env, creator, {"num_envs": num_envs, **kwargs})
+        vec = creator(num_envs=num_envs, **kwargs)
+        if not isinstance(vec, gym.vector.VectorEnv) or vec.num_envs != num_envs:
+            made = (
+                f"{getattr(vec, 'num_envs', '?')} envs"
+                if isinstance(vec, gym.vector.VectorEnv)
+                else f"a {type(vec).__name__}"
+            )
+            raise ConfigError(
+                f"env {env} takes num_envs, so it must make a gymnasium VectorEnv of "
+                f"num_envs={num_envs} envs; it made {made}"
+            )
+        return vec
     check_signature(env, creator, kwargs)
 
     def make_one() -> gym.Env:

@@ -41,7 +41,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
-from flowrl.rollout.envs import check_signature, resolve_env
+from flowrl.rollout.envs import check_signature, makes_vector_envs, resolve_env
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment, write_row
 
@@ -143,7 +143,8 @@ def agent_env_maker(
     key = f"{env} {json.dumps(kwargs, sort_keys=True, default=str)}"
     if key not in _AGENT_ENVS:
         kind = ""
-        if not (isinstance(target, type) and issubclass(target, gym.Env)):
+        single = isinstance(target, type) and issubclass(target, gym.Env)
+        if not (single or makes_vector_envs(target)):
             check_signature(env, target, kwargs)
             probe = target(**kwargs)
             if _is_agent_env(probe):

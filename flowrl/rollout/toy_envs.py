@@ -123,3 +123,10 @@ class ImageAndVector(_Drawn):
         self.t += 1
         reward = float(int(action) == self.answer)
         return self._draw(), reward, False, self.t >= self.length, {}
+
+
+def cartpole_vector(num_envs: int) -> gym.vector.VectorEnv:
+    """CartPole-v1's numpy vector env as a vector env of your own would come: a creator
+    taking ``num_envs`` (``--env flowrl.rollout.toy_envs:cartpole_vector``), which flowrl
+    steps as it is (``benchmarks/sampling.py`` has a row for it)."""
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
