@@ -196,13 +196,13 @@ def test_a_policy_of_another_algorithm_keeps_its_own_defaults_and_the_run_s_samp
 def test_a_policy_buffer_per_policy_samples_what_is_ready():
     from flowrl.replay import PolicyBuffers, ReplayBuffer
 
-    buffers = PolicyBuffers(lambda: ReplayBuffer(10))
+    buffers = PolicyBuffers(lambda i: ReplayBuffer(10, seed=i))
     buffers.add(fragment(ppo_rows=6, dqn_rows=2, env_steps=6))
     assert buffers.sample_after(4, learning_starts=4).policy_ids == ["ppo"]
     buffers.add(fragment(ppo_rows=6, dqn_rows=2, env_steps=6))
     both = buffers.sample_after(4, learning_starts=4)
     assert both.policy_ids == ["ppo", "dqn"] and len(both["dqn"]) == 4 and len(both) == 4
-    restored = PolicyBuffers(lambda: ReplayBuffer(10))
+    restored = PolicyBuffers(lambda i: ReplayBuffer(10, seed=i))
     restored.set_state(buffers.get_state())
     assert len(restored) == len(buffers) == 10 + 4
 

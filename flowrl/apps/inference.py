@@ -139,8 +139,7 @@ def _agent_policy(
     spec: Any, config: Any, make_env: Any, policy_id: str | None, saved: list[str]
 ) -> tuple[type[Policy], Any, Any, Any]:
     """The class, config and spaces of policy ``policy_id`` of a multi-agent run."""
-    from flowrl.rollout.multi_agent import AgentLanes, policy_mapping
-    from flowrl.rollout.turns import TurnLanes
+    from flowrl.rollout.multi_agent import Lanes, policy_mapping
     from flowrl.run.spec import policy_specs
 
     if policy_id is None and len(saved) != 1:
@@ -148,11 +147,8 @@ def _agent_policy(
     policy_id = policy_id or saved[0]
     if policy_id not in saved:
         raise ConfigError(f"the checkpoint has no policy {policy_id!r}; it has {saved}")
-    lanes_cls = TurnLanes if make_env.turn_based else AgentLanes
     policy_of = policy_mapping(config.policy_mapping, list(config.policies))
-    lanes = lanes_cls(
-        make_env, num_envs=2, policy_of=policy_of
-    )  # copy 1 seats self_play's opponent
+    lanes = Lanes(make_env, num_envs=2, policy_of=policy_of)  # 2: self_play's seats
     lanes.close()
     own = policy_specs(spec, config).get(policy_id)
     policy_cls, config = (own.policy_cls, own.config) if own else (spec.classes(config)[0], config)

@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
 from flowrl.learning.learner import Learner
+from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.policy import Policy
 
 #: results of one policy are ``policy/<id>/<name>``
@@ -93,22 +94,16 @@ class PolicyMap(dict):
             self[pid].normalizer.merge(u)
 
 
-class _PerPolicy:
-    """The same attribute of several learners (``learner.kl`` of each that has one),
-    called with one value per policy id."""
+class PolicyKLs:
+    """The adaptive KL penalties of several learners (an :class:`AdaptiveKL` each),
+    updated together from each policy's mean KL."""
 
-    def __init__(self, items: Mapping[str, Any]) -> None:
-        self._items = dict(items)
+    def __init__(self, kls: Mapping[str, AdaptiveKL]) -> None:
+        self.kls = dict(kls)
 
-    def __getattr__(self, name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-        def call(values: Mapping[str, Any]) -> dict[str, Any]:
-            return {
-                pid: getattr(self._items[pid], name)(v)
-                for pid, v in values.items()
-                if pid in self._items
-            }
-
-        return call
+    def update(self, values: Mapping[str, float]) -> dict[str, float]:
+        """Each named policy's new KL weight, from its mean KL (others' are skipped)."""
+        return {pid: self.kls[pid].update(v) for pid, v in values.items() if pid in self.kls}
 
 
 class MultiLearner:
@@ -133,10 +128,10 @@ class MultiLearner:
         return {pid: learner.optimizers for pid, learner in self.learners.items()}
 
     @property
-    def kl(self) -> _PerPolicy:
-        """Each KL-penalised learner's :class:`~flowrl.learning.losses.AdaptiveKL`:
-        ``kl.update({id: kl})`` returns the new weights by id."""
-        return _PerPolicy({pid: lr.kl for pid, lr in self.learners.items() if lr.kl is not None})
+    def kl(self) -> PolicyKLs:
+        """Each KL-penalised learner's penalty: ``kl.update({id: kl})`` returns the new
+        weights by id."""
+        return PolicyKLs({pid: lr.kl for pid, lr in self.learners.items() if lr.kl is not None})
 
     def _parts(self, batch: MultiAgentBatch) -> dict[str, SampleBatch]:
         if not isinstance(batch, MultiAgentBatch):

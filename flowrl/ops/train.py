@@ -24,7 +24,7 @@ from flowrl.core.context import (
 )
 from flowrl.core.iter import Operator
 from flowrl.core.sample_batch import MultiAgentBatch
-from flowrl.learning.multi import PolicyStats
+from flowrl.learning.multi import POLICY_PREFIX, PolicyStats
 from flowrl.ops.rollouts import Batch, Gradients
 from flowrl.rollout.worker import WorkerSet
 
@@ -44,7 +44,7 @@ def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
 
 def steps_trained(policy_id: str) -> str:
     """The counter of policy ``policy_id``'s rows trained (a multi-agent run's)."""
-    return f"policy/{policy_id}/{STEPS_TRAINED}"
+    return f"{POLICY_PREFIX}{policy_id}/{STEPS_TRAINED}"
 
 
 class TrainOneStep(Operator):

@@ -246,19 +246,20 @@ class ReplayBuffer:
 
 
 class PolicyBuffers:
-    """One replay buffer per policy of a multi-agent run, made by ``make`` when a policy's
-    first rows arrive: :meth:`add` takes a :class:`MultiAgentBatch` and :meth:`sample_after`
-    returns one, with ``n`` rows of every policy whose buffer is ready.
+    """One replay buffer per policy of a multi-agent run, made by ``make(i)`` when the
+    ``i``-th policy's first rows arrive (``i`` offsets its seed, so policies sample apart):
+    :meth:`add` takes a :class:`MultiAgentBatch` and :meth:`sample_after` returns one, with
+    ``n`` rows of every policy whose buffer is ready.
 
     Example:
-        >>> buffers = PolicyBuffers(lambda: ReplayBuffer(100))
+        >>> buffers = PolicyBuffers(lambda i: ReplayBuffer(100, seed=i))
         >>> rows = {"a": SampleBatch(x=np.arange(4)), "b": SampleBatch(x=np.arange(2))}
         >>> buffers.add(MultiAgentBatch(rows, env_steps=4))
         >>> buffers.sample_after(3, learning_starts=3)
         MultiAgentBatch(3 env steps; a: 3 rows)
     """
 
-    def __init__(self, make: Callable[[], ReplayBuffer]) -> None:
+    def __init__(self, make: Callable[[int], ReplayBuffer]) -> None:
         self._make = make
         self.buffers: dict[str, ReplayBuffer] = {}
 
@@ -270,7 +271,7 @@ class PolicyBuffers:
 
     def _buffer(self, policy_id: str) -> ReplayBuffer:
         if policy_id not in self.buffers:
-            self.buffers[policy_id] = self._make()
+            self.buffers[policy_id] = self._make(len(self.buffers))
         return self.buffers[policy_id]
 
     def add(self, batch: MultiAgentBatch) -> None:

@@ -91,7 +91,7 @@ def make_replay(
     if multi_agent:
         if config.replay_shards:
             raise ConfigError("replay_shards does not take multi-agent batches yet; set it to 0")
-        return PolicyBuffers(functools.partial(make_buffer, config))
+        return PolicyBuffers(functools.partial(make_buffer, config))  # seed + i for policy i
     if config.replay_shards == 0:
         return make_buffer(config)
     # a plain ReplayConfig: unpickling an algorithm's own config in every shard actor would

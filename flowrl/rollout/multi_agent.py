@@ -184,10 +184,6 @@ def is_turn_based(env: Any) -> bool:
     return aec and not env.metadata.get("is_parallelizable", False)
 
 
-def _is_agent_env(env: Any) -> bool:
-    return all(hasattr(env, name) for name in ("possible_agents", "observation_space", "step"))
-
-
 class Lanes:
     """``num_envs`` copies of a multi-agent env whose agents are grouped into lanes by
     policy: lane ``i`` of policy ``p`` is one agent of one copy (copy by copy, agents in
@@ -305,7 +301,9 @@ class AgentLanes(Lanes):
                 self._start(copy, env.reset()[0])
                 continue
             lanes = self._of_copy[copy]
-            acting = {agent: _lane(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]}
+            acting = {
+                agent: lane_action(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]
+            }
             obs, rew, term, trunc, _ = env.step(acting)
             returns = self._returns[copy]
             for pid, i, agent in lanes:
@@ -336,12 +334,12 @@ class AgentLanes(Lanes):
         return episodes
 
 
-def _lane(actions: Any, i: int) -> Any:
+def lane_action(actions: Any, i: int) -> Any:
     """Lane ``i``'s action of a policy's (a nest of arrays for Dict and Tuple actions)."""
     if isinstance(actions, Mapping):
-        return {k: _lane(v, i) for k, v in actions.items()}
+        return {k: lane_action(v, i) for k, v in actions.items()}
     if isinstance(actions, tuple):
-        return tuple(_lane(v, i) for v in actions)
+        return tuple(lane_action(v, i) for v in actions)
     return actions[i]
 
 
@@ -419,14 +417,22 @@ def shared_space(
 
 
 def run_agent_episodes(
-    policies: PolicyMap, lanes: AgentLanes, episodes: int, *, explore: bool, seed: int
+    policies: PolicyMap,
+    lanes: AgentLanes,
+    episodes: int,
+    *,
+    explore: bool,
+    seed: int,
+    video_dir: str | None = None,
 ) -> list[AgentEpisode]:
     """Exactly ``episodes`` fresh episodes of ``policies`` on ``lanes`` (greedy actions
     unless ``explore``): copy i's first episodes i, i + n, ... count, so the count is exact
-    whatever the episodes' lengths."""
+    whatever the episodes' lengths. With ``video_dir`` (lanes of one copy that renders
+    ``rgb_array``), each episode is written there as ``eval-episode-{i}.mp4``."""
     n = lanes.num_envs
     quota = [len(range(i, episodes, n)) for i in range(n)]
     obs, done = lanes.reset(seed=seed), []
+    frames = [lanes.envs[0].render()] if video_dir else None
     with torch.inference_mode():
         while len(done) < episodes:
             actions = {}
@@ -436,59 +442,18 @@ def run_agent_episodes(
                 )
                 actions[pid] = policy.env_actions(a)
             obs = lanes.step(actions)[0]
+            if frames is not None:  # a reset step's frame starts the next episode's video
+                frames.append(lanes.envs[0].render())
             for episode, copy in zip(lanes.episodes, lanes.episode_copies, strict=True):
                 if quota[copy] > 0:
                     quota[copy] -= 1
                     done.append(episode)
+                    if frames is not None:
+                        fps = lanes.envs[0].metadata.get("render_fps", 30)
+                        write_video(frames, video_dir, len(done) - 1, fps)
+                        frames = []
             lanes.take_episodes()
     return done
-
-
-def record_agent_episodes(
-    policies: PolicyMap,
-    make_env: Callable[[], Any],
-    policy_of: PolicyOf,
-    episodes: int,
-    *,
-    video_dir: str,
-    explore: bool,
-    seed: int,
-) -> list[AgentEpisode]:
-    """``episodes`` episodes of a Parallel-API env, one at a time, each agent acting with
-    the policy it maps to (in env copy 0), each written to ``video_dir`` as
-    ``eval-episode-{i}.mp4``."""
-    mapping = lane_mapping(policy_of)
-    done = []
-    for index in range(episodes):
-        env = make_env()
-        agents = list(env.possible_agents)
-        seats = {agent: mapping(agent, 0, agents) for agent in agents}
-        obs, _ = env.reset(seed=seed + index)
-        frames, returns, steps = [env.render()], dict.fromkeys(agents, 0.0), 0
-        with torch.inference_mode():
-            while env.agents:
-                actions = {
-                    agent: _act(policies[seats[agent]], o, explore)
-                    for agent, o in obs.items()
-                    if agent in env.agents
-                }
-                obs, rewards, _, _, _ = env.step(actions)
-                for agent, reward in rewards.items():
-                    returns[agent] += float(reward)
-                frames.append(env.render())
-                steps += 1
-        write_video(frames, video_dir, index, env.metadata.get("render_fps", 30))
-        env.close()
-        done.append(agent_episode(returns, steps, seats))
-    return done
-
-
-def _act(policy: Any, obs: Any, explore: bool) -> Any:
-    """One agent's action of ``policy`` for its observation."""
-    space = policy.observation_space
-    batch = RecordLayout(space).pack_one(obs) if is_composite(space) else np.asarray(obs)[None]
-    actions, _ = policy.compute_actions(policy.normalizer.observations(batch), explore=explore)
-    return _lane(policy.env_actions(actions), 0)
 
 
 def agent_episode(returns: dict[str, float], length: int, seats: Mapping[str, str]) -> AgentEpisode:

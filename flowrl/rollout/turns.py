@@ -45,7 +45,13 @@ from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment
-from flowrl.rollout.multi_agent import AgentEpisode, Lanes, agent_episode, lane_mapping
+from flowrl.rollout.multi_agent import (
+    AgentEpisode,
+    Lanes,
+    agent_episode,
+    lane_action,
+    lane_mapping,
+)
 
 Row = dict[str, Any]
 Lane = tuple[str, int]  # (policy id, lane index)
@@ -135,7 +141,7 @@ class TurnLanes(Lanes):
             self._open[pid, lane] = row
             if masks is not None and not masks[j].reshape(-1)[int(actions[j])]:
                 self.illegal_moves += 1
-            self.envs[copy].step(env_actions[j])
+            self.envs[copy].step(lane_action(env_actions, j))
             self._moves[copy] += 1
 
     def _fragment(self, pid: str, policy: Any, where: str) -> Fragment:
@@ -178,8 +184,9 @@ class TurnSampler:
     """:class:`TurnLanes` played by a worker's policies (what
     :class:`~flowrl.rollout.multi_agent.AgentSampler` is to Parallel envs)."""
 
-    def __init__(self, lanes: TurnLanes, policies: PolicyMap, *, where: str) -> None:
+    def __init__(self, lanes: TurnLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
         self.lanes, self.policies, self.where = lanes, policies, where
+        lanes.reset(seed=seed)
 
     def sample(self, steps: int) -> dict[str, Fragment]:
         return self.lanes.sample(self.policies, steps, where=self.where)
@@ -215,8 +222,8 @@ def policy_player(policy: Any, *, explore: bool = False) -> Player:
 
     def move(obs: Any) -> Any:
         batch = np.asarray(obs)[None] if layout is None else layout.pack_one(obs)
-        actions, _ = policy.compute_actions(batch, explore=explore)
-        return policy.env_actions(actions)[0]
+        actions, _ = policy.compute_actions(policy.normalizer.observations(batch), explore=explore)
+        return lane_action(policy.env_actions(actions), 0)
 
     return move
 

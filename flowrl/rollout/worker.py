@@ -8,7 +8,7 @@ holds the policy's acting module; the local worker also builds the
 asks them for gradients).
 
 Example:
-    >>> from flowrl.core.config import Config, ConfigError
+    >>> from flowrl.core.config import Config
     >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
     >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
     True
@@ -65,7 +65,6 @@ from flowrl.rollout.multi_agent import (
     AgentSampler,
     agent_env_maker,
     policy_mapping,
-    record_agent_episodes,
     run_agent_episodes,
 )
 from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config, play_turns
@@ -108,6 +107,10 @@ class RolloutWorker(ParallelIteratorWorker):
         torch.manual_seed(seed)
         # a remote worker's env threads stay within the CPUs Ray reserved for it
         threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
+        # held while a learner thread changes the policy: a checkpoint reads whole updates
+        self.lock = threading.Lock()
+        # seconds spent sampling and loading weights, reported when profiling
+        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
         #: a multi-agent env's sampler (None: a single-agent vector env)
         self.agents: AgentSampler | None = None
         self.policy_specs = dict(policy_specs or {})
@@ -137,10 +140,6 @@ class RolloutWorker(ParallelIteratorWorker):
         self._starts = np.zeros(n, dtype=bool)
         self._episodes = EpisodeTracker(n)
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
-        # held while a learner thread changes the policy: a checkpoint reads whole updates
-        self.lock = threading.Lock()
-        # seconds spent sampling and loading weights, reported when profiling
-        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
 
     def _init_agents(self, make_env: Callable[[], Any], device: str, seed: int) -> None:
         """Multi-agent: lanes over copies of the env, and a policy per id."""
@@ -163,15 +162,9 @@ class RolloutWorker(ParallelIteratorWorker):
                 device=device,
                 worker_index=self.worker_index,
             )
-        self.env, self.policy = lanes, policies
-        self.state = None
-        if make_env.turn_based:
-            lanes.reset(seed=seed)
-            self.agents = TurnSampler(lanes, policies, where=self._where)
-        else:
-            self.agents = AgentSampler(lanes, policies, seed=seed, where=self._where)
-        self.lock = threading.Lock()
-        self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
+        self.env, self.policy, self.state = lanes, policies, None
+        sampler = TurnSampler if make_env.turn_based else AgentSampler
+        self.agents = sampler(lanes, policies, seed=seed, where=self._where)
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -370,24 +363,20 @@ class RolloutWorker(ParallelIteratorWorker):
         cfg = self.config
         make_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        if video_dir and not make_env.turn_based:
-            with headless_rendering():
-                return record_agent_episodes(
+        with headless_rendering() if video_dir else contextlib.nullcontext():
+            if make_env.turn_based:
+                return play_turns(
                     self.policy, make_env, policy_of, episodes,
-                    video_dir=video_dir, explore=explore, seed=seed,
+                    explore=explore, seed=seed, video_dir=video_dir,
                 )  # fmt: skip
-        if not make_env.turn_based:
-            n = min(episodes, cfg.num_envs_per_worker)
-            lanes = AgentLanes(make_env, num_envs=n, policy_of=policy_of)
+            copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
+            lanes = AgentLanes(make_env, num_envs=copies, policy_of=policy_of)
             try:
-                return run_agent_episodes(self.policy, lanes, episodes, explore=explore, seed=seed)
+                return run_agent_episodes(
+                    self.policy, lanes, episodes, explore=explore, seed=seed, video_dir=video_dir
+                )
             finally:
                 lanes.close()
-        with headless_rendering() if video_dir else contextlib.nullcontext():
-            return play_turns(
-                self.policy, make_env, policy_of, episodes,
-                explore=explore, seed=seed, video_dir=video_dir,
-            )  # fmt: skip
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None
@@ -419,7 +408,7 @@ class WorkerSet:
     and ``num_workers`` remote :class:`RolloutWorker` actors.
 
     Example:
-        >>> from flowrl.core.config import Config, ConfigError
+        >>> from flowrl.core.config import Config
         >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
         >>> workers.remote_workers
         []

@@ -27,7 +27,7 @@ from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
 from flowrl.rollout.envs import check_env_id, check_spaces, env_name, make_vector_env
-from flowrl.rollout.multi_agent import AgentLanes, agent_env_maker, policy_mapping
+from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
@@ -44,7 +44,7 @@ def check_env(spec: AlgorithmSpec, config: Config) -> None:
     if make_agent_env is not None:
         specs = policy_specs(spec, config)
         policy_of = policy_mapping(config.policy_mapping, list(config.policies))
-        lanes = AgentLanes(make_agent_env, num_envs=1, policy_of=policy_of)
+        lanes = Lanes(make_agent_env, num_envs=2, policy_of=policy_of)  # 2: self_play's seats
         lanes.close()
         for pid, space in lanes.action_spaces.items():
             check_spaces(f"{config.env} (policy {pid})", lanes.observation_spaces[pid], space)
