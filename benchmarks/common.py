@@ -21,9 +21,9 @@ def start_ray(logical_cpus: int) -> None:
     """Start Ray with ``logical_cpus``: contenders that take turns all keep their actors
     (and RLlib asks for learner actors too), so the machine's own count would leave some
     unscheduled and the run would wait for them forever."""
-    import ray
+    from flowrl import init_ray
 
-    ray.init(num_cpus=logical_cpus, include_dashboard=False, logging_level="ERROR")
+    init_ray(num_cpus=logical_cpus, include_dashboard=False, logging_level="ERROR")
 
 
 def time_per_call(fn: Callable[[], Any], *, repeats: int, warmup: int = 10) -> float:

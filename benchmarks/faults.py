@@ -167,7 +167,9 @@ def main() -> None:
     if "kills" in args.what:
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        from flowrl import init_ray
+
+        init_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
         rows = kills_rows(args.seeds, args.algos)
         ray.shutdown()
         print_table(rows)

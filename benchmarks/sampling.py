@@ -240,6 +240,9 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
     )
     if rllib_available():
         makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)
+    if args.only:  # the limit, and the contenders whose names hold one of the words
+        makers = {n: m for n, m in makers.items()
+                  if n == "plain processes (limit)" or any(w in n for w in args.only)}  # fmt: skip
     contenders = {}
     try:
         for name, make in makers.items():
@@ -291,6 +294,8 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8, help="envs per worker")
     parser.add_argument("--fragment", type=int, default=None,
                         help="flowrl's steps per env per fragment (default: RLlib's)")  # fmt: skip
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="only the contenders whose names hold one of the words")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="windows per contender")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
     args = parser.parse_args()

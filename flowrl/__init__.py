@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from flowrl.rollout.envs import register_env
     from flowrl.rollout.worker import RolloutWorker, WorkerSet
     from flowrl.run.algorithm import Algorithm
+    from flowrl.run.ray_start import init_ray
     from flowrl.run.spec import AlgorithmSpec, get_algorithm, list_algorithms
 
 # name -> the module that defines it, imported on first use: a process that needs only a
@@ -41,6 +42,7 @@ _HOMES = {
     "register_env": "flowrl.rollout.envs",
     "export_policy": "flowrl.apps.inference",
     "load_policy": "flowrl.apps.inference",
+    "init_ray": "flowrl.run.ray_start",
     "LocalIterator": "flowrl.core.iter",
     "NotReady": "flowrl.core.iter",
     "Operator": "flowrl.core.iter",
@@ -92,6 +94,7 @@ __all__ = [
     "WorkerSet",
     "export_policy",
     "get_algorithm",
+    "init_ray",
     "list_algorithms",
     "load_policy",
     "param",

@@ -16,6 +16,8 @@ def ray_session():
     """A local Ray instance shared by the whole test session."""
     import ray
 
+    from flowrl import init_ray
+
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     # Ray's workers import the test modules' actor classes by name
     tests_dir = os.path.dirname(__file__)
@@ -23,6 +25,6 @@ def ray_session():
         p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p
     )
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        init_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()

@@ -31,6 +31,7 @@ from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
+from flowrl.run.ray_start import init_ray
 from flowrl.run.runner import run
 from flowrl.run.saving import Checkpointing
 from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm, policy_specs
@@ -71,7 +72,7 @@ def ensure_ray(address: str | None) -> None:
     if address:
         ray.init(address=address, logging_level="ERROR")
     else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR")
+        init_ray(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR")
 
 
 def check_worker_cpus(config: Config, address: str | None = None) -> None:
