@@ -16,8 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowrl.learning.learner import adam
-
 from common import interleaved, print_table, ratio_spread, steady, write_results
 
 OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
@@ -52,7 +50,7 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
         return per_call
 
     model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu").module
-    opt = adam(model.parameters(), cfg.lr, eps=1e-5)
+    opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
     tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
     rng = np.random.default_rng(0)
 
@@ -77,7 +75,9 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
                 opt.step()
         return per_call
 
-    return compare("PPO (2048 rows, 6 epochs x 256)", flowrl_step, plain_step, seconds, rounds)
+    epochs = f"{cfg.num_sgd_iter} epochs x {cfg.sgd_minibatch_size}"
+    label = f"PPO ({cfg.train_batch_size} rows, {epochs})"
+    return compare(label, flowrl_step, plain_step, seconds, rounds)
 
 
 def dqn(seconds: float, rounds: int) -> list[dict]:
@@ -103,7 +103,7 @@ def dqn(seconds: float, rounds: int) -> list[dict]:
 
     other = DQNLearner(DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
     model, target = other.module, other.target
-    opt = adam(model.parameters(), cfg.lr, eps=1e-5)
+    opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
     t = {k: torch.from_numpy(v) for k, v in batch.items()}
 
     def plain_step() -> int:

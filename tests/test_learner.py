@@ -17,6 +17,7 @@ from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import SampleBatch
 from flowrl.learning.learner import Learner, NonFiniteError, Optimized
 from flowrl.learning.losses import AdaptiveKL
+from flowrl.learning.optim import FusedAdam, adam
 from flowrl.learning.policy import Policy
 from flowrl.ops import UpdateKL, UpdateTargets
 from flowrl.rollout.worker import WorkerSet
@@ -146,3 +147,30 @@ def test_a_remote_rollout_worker_holds_only_the_acting_module(name, ray_session)
         assert sum(v.size for k, v in sent.items() if not k.startswith("normalizer/")) == acting
     finally:
         workers.stop()
+
+
+def test_fused_adam_steps_and_saves_as_torch_adam_does():
+    """flowrl's Adam (no torch._dynamo import) makes torch.optim.Adam's update, and either
+    loads the other's state_dict."""
+    torch.manual_seed(0)
+    ours_net, theirs_net = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    theirs_net.load_state_dict(ours_net.state_dict())
+    ours = adam(ours_net.parameters(), 1e-2, eps=1e-5)
+    theirs = torch.optim.Adam(theirs_net.parameters(), lr=1e-2, eps=1e-5, fused=True)
+    assert isinstance(ours, FusedAdam)
+    for _ in range(5):
+        x = torch.randn(8, 4)
+        for net, opt in ((ours_net, ours), (theirs_net, theirs)):
+            opt.zero_grad(set_to_none=True)
+            net(x).pow(2).sum().backward()
+            opt.step()
+    for a, b in zip(ours_net.parameters(), theirs_net.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    saved = theirs.state_dict()
+    assert ours.state_dict()["param_groups"] == saved["param_groups"]
+    again = adam(ours_net.parameters(), 1e-2, eps=1e-5)
+    again.load_state_dict(saved)  # a checkpoint written with torch's Adam
+    theirs.load_state_dict(ours.state_dict())  # and the other way
+    for s in (again.state_dict()["state"][0], theirs.state_dict()["state"][0]):
+        assert s["step"].item() == 5
+        torch.testing.assert_close(s["exp_avg"], saved["state"][0]["exp_avg"])

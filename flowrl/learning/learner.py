@@ -33,6 +33,7 @@ from torch import nn
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import OBS, STATE_IN, SampleBatch
 from flowrl.learning.losses import AdaptiveKL
+from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
 from flowrl.learning.postprocessing import VALID, sequence_starts
 from flowrl.learning.spaces import to_tensor
@@ -55,13 +56,7 @@ class NonFiniteError(RuntimeError):
     """A NaN or infinity reached training: the update that met it was not applied."""
 
 
-def adam(params: Any, lr: float, *, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fused kernel (one call per step for all parameters: several times
-    faster than the per-tensor loop for small models)."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: float) -> None:
+def load_optimizer_state(optimizer: Any, state: dict, lr: float) -> None:
     """Load a saved optimiser state but keep the config's learning rate: a run resumed
     (or a Tune trial restored) with another ``lr`` trains with it, not the saved one."""
     optimizer.load_state_dict(state)
@@ -268,7 +263,7 @@ class Learner:
         return self.optimized()
 
     @cached_property
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def optimizers(self) -> dict[str, Any]:
         """One Adam per :meth:`optimized` entry, built on first use: building one imports
         torch's compiler stack (about 1.5 s)."""
         return {name: adam(o.params, o.lr, eps=o.eps) for name, o in self._optimized.items()}
