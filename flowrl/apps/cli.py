@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -513,6 +514,16 @@ def main(argv: list[str] | None = None) -> int:
             _shutdown_ray()
 
 
+def console_main() -> int:
+    """The ``flowrl`` command: :func:`main`, then a quick exit. The interpreter's last
+    garbage collections walk every object torch made (0.4-0.8 s after a run, a tenth of
+    a CartPole run); frozen, they are skipped. Files, Ray and atexit handlers are closed
+    as before."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 def _shutdown_ray() -> None:
     """Stop the Ray this command started, with Ctrl-C ignored meanwhile: a second Ctrl-C
     inside Ray's shutdown crashed the process (segfault) and left Ray's agents running."""
@@ -523,4 +534,4 @@ def _shutdown_ray() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

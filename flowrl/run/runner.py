@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
@@ -182,12 +183,10 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
     """One ``train()``; a dead rollout worker or replay shard, or a remote worker whose env
     raised, is replaced and the plan rebuilt, within the budget. An env that raised in
     this process (no remote workers) ends the run: nothing can replace it."""
-    import ray
-
     while True:
         try:
             result = _train_watched(algo)
-        except (ray.exceptions.RayActorError, EnvError) as e:
+        except (*_ray_actor_errors(), EnvError) as e:
             broken = [e.worker_index] if isinstance(e, EnvError) else []
             if 0 in broken:  # the local worker's env: nothing can replace it
                 raise
@@ -203,6 +202,13 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
             continue
         budget.earn()
         return result
+
+
+def _ray_actor_errors() -> tuple[type[BaseException], ...]:
+    """Ray's dead-actor error once Ray is imported; a run in-process never imports it
+    (a quarter of a second)."""
+    ray = sys.modules.get("ray")
+    return (ray.exceptions.RayActorError,) if ray is not None else ()
 
 
 def _train_watched(algo: Trainable) -> dict[str, Any]:
