@@ -41,7 +41,7 @@ from flowrl.core.context import STEPS_SAMPLED
 from flowrl.core.iter import walk
 from flowrl.ops.concurrency import LearnerThread
 
-ENVS_PER_WORKER = (4, 8, 16)
+ENVS_PER_WORKER = (4, 8, 16, 32)
 # Ray's costs in the model: a request round trip, copying bytes between processes
 # (serialise, object store, load), and starting Ray with its first workers (imports, actor
 # processes); source: benchmarks/autotune.py (benchmarks/results/defaults.md)
@@ -128,7 +128,7 @@ def choose_layout(
     """
     round_steps = max(1, config.num_workers) * config.num_envs_per_worker
     round_steps *= config.rollout_fragment_length
-    sample_s, step_bytes = measure_sampling(spec, config, envs or ENVS_PER_WORKER, seconds / 4)
+    sample_s, step_bytes = measure_sampling(spec, config, envs or ENVS_PER_WORKER, seconds / 8)
     # learning is measured on the fastest in-process layout, which can then keep going
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
