@@ -39,6 +39,7 @@ from flowrl.learning.losses import masked_mean
 from flowrl.learning.policy import Policy
 from flowrl.learning.postprocessing import VALID, to_sequences, vtrace
 from flowrl.ops import (
+    AggregatedRollouts,
     BroadcastWeights,
     ConcatBatches,
     Concurrently,
@@ -78,6 +79,9 @@ class IMPALAConfig(ActorCriticConfig):
     broadcast_interval: int = param(1, "a worker's fragments between weight pushes to it", ge=1)
     replay_proportion: float = param(0.0, "replayed batches mixed in per new batch", ge=0)
     replay_buffer_num_slots: int = param(100, "batches kept for replay", ge=1)
+    num_aggregation_workers: int = param(
+        0, "actors that take the remote workers' fragments in for the plan (many workers)", ge=0
+    )
 
 
 # Settings known to learn these env families, under the user's own values (flowrl.run.presets)
@@ -173,8 +177,16 @@ def learner_thread(workers: WorkerSet, config: IMPALAConfig) -> LearnerThread:
 def enqueue_rollouts(
     workers: WorkerSet, config: IMPALAConfig, learner: LearnerThread
 ) -> LocalIterator[Any]:
-    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue."""
-    rollouts = ParallelRollouts(workers, mode="async").for_each(
+    """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue;
+    with aggregation workers, they gather and concatenate the fragments and pass the
+    weights on (AggregatedRollouts)."""
+    aggregated = config.num_aggregation_workers > 0 and bool(workers.remote_workers)
+    if aggregated:
+        rollouts = AggregatedRollouts(workers, num_aggregators=config.num_aggregation_workers,
+                                      min_batch_size=config.train_batch_size)  # fmt: skip
+    else:
+        rollouts = ParallelRollouts(workers, mode="async")
+    rollouts = rollouts.for_each(
         BroadcastWeights(workers, learner, broadcast_interval=config.broadcast_interval)
     )
     if config.replay_proportion > 0:
@@ -184,7 +196,9 @@ def enqueue_rollouts(
             seed=config.seed,
         )
         rollouts = rollouts.combine(replay)
-    return rollouts.combine(ConcatBatches(config.train_batch_size)).for_each(Enqueue(learner))
+    if not aggregated:  # aggregated batches come whole
+        rollouts = rollouts.combine(ConcatBatches(config.train_batch_size))
+    return rollouts.for_each(Enqueue(learner))
 
 
 def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[dict[str, Any]]:

@@ -18,6 +18,7 @@ from flowrl.ops.replay_ops import (
     UpdatePriorities,
 )
 from flowrl.ops.rollouts import (
+    AggregatedRollouts,
     AsyncGradients,
     ComputeGradients,
     ConcatBatches,
@@ -29,6 +30,7 @@ from flowrl.ops.selfplay import SelfPlay
 from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateKL, UpdateTargets
 
 __all__ = [
+    "AggregatedRollouts",
     "ApplyGradients",
     "AsyncGradients",
     "BroadcastWeights",

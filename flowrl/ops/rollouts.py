@@ -1,5 +1,5 @@
-"""Sources and transforms of experience: ParallelRollouts, AsyncGradients, ConcatBatches,
-StandardizeFields.
+"""Sources and transforms of experience: ParallelRollouts, AggregatedRollouts,
+AsyncGradients, ConcatBatches, StandardizeFields.
 
 Example:
     >>> from flowrl import Config, Policy
@@ -13,13 +13,20 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
-from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator, walk
+from flowrl.core.iter import (
+    LocalIterator,
+    NotReady,
+    Operator,
+    ParallelIterator,
+    ParallelIteratorWorker,
+    walk,
+)
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import PolicyStats
 from flowrl.learning.postprocessing import VALID
@@ -110,6 +117,96 @@ def ParallelRollouts(
     else:
         source = shards.gather_async(num_async=num_async)
     return _counted(source, name=f"ParallelRollouts({mode})", size=len)
+
+
+class Aggregator(ParallelIteratorWorker):
+    """A Ray actor that takes fragments in for the plan (:func:`AggregatedRollouts`).
+
+    With many rollout workers, the plan's process spends its time on each fragment: a
+    request, a ``ray.wait`` and a ``ray.get``, its rows copied into a train batch, and a
+    weight push to its worker. An aggregator does this for a share of the workers: it
+    keeps ``num_async`` requests in flight on each, concatenates their fragments into
+    batches of at least ``min_batch_size`` rows (its items), and forwards each version of
+    the weights it is sent to its workers, put once. The plan then handles one item and
+    one weight push per train batch instead of one per fragment.
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[Any],
+        *,
+        min_batch_size: int,
+        num_async: int = 2,
+        request_timeout_s: float = 0.0,
+    ) -> None:
+        self._workers = list(workers)
+        self._min_batch_size, self._num_async = min_batch_size, num_async
+        self._request_timeout_s = request_timeout_s
+        self._version, self._ref = 0, None  # the weights to forward, put once
+        self._has: dict[Any, int] = {}  # worker -> the version it was sent
+        super().__init__(self._batches)
+
+    def set_weights(self, weights: Any) -> None:
+        """New weights: each worker gets them before its next request."""
+        import ray
+
+        self._version, self._ref = self._version + 1, ray.put(weights)
+
+    def _forward_weights(self, ctx: PlanContext) -> None:
+        worker = ctx.current_actor  # the one about to get its next request
+        if worker is not None and self._ref is not None and self._has.get(worker) != self._version:
+            worker.set_weights.remote(self._ref)
+            self._has[worker] = self._version
+
+    def _batches(self) -> Iterator[SampleBatch]:
+        fragments = ParallelIterator.from_actors(
+            self._workers,
+            name="RolloutWorker",
+            before_requests=self._forward_weights,
+            request_timeout_s=self._request_timeout_s,
+        ).gather_async(num_async=self._num_async)
+        return iter(fragments.combine(ConcatBatches(self._min_batch_size)))
+
+
+def AggregatedRollouts(
+    workers: WorkerSet, *, num_aggregators: int, min_batch_size: int, num_async: int = 2
+) -> LocalIterator[SampleBatch]:
+    """Batches of at least ``min_batch_size`` env steps from ``num_aggregators``
+    :class:`Aggregator` actors (worker ``i`` goes to aggregator ``i % num_aggregators``),
+    as they complete, counted as env steps sampled: what
+    ``ParallelRollouts(workers, mode="async").combine(ConcatBatches(min_batch_size))``
+    yields, with the fragments taken in off the plan's process. ``BroadcastWeights`` after
+    it sends the weights to the aggregator an item came from, which passes them on.
+    IMPALA's and APPO's ``num_aggregation_workers`` (``benchmarks/scaling.py``).
+
+    Example:
+        >>> AggregatedRollouts(  # doctest: +SKIP
+        ...     workers, num_aggregators=2, min_batch_size=500
+        ... ).for_each(BroadcastWeights(workers, learner))
+    """
+    import ray
+
+    remote = workers.remote_workers
+    if not remote:
+        raise ValueError("AggregatedRollouts needs remote workers (num_workers > 0)")
+    if num_aggregators < 1:
+        raise ValueError(f"num_aggregators must be >= 1, got {num_aggregators}")
+    n = min(num_aggregators, len(remote))
+    actor_cls = ray.remote(num_cpus=0)(Aggregator)
+    timeout_s = workers.config.sample_timeout_s
+    aggregators = [
+        actor_cls.remote(remote[i::n], min_batch_size=min_batch_size, num_async=num_async,
+                         request_timeout_s=timeout_s)
+        for i in range(n)
+    ]  # fmt: skip
+    shards = ParallelIterator.from_actors(
+        aggregators, name="Aggregator", request_timeout_s=timeout_s
+    )
+    return _counted(
+        shards.gather_async(num_async=2),
+        name=f"AggregatedRollouts({n} aggregators, {len(remote)} workers)",
+        size=len,
+    )
 
 
 class ComputeGradients(Operator):

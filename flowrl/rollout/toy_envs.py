@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -130,3 +131,53 @@ def cartpole_vector(num_envs: int) -> gym.vector.VectorEnv:
     taking ``num_envs`` (``--env flowrl.rollout.toy_envs:cartpole_vector``), which flowrl
     steps as it is (``benchmarks/sampling.py`` has a row for it)."""
     return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+class SleepyVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` envs stepped at once by sleeping ``step_s`` seconds: an env bound by
+    I/O (a simulator behind a socket, say), which costs its worker almost no CPU, so a
+    2-core machine can host hundreds of workers (``benchmarks/scaling.py`` measures the
+    driver with it). Observations are 4 random floats, every step earns 1 and episodes
+    last ``length`` steps; ``env_config={"step_s": 0.05}`` sets the sleep.
+
+    Example:
+        >>> env = SleepyVectorEnv(num_envs=2, step_s=0.0, length=2)
+        >>> _ = env.reset(seed=0)
+        >>> [env.step(np.zeros(2, np.int64))[3].tolist() for _ in range(3)]
+        [[False, False], [True, True], [False, False]]
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP,
+        "render_modes": [],
+    }
+
+    def __init__(self, num_envs: int, step_s: float = 0.02, length: int = 100) -> None:
+        self.num_envs, self.step_s, self.length = num_envs, step_s, length
+        self.single_observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self._rng = np.random.default_rng()
+        self._t = np.zeros(num_envs, np.int64)
+        self._resetting = np.zeros(num_envs, bool)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        self._rng = np.random.default_rng(seed)
+        self._t[:] = 0
+        self._resetting[:] = False
+        return self._draw(), {}
+
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        time.sleep(self.step_s)
+        resetting = self._resetting
+        self._t = np.where(resetting, 0, self._t + 1)
+        truncated = self._t >= self.length
+        self._resetting = truncated
+        rewards = np.where(resetting, 0.0, 1.0).astype(np.float32)
+        return self._draw(), rewards, np.zeros(self.num_envs, bool), truncated, {}
+
+    def _draw(self) -> np.ndarray:
+        return self._rng.uniform(-1, 1, (self.num_envs, 4)).astype(np.float32)

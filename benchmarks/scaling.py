@@ -1,0 +1,175 @@
+"""The driver's ceiling: env steps/s against the number of rollout workers, on a Ray cluster
+of several nodes made on this machine (``ray.cluster_utils.Cluster``), with envs whose step
+sleeps (``toy_envs:SleepyVectorEnv``: I/O-bound, so 2 cores host many workers).
+
+Every fragment, weight push and replay request of a plan passes through the driver (the
+plan's process), so past some number of workers it, not the workers, sets the pace. Each
+row runs one algorithm's own plan with N workers for ``--seconds`` after a warm-up and
+reports:
+
+- env steps/s, and the share of linear scaling: the rate over N times the rate per worker
+  of the smallest N;
+- the driver's CPU (the plan's process: plan thread, learner thread, Ray's threads) per
+  1,000 env steps, and the ceiling it implies: the env steps/s at which the driver would
+  use all of one core, the most its plan thread can have.
+
+Contenders: PPO (bulk_sync rounds), IMPALA with the plan taking every fragment in, IMPALA
+with aggregation workers (``num_aggregation_workers``: actors concatenate the fragments
+and pass the weights on), and Ape-X (fragments into replay shards, replay to the learner).
+
+    python benchmarks/scaling.py                          # 2..64 workers, every contender
+    python benchmarks/scaling.py --workers 2 16 64 --only impala
+
+Each worker is a process with torch imported (about 185 MB here), which bounds how many
+fit in this machine's memory. Writes benchmarks/results/scaling.json and scaling.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from typing import Any
+
+from common import RESULTS, print_table, write_results
+
+ENV = "flowrl.rollout.toy_envs:SleepyVectorEnv"
+
+# name -> (algorithm, its settings); every one samples 8 envs x 10 steps per fragment
+CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ppo (bulk_sync)": ("ppo", {}),
+    "impala": ("impala", {"num_sgd_iter": 1}),
+    "impala + aggregation": ("impala", {"num_sgd_iter": 1, "num_aggregation_workers": "auto"}),
+    "apex (replay shards)": ("apex", {"replay_shards": 2, "learning_starts": 1000}),
+}
+
+
+def aggregators_for(workers: int) -> int:
+    """One aggregation worker per 16 rollout workers, at least one."""
+    return max(1, math.ceil(workers / 16))
+
+
+def start_cluster(nodes: int, max_workers: int) -> Any:
+    """A head node for the driver's actors (aggregators, replay shards: no CPUs asked) and
+    ``nodes`` nodes sharing the rollout workers' logical CPUs."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from flowrl.run.ray_start import RAY_SYSTEM_CONFIG
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "_system_config": RAY_SYSTEM_CONFIG},
+    )
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=math.ceil(max_workers / nodes) + 1)
+    ray.init(address=cluster.address, logging_level="ERROR")
+    return cluster
+
+
+def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
+    from flowrl import Algorithm
+
+    algo_name, settings = CONTENDERS[name]
+    settings = dict(settings)
+    if settings.get("num_aggregation_workers") == "auto":
+        settings["num_aggregation_workers"] = aggregators_for(workers)
+    env_config = {"step_s": args.step_s, "length": 100}
+    start = time.perf_counter()
+    algo = Algorithm(algo_name, env=ENV, env_config=env_config, num_workers=workers,
+                     num_envs_per_worker=8, rollout_fragment_length=10, seed=0,
+                     min_time_s_per_iteration=1.0, **settings)  # fmt: skip
+    try:
+        up_s = time.perf_counter() - start
+        for _ in range(2):  # warm-up: every worker sampling, the learner going
+            algo.train()
+        steps0, cpu0, t0 = algo.train()["env_steps_sampled"], _cpu_s(), time.perf_counter()
+        result = algo.train()
+        while time.perf_counter() - t0 < args.seconds:
+            result = algo.train()
+        elapsed, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        steps = result["env_steps_sampled"] - steps0
+    finally:
+        algo.stop()
+    rate, cpu_per_step = steps / elapsed, cpu / max(steps, 1)
+    per_k = 1e6 * cpu_per_step  # CPU-ms per 1,000 env steps
+    row = {"contender": name, "workers": workers, "env_steps_per_s": rate,
+           "driver_cpu_ms_per_1k_steps": per_k, "driver_cpu_share": cpu / elapsed,
+           "driver_ceiling_env_steps_per_s": 1 / cpu_per_step if cpu else None,
+           "workers_up_s": up_s}  # fmt: skip
+    if "num_aggregation_workers" in settings:
+        row["aggregators"] = settings["num_aggregation_workers"]
+    print(f"  {name}, {workers} workers: {rate:,.0f} env steps/s, driver "
+          f"{per_k:.1f} CPU-ms per 1k steps ({cpu / elapsed:.0%} of a core)")  # fmt: skip
+    return row
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def plot(rows: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["contender"] for r in rows):
+        pts = [r for r in rows if r["contender"] == name]
+        ax.plot([r["workers"] for r in pts], [r["env_steps_per_s"] for r in pts], marker="o",
+                label=name)  # fmt: skip
+        ax2.plot([r["workers"] for r in pts], [r["share_of_linear"] for r in pts], marker="o",
+                 label=name)  # fmt: skip
+    ax.set(xlabel="rollout workers", ylabel="env steps / s", title="throughput")
+    ax2.set(xlabel="rollout workers", ylabel="share of linear", title="scaling", ylim=(0, 1.2))
+    ax2.axhline(0.8, color="grey", linestyle=":", linewidth=1)
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.legend(fontsize="small", loc="lower left")
+    fig.suptitle("sleep-bound envs on a local Ray cluster")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 8, 32, 64])
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="only the contenders whose names hold one of the words")  # fmt: skip
+    parser.add_argument("--nodes", type=int, default=3, help="nodes for the rollout workers")
+    parser.add_argument("--step-s", type=float, default=0.02, help="seconds an env step sleeps")
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured per row")
+    args = parser.parse_args()
+
+    import ray
+
+    names = [n for n in CONTENDERS if not args.only or any(w in n for w in args.only)]
+    cluster = start_cluster(args.nodes, max(args.workers))
+    rows = []
+    try:
+        for name in names:
+            print(name)
+            for workers in sorted(args.workers):
+                rows.append(measure(name, workers, args))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    for name in names:
+        pts = [r for r in rows if r["contender"] == name]
+        base = pts[0]["env_steps_per_s"] / pts[0]["workers"]
+        for r in pts:
+            r["share_of_linear"] = r["env_steps_per_s"] / (base * r["workers"])
+    print(f"{ENV} (each step sleeps {args.step_s:g} s), 8 envs x 10 steps per fragment, "
+          f"{args.nodes} nodes, {args.seconds:g} s measured per row")  # fmt: skip
+    print_table(rows)
+    write_results("scaling", {"env": ENV, "step_s": args.step_s, "nodes": args.nodes,
+                              "seconds": args.seconds, "results": rows})  # fmt: skip
+    plot(rows, RESULTS / "scaling.png")
+
+
+if __name__ == "__main__":
+    main()
