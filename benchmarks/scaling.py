@@ -142,33 +142,38 @@ def main() -> None:
                         help="only the contenders whose names hold one of the words")  # fmt: skip
     parser.add_argument("--nodes", type=int, default=3, help="nodes for the rollout workers")
     parser.add_argument("--step-s", type=float, default=0.02, help="seconds an env step sleeps")
-    parser.add_argument("--seconds", type=float, default=15.0, help="measured per row")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured per row")
     args = parser.parse_args()
 
     import ray
 
     names = [n for n in CONTENDERS if not args.only or any(w in n for w in args.only)]
     cluster = start_cluster(args.nodes, max(args.workers))
-    rows = []
+    rows: list[dict] = []
     try:
         for name in names:
             print(name)
             for workers in sorted(args.workers):
                 rows.append(measure(name, workers, args))
+                report(rows, args)  # after every row: a run cut short keeps what it measured
     finally:
         ray.shutdown()
         cluster.shutdown()
-    for name in names:
+    print_table(rows)
+    plot(rows, RESULTS / "scaling.png")
+
+
+def report(rows: list[dict], args: argparse.Namespace) -> None:
+    """Each row's share of linear scaling (against its contender's fewest workers), and
+    the results file."""
+    for name in dict.fromkeys(r["contender"] for r in rows):
         pts = [r for r in rows if r["contender"] == name]
         base = pts[0]["env_steps_per_s"] / pts[0]["workers"]
         for r in pts:
             r["share_of_linear"] = r["env_steps_per_s"] / (base * r["workers"])
-    print(f"{ENV} (each step sleeps {args.step_s:g} s), 8 envs x 10 steps per fragment, "
-          f"{args.nodes} nodes, {args.seconds:g} s measured per row")  # fmt: skip
-    print_table(rows)
-    write_results("scaling", {"env": ENV, "step_s": args.step_s, "nodes": args.nodes,
-                              "seconds": args.seconds, "results": rows})  # fmt: skip
-    plot(rows, RESULTS / "scaling.png")
+    write_results("scaling", {"env": ENV, "step_s": args.step_s, "envs_per_worker": 8,
+                              "fragment": 10, "nodes": args.nodes, "seconds": args.seconds,
+                              "results": rows})  # fmt: skip
 
 
 if __name__ == "__main__":

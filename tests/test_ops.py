@@ -10,6 +10,7 @@ from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
+    AggregatedRollouts,
     ApplyGradients,
     AsyncGradients,
     ConcatBatches,
@@ -101,6 +102,37 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
         rollouts.take(2)  # the next requests send them first, once
         assert rollouts.context.counters[WEIGHT_BROADCASTS] == 1
         assert remote_match_local() == [True, True]
+    finally:
+        workers.stop()
+
+
+@pytest.mark.ray
+def test_aggregated_rollouts_concatenate_off_the_plan_and_pass_the_weights_on(ray_session):
+    ray = ray_session
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=8)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+
+    def remote_match_local() -> list[bool]:
+        local = workers.local_worker.get_weights()
+        remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
+        return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
+
+    try:
+        rollouts = AggregatedRollouts(workers, num_aggregators=2, min_batch_size=40)
+        batches = rollouts.take(4)  # 16-row fragments, three to a batch
+        assert [len(b) >= 40 for b in batches] == [True] * 4
+        assert rollouts.context.counters[STEPS_SAMPLED] == sum(len(b) for b in batches)
+        assert rollouts.context.current_actor not in workers.remote_workers  # an aggregator
+        rollouts.close()
+        one = AggregatedRollouts(workers, num_aggregators=1, min_batch_size=40)
+        batch = next(one)
+        workers.local_worker.learn_on_batch(batch)
+        assert remote_match_local() == [False, False]
+        workers.sync_weights([one.context.current_actor])  # as BroadcastWeights sends them
+        one.take(3)  # the aggregator passes them on before each worker's next request
+        assert remote_match_local() == [True, True]
+        with pytest.raises(ValueError, match="num_aggregators"):
+            AggregatedRollouts(workers, num_aggregators=0, min_batch_size=40)
     finally:
         workers.stop()
 
