@@ -302,7 +302,7 @@ def main() -> None:
 
     import ray
 
-    start_ray(5 * max(args.workers) + 2)  # every contender's actors; one runs at a time
+    start_ray(8 * max(args.workers) + 4)  # every contender's actors (RLlib asks for a learner too)
     fragments, rows = {}, []
     for w in args.workers:
         fragments[w], measured = measure_workers(args, w)
