@@ -84,11 +84,11 @@ def default_layout(algo: str) -> str:
 
 
 def flowrl_run(
-    algo: str, reward: float, budget: int, seed: int, num_workers: int | None = None
+    algo: str, reward: float, budget: int, seed: int, num_workers: int | str | None = None
 ) -> dict:
     """``flowrl train ALGO`` as a user runs it; the clock includes imports and Ray start.
-    ``num_workers`` None keeps the algorithm's configured default (``flowrl train`` alone
-    would pick a layout itself: ``benchmarks/autotune.py`` measures that)."""
+    ``num_workers`` None keeps the algorithm's configured default; ``"auto"`` is what
+    ``flowrl train`` alone does (measure, then pick a layout)."""
     flowrl = str(Path(sys.executable).parent / "flowrl")
     if num_workers is None:
         num_workers = defaults(algo).num_workers
@@ -150,6 +150,9 @@ def main() -> None:
             if algo == "ppo":  # CartPole on 2 cores: sampling in the learner's process, no Ray
                 contenders["flowrl ppo (num_workers=0)"] = lambda r, b, s: flowrl_run(
                     "ppo", r, b, s, num_workers=0
+                )
+                contenders["flowrl ppo (flowrl train as it comes: auto)"] = lambda r, b, s: (
+                    flowrl_run("ppo", r, b, s, num_workers="auto")
                 )
             if algo in RLLIB_CONFIGS:  # RLlib 2.x has no Ape-X
                 # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
