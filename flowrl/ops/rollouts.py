@@ -203,8 +203,8 @@ def AggregatedRollouts(
         aggregators, name="Aggregator", request_timeout_s=timeout_s
     )
     return _counted(
-        shards.gather_async(num_async=2),
-        name=f"AggregatedRollouts({n} aggregators, {len(remote)} workers)",
+        shards.gather_async(num_async=1),  # new weights reach an aggregator before its next batch
+        name=f"AggregatedRollouts({n} aggregator{'s' * (n > 1)}, {len(remote)} workers)",
         size=len,
     )
 
