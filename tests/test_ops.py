@@ -64,6 +64,13 @@ def test_async_gradients_locally_apply_and_count():
     assert workers.learner.num_updates == 3
 
 
+def remote_match_local(ray, workers: WorkerSet) -> list[bool]:
+    """Whether each remote worker holds the local worker's weights."""
+    local = workers.local_worker.get_weights()
+    remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
+    return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
+
+
 @pytest.mark.ray
 def test_parallel_rollouts_async_and_raw_modes(ray_session):
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
@@ -87,21 +94,16 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16)
     workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
 
-    def remote_match_local() -> list[bool]:
-        local = workers.local_worker.get_weights()
-        remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
-        return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
-
     try:
         rollouts = ParallelRollouts(workers, mode=mode, num_async=1)
         batch = next(rollouts)
         for _ in range(3):  # three updates with no sampling in between
             workers.local_worker.learn_on_batch(batch)
             workers.defer_weight_sync()
-        assert remote_match_local() == [False, False]  # deferred: nothing sent yet
+        assert remote_match_local(ray, workers) == [False, False]  # deferred: nothing sent yet
         rollouts.take(2)  # the next requests send them first, once
         assert rollouts.context.counters[WEIGHT_BROADCASTS] == 1
-        assert remote_match_local() == [True, True]
+        assert remote_match_local(ray, workers) == [True, True]
     finally:
         workers.stop()
 
@@ -111,11 +113,6 @@ def test_aggregated_rollouts_concatenate_off_the_plan_and_pass_the_weights_on(ra
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=8)
     workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
-
-    def remote_match_local() -> list[bool]:
-        local = workers.local_worker.get_weights()
-        remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
-        return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
 
     try:
         rollouts = AggregatedRollouts(workers, num_aggregators=2, min_batch_size=40)
@@ -127,10 +124,10 @@ def test_aggregated_rollouts_concatenate_off_the_plan_and_pass_the_weights_on(ra
         one = AggregatedRollouts(workers, num_aggregators=1, min_batch_size=40)
         batch = next(one)
         workers.local_worker.learn_on_batch(batch)
-        assert remote_match_local() == [False, False]
+        assert remote_match_local(ray, workers) == [False, False]
         workers.sync_weights([one.context.current_actor])  # as BroadcastWeights sends them
         one.take(3)  # the aggregator passes them on before each worker's next request
-        assert remote_match_local() == [True, True]
+        assert remote_match_local(ray, workers) == [True, True]
         with pytest.raises(ValueError, match="num_aggregators"):
             AggregatedRollouts(workers, num_aggregators=0, min_batch_size=40)
     finally:

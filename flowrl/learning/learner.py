@@ -264,8 +264,8 @@ class Learner:
 
     @cached_property
     def optimizers(self) -> dict[str, Any]:
-        """One Adam per :meth:`optimized` entry, built on first use: building one imports
-        torch's compiler stack (about 1.5 s)."""
+        """One Adam per :meth:`optimized` entry (:func:`~flowrl.learning.optim.adam`),
+        built on first use."""
         return {name: adam(o.params, o.lr, eps=o.eps) for name, o in self._optimized.items()}
 
     # -- the SGD loop --------------------------------------------------------------------

@@ -70,23 +70,21 @@ class FusedAdam:
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
-        for device_params in _by_device(params):  # the kernel takes one device's tensors
-            picked = [states[i] for i in device_params]
-            torch._fused_adam_(
-                [params[i] for i in device_params],
-                [params[i].grad for i in device_params],
-                [s["exp_avg"] for s in picked],
-                [s["exp_avg_sq"] for s in picked],
-                [],
-                [s["step"] for s in picked],
-                amsgrad=False,
-                lr=group["lr"],
-                beta1=beta1,
-                beta2=beta2,
-                weight_decay=0.0,
-                eps=group["eps"],
-                maximize=False,
-            )
+        torch._fused_adam_(  # one kernel for all: a learner's parameters share a device
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim.Adam``'s format: states by parameter index, and the group."""
@@ -129,13 +127,6 @@ _ADAM_DEFAULTS = {
     "fused": True,
     "decoupled_weight_decay": False,
 }
-
-
-def _by_device(params: list[torch.Tensor]) -> list[list[int]]:
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, p in enumerate(params):
-        groups.setdefault((p.device, p.dtype), []).append(i)
-    return list(groups.values())
 
 
 def adam(params: Iterable[torch.Tensor], lr: float, *, eps: float = 1e-8) -> Any:

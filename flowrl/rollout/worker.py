@@ -442,8 +442,8 @@ class WorkerSet:
 
             self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
-            # the learner's optimisers, built while they start: the first build imports
-            # torch's compiler stack (~1.2 s), which otherwise delays the first update
+            # the learner's optimisers, built while they start: nothing is left for the
+            # first update to build
             if learner_cls is not None:
                 _ = self.local_worker.learner.optimizers
             self._wait_until_up(self.remote_workers)
