@@ -68,7 +68,7 @@ def policy_for(env):
     return ActorCritic(env.single_observation_space, env.single_action_space, hiddens=hiddens)
 
 
-def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
+def _plain_child(conn, env_id: str, num_envs: int, seed: int, env_config: dict) -> None:
     """One plain process: on each request, step the vector env for that many seconds with
     one batched forward pass per step and answer with its env steps per second.
 
@@ -81,29 +81,51 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
 
     torch.set_num_threads(1)
     # one thread, as a rollout worker's Atari env with its one reserved CPU
-    env = make_vector_env(env_id, num_envs=num_envs, seed=seed, num_threads=1)
+    env = make_vector_env(
+        env_id, num_envs=num_envs, seed=seed, num_threads=1, env_config=env_config
+    )
     model = policy_for(env)
     dist_cls, _ = distribution_for(env.single_action_space)
     obs, _ = env.reset(seed=seed)
     resetting = np.zeros(num_envs, bool)
 
-    def step() -> int:
+    def step(record: dict | None = None, t: int = 0) -> int:
         nonlocal obs, resetting
         with torch.inference_mode():
-            logits = model(torch.from_numpy(obs)).dist_inputs
-            actions = dist_cls(logits).sample().numpy()
-        obs, _, terminated, truncated, _ = env.step(actions)
+            out = model(torch.from_numpy(obs))
+            dist = dist_cls(out.dist_inputs)
+            actions = dist.sample()
+            if record is not None:  # what a fragment keeps of each step
+                record["obs"][t] = obs
+                record["actions"][t] = actions.numpy()
+                record["logp"][t] = dist.log_prob(actions).numpy()
+                record["values"][t] = out.value.numpy()
+        obs, rewards, terminated, truncated, _ = env.step(actions.numpy())
+        if record is not None:
+            record["rewards"][t], record["dones"][t] = rewards, terminated | truncated
         transitions = num_envs - int(resetting.sum())
         resetting = terminated | truncated
         return transitions
+
+    def fragment(length: int) -> tuple[int, dict]:
+        """``length`` steps of every env into fresh arrays, as a rollout worker answers."""
+        record = {"obs": np.empty((length, *obs.shape), obs.dtype),
+                  "actions": np.empty((length, num_envs), np.int64),
+                  **{k: np.empty((length, num_envs), np.float32)
+                     for k in ("logp", "values", "rewards")},
+                  "dones": np.empty((length, num_envs), bool)}  # fmt: skip
+        return sum(step(record, t) for t in range(length)), record
 
     for _ in range(10):
         step()
     conn.send("ready")
     try:
-        while (seconds := conn.recv()) is not None:
+        while (request := conn.recv()) is not None:
+            if isinstance(request, tuple):  # ("fragment", length): one lockstep round
+                conn.send(fragment(request[1]))
+                continue
             steps, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
+            while time.perf_counter() - start < request:
                 steps += step()
             conn.send(steps / (time.perf_counter() - start))
     except EOFError:  # the benchmark stopped without saying goodbye
@@ -111,14 +133,18 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int) -> None:
 
 
 class PlainProcesses:
-    """The limit: ``workers`` plain processes that step at the same time when measured."""
+    """The limit: ``workers`` plain processes that step at the same time when measured
+    (``env_config`` to the env's creator)."""
 
-    def __init__(self, env_id: str, workers: int, envs: int) -> None:
+    def __init__(
+        self, env_id: str, workers: int, envs: int, env_config: dict | None = None
+    ) -> None:
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         for i in range(workers):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_plain_child, args=(child, env_id, envs, i), daemon=True)
+            args = (child, env_id, envs, i, env_config or {})
+            proc = ctx.Process(target=_plain_child, args=args, daemon=True)
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)
@@ -138,6 +164,28 @@ class PlainProcesses:
             conn.send(None)
         for proc in self.procs:
             proc.join()
+
+
+class PlainLockstep(PlainProcesses):
+    """The bound of synchronous sampling without a framework: the same plain processes in
+    rounds, each answering a fragment of ``fragment`` steps per env (every step's obs,
+    action, log-prob, value, reward and done) over a pipe, the rounds' arrays concatenated,
+    and the next round asked for when every process has answered."""
+
+    def __init__(self, env_id: str, workers: int, envs: int, fragment: int) -> None:
+        super().__init__(env_id, workers, envs)
+        self.fragment = fragment
+
+    def _round(self) -> int:
+        for conn in self.conns:
+            conn.send(("fragment", self.fragment))
+        answers = [conn.recv() for conn in self.conns]
+        batch = {k: np.concatenate([a[1][k] for a in answers], 1) for k in answers[0][1]}
+        assert len(batch["obs"]) == self.fragment
+        return sum(a[0] for a in answers)
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        return steady(self._round, seconds)
 
 
 class FlowrlRollouts:
@@ -222,11 +270,15 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
     ppo_frag = PPOConfig.rollout_fragment_length
     makers: dict[str, Callable[[], object]] = {
         "plain processes (limit)": lambda: PlainProcesses(env, workers, envs),
+        "plain processes in lockstep": lambda: PlainLockstep(env, workers, envs, frag),
         "flowrl bulk_sync": lambda: FlowrlRollouts(env, workers, envs, "bulk_sync", 1, frag),
         "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
         "flowrl async (num_async=1)": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
     }
     if ppo_frag != frag:  # what PPO's plan gets with its defaults
+        makers[f"plain processes in lockstep ({ppo_frag}-step fragments)"] = lambda: PlainLockstep(
+            env, workers, envs, ppo_frag
+        )
         makers[f"flowrl bulk_sync ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
             env, workers, envs, "bulk_sync", 1, ppo_frag
         )

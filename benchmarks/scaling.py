@@ -13,12 +13,17 @@ reports:
   1,000 env steps, and the ceiling it implies: the env steps/s at which the driver would
   use all of one core, the most its plan thread can have.
 
+The bound: N plain processes (no Ray, no driver), each stepping the same 8 sleeping envs
+with the same torch network, one batched forward pass per step. Where it falls short of
+linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
+caches, and torch's forward pass then costs several times its warm cost).
+
 Contenders: PPO (bulk_sync rounds), IMPALA with the plan taking every fragment in, IMPALA
 with aggregation workers (``num_aggregation_workers``: actors concatenate the fragments
 and pass the weights on), and Ape-X (fragments into replay shards, replay to the learner).
 
     python benchmarks/scaling.py                          # 2..64 workers, every contender
-    python benchmarks/scaling.py --workers 2 16 64 --only impala
+    python benchmarks/scaling.py --workers 2 16 64 --only impala   # other rows kept
 
 Each worker is a process with torch imported (about 185 MB here), which bounds how many
 fit in this machine's memory. Writes benchmarks/results/scaling.json and scaling.png.
@@ -27,6 +32,7 @@ fit in this machine's memory. Writes benchmarks/results/scaling.json and scaling
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
@@ -37,7 +43,9 @@ from common import RESULTS, print_table, write_results
 ENV = "flowrl.rollout.toy_envs:SleepyVectorEnv"
 
 # name -> (algorithm, its settings); every one samples 8 envs x 10 steps per fragment
+BOUND = "plain processes (bound)"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
+    BOUND: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
     "impala": ("impala", {"num_sgd_iter": 1}),
     "impala + aggregation": ("impala", {"num_sgd_iter": 1, "num_aggregation_workers": "auto"}),
@@ -68,9 +76,28 @@ def start_cluster(nodes: int, max_workers: int) -> Any:
     return cluster
 
 
+def measure_bound(workers: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Env steps/s of ``workers`` plain processes stepping at once (sampling.py's limit)."""
+    from sampling import PlainProcesses
+
+    start = time.perf_counter()
+    plain = PlainProcesses(ENV, workers, 8, env_config={"step_s": args.step_s, "length": 100})
+    try:
+        up_s = time.perf_counter() - start
+        plain.measure(1.0)  # every process awake
+        steps, elapsed = plain.measure(args.seconds)
+    finally:
+        plain.close()
+    print(f"  {BOUND}, {workers} workers: {steps / elapsed:,.0f} env steps/s")
+    return {"contender": BOUND, "workers": workers, "env_steps_per_s": steps / elapsed,
+            "workers_up_s": up_s}  # fmt: skip
+
+
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     from flowrl import Algorithm
 
+    if name == BOUND:
+        return measure_bound(workers, args)
     algo_name, settings = CONTENDERS[name]
     settings = dict(settings)
     if settings.get("num_aggregation_workers") == "auto":
@@ -119,16 +146,16 @@ def plot(rows: list[dict], path) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for name in dict.fromkeys(r["contender"] for r in rows):
         pts = [r for r in rows if r["contender"] == name]
-        ax.plot([r["workers"] for r in pts], [r["env_steps_per_s"] for r in pts], marker="o",
-                label=name)  # fmt: skip
-        ax2.plot([r["workers"] for r in pts], [r["share_of_linear"] for r in pts], marker="o",
-                 label=name)  # fmt: skip
+        style = {"color": "black", "linestyle": "--"} if name == BOUND else {}
+        xs = [r["workers"] for r in pts]
+        ax.plot(xs, [r["env_steps_per_s"] for r in pts], marker="o", label=name, **style)
+        ax2.plot(xs, [r["share_of_linear"] for r in pts], marker="o", label=name, **style)
     ax.set(xlabel="rollout workers", ylabel="env steps / s", title="throughput")
     ax2.set(xlabel="rollout workers", ylabel="share of linear", title="scaling", ylim=(0, 1.2))
     ax2.axhline(0.8, color="grey", linestyle=":", linewidth=1)
     for a in (ax, ax2):
         a.set_xscale("log", base=2)
-        a.legend(fontsize="small", loc="lower left")
+    ax.legend(fontsize="small", loc="upper left")
     fig.suptitle("sleep-bound envs on a local Ray cluster")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -149,7 +176,7 @@ def main() -> None:
 
     names = [n for n in CONTENDERS if not args.only or any(w in n for w in args.only)]
     cluster = start_cluster(args.nodes, max(args.workers))
-    rows: list[dict] = []
+    rows = earlier_rows(names, args)
     try:
         for name in names:
             print(name)
@@ -163,6 +190,22 @@ def main() -> None:
     plot(rows, RESULTS / "scaling.png")
 
 
+def earlier_rows(names: list[str], args: argparse.Namespace) -> list[dict]:
+    """The rows of the results file for contenders this run does not measure, where it was
+    measured alike (so ``--only`` adds to the file instead of replacing it)."""
+    path = RESULTS / "scaling.json"
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    alike = all(earlier.get(k) == v for k, v in settings(args).items() if k != "seconds")
+    return [r for r in earlier["results"] if r["contender"] not in names] if alike else []
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"env": ENV, "step_s": args.step_s, "envs_per_worker": 8, "fragment": 10,
+            "nodes": args.nodes, "seconds": args.seconds}  # fmt: skip
+
+
 def report(rows: list[dict], args: argparse.Namespace) -> None:
     """Each row's share of linear scaling (against its contender's fewest workers), and
     the results file."""
@@ -171,9 +214,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         base = pts[0]["env_steps_per_s"] / pts[0]["workers"]
         for r in pts:
             r["share_of_linear"] = r["env_steps_per_s"] / (base * r["workers"])
-    write_results("scaling", {"env": ENV, "step_s": args.step_s, "envs_per_worker": 8,
-                              "fragment": 10, "nodes": args.nodes, "seconds": args.seconds,
-                              "results": rows})  # fmt: skip
+    write_results("scaling", {**settings(args), "results": rows})
 
 
 if __name__ == "__main__":
