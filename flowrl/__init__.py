@@ -10,6 +10,8 @@ Example:
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -4,6 +4,7 @@ process or on an evaluation worker of its own, the best checkpoint, the stop jud
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -144,3 +145,22 @@ def test_an_env_that_renders_no_frames_cannot_be_recorded(tmp_path):
 def test_a_video_dir_without_evaluation_is_a_config_error():
     with pytest.raises(ConfigError, match="set evaluation_interval too"):
         Algorithm("ppo", num_workers=0, evaluation_video_dir="videos")
+
+
+@pytest.mark.parametrize(
+    ("env", "module", "package"),
+    [("CartPole-v1", "moviepy", "moviepy"), ("ALE/Pong-v5", "cv2", "opencv")],
+)
+def test_videos_without_the_video_extra_are_a_config_error_before_training(
+    monkeypatch, tmp_path, env, module, package
+):
+    monkeypatch.setitem(sys.modules, module, None)  # not installed, as importlib sees it
+    with pytest.raises(ConfigError, match=rf"needs {package}.*pip install 'flowrl\[video\]'"):
+        Algorithm("ppo", env=env, num_workers=0, evaluation_interval=1,
+                  evaluation_video_dir=str(tmp_path))  # fmt: skip
+    algo = Algorithm("ppo", env=env, num_workers=0)
+    try:
+        with pytest.raises(ConfigError, match=package):
+            algo.evaluate(1, video_dir=str(tmp_path))
+    finally:
+        algo.stop()

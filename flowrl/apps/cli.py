@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+import flowrl
 from flowrl.core.config import ConfigError, parse_set_value
 from flowrl.core.context import EPISODE_RETURN_MEAN
 from flowrl.core.tables import print_table
@@ -84,6 +85,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="flowrl", description="Distributed RL as a dataflow over Ray actors.")
+    parser.add_argument("--version", action="version", version=f"flowrl {flowrl.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_train_parser(sub)
     _add_tune_parser(sub)
@@ -190,7 +192,10 @@ def read_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
         if path.endswith(".toml"):
-            import tomllib
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                import tomli as tomllib
 
             data = tomllib.loads(text)
         else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -214,6 +215,17 @@ def as_records(vec: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
     return RecordObservations(vec) if is_composite(vec.single_observation_space) else vec
 
 
+def check_video_extra(env: str) -> None:
+    """A ConfigError unless the ``video`` extra's packages that recording ``env`` needs are
+    installed: moviepy for every env, OpenCV for Atari's preprocessing."""
+    needed = {"moviepy": "moviepy", **({"cv2": "opencv-python-headless"} if is_atari(env) else {})}
+    missing = [pkg for module, pkg in needed.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ConfigError(
+            f"recording videos of {env} needs {', '.join(missing)}: pip install 'flowrl[video]'"
+        )
+
+
 def make_recording_env(
     env: str,
     *,
@@ -230,6 +242,7 @@ def make_recording_env(
     it takes it, and must render so otherwise. Atari ids get the preprocessing of
     :func:`make_vector_env` from gymnasium's wrappers, which see the full-colour screen.
     """
+    check_video_extra(env)
     target, kwargs = resolve_env(env), dict(env_config or {})
     fps = None
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):

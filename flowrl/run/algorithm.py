@@ -26,7 +26,13 @@ from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
-from flowrl.rollout.envs import check_env_id, check_spaces, env_name, make_vector_env
+from flowrl.rollout.envs import (
+    check_env_id,
+    check_spaces,
+    check_video_extra,
+    env_name,
+    make_vector_env,
+)
 from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.evaluation import Evaluation, episode_stats
@@ -188,6 +194,8 @@ class Algorithm(Checkpointing):
         self.layout: Layout | None = None
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
+        if self.config.evaluation_video_dir:  # before training, not at the first evaluation
+            check_video_extra(self.config.env)
         if address and not self.config.uses_ray:
             raise ConfigError(
                 f"address={address} joins a Ray cluster, but this config runs in-process "
