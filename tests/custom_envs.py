@@ -49,6 +49,11 @@ def make_corridor(length: int = 5) -> gym.Env:
     return gym.wrappers.RecordEpisodeStatistics(Corridor(length))
 
 
+def rllib_corridor(config: dict) -> gym.Env:
+    """A creator in RLlib's style: env_config comes as one dict (RLlib's EnvContext)."""
+    return Corridor(config.get("length", 5), render_mode=config.get("render_mode"))
+
+
 class TextObservation(Corridor):
     def __init__(self) -> None:
         super().__init__()

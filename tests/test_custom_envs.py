@@ -109,6 +109,24 @@ def test_envs_flowrl_cannot_use_are_refused_with_one_line(env, message):
         Algorithm("ppo", env=env, num_workers=0)
 
 
+@pytest.mark.ray
+def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_on_ray_workers(
+    ray_session, tmp_path
+):
+    vec = make_vector_env("custom_envs:rllib_corridor", num_envs=2, seed=0, env_config={})
+    assert vec.num_envs == 2  # no env_config: an empty dict
+    algo = Algorithm("ppo", env="custom_envs:rllib_corridor", env_config={"length": 3},
+                     num_workers=1, num_envs_per_worker=2, rollout_fragment_length=16,
+                     train_batch_size=32, sgd_minibatch_size=32)  # fmt: skip
+    try:
+        algo.train()
+        assert max(episode_lengths(algo) or [12]) <= 12  # 4 * length: env_config arrived
+        stats = algo.evaluate(1, video_dir=str(tmp_path))  # render_mode in the dict
+        assert stats["episodes"] == 1 and list(tmp_path.glob("*.mp4"))
+    finally:
+        algo.stop()
+
+
 def test_env_config_the_creator_does_not_take_is_refused():
     with pytest.raises(ConfigError, match="does not take env_config"):
         Algorithm("ppo", env="custom_envs:Corridor", env_config={"size": 3}, num_workers=0)

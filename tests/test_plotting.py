@@ -35,7 +35,11 @@ def test_runs_that_differ_only_in_seed_form_one_group_named_by_what_differs():
         "b": {"algo": "ppo", "config": {"env": "E", "seed": 1, "lr": 0.1}},
         "c": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}},
     }
-    assert group_by_config(runs) == {"ppo E lr=0.1": ["a", "b"], "ppo E lr=0.2": ["c"]}
+    assert group_by_config(runs) == ("ppo on E", {"lr=0.1": ["a", "b"], "lr=0.2": ["c"]})
+    runs["d"] = {"algo": "dqn", "config": {"env": "E", "seed": 0, "lr": 0.1}}
+    title, groups = group_by_config(runs)  # the algorithm differs: the labels name it
+    assert title == "E" and groups["dqn lr=0.1"] == ["d"] and groups["ppo lr=0.2"] == ["c"]
+    assert group_by_config({"a": runs["a"]}) == ("ppo on E", {"ppo on E": ["a"]})
 
 
 def test_mean_and_band_on_a_shared_grid():

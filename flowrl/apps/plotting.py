@@ -40,26 +40,35 @@ def read_run(run_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict
     return meta, rows
 
 
-def group_by_config(runs: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
-    """Runs whose algorithm and config differ only in ``seed``, by a label naming what
-    sets their group apart (the algorithm and env, and config values that differ)."""
+def group_by_config(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, list[str]]]:
+    """What every run shares (the algorithm and env, when all runs have the same: the
+    plot's title), and the runs whose algorithm and config differ only in ``seed``, by a
+    label naming what sets their group apart (the title when nothing does).
+
+    Example:
+        >>> runs = {"a": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.1}},
+        ...         "b": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}}}
+        >>> group_by_config(runs)
+        ('ppo on E', {'lr=0.1': ['a'], 'lr=0.2': ['b']})
+    """
     keyed = {}
     for name, meta in runs.items():
         config = {k: v for k, v in meta.get("config", {}).items() if k != "seed"}
-        keyed[name] = (meta.get("algo"), config)
-    varying = {
+        keyed[name] = {"algo": meta.get("algo"), **config}
+    varying = sorted(
         k
-        for _, config in keyed.values()
-        for k in config
-        if len({json.dumps(c.get(k), sort_keys=True) for _, c in keyed.values()}) > 1
-    }
+        for k in dict.fromkeys(k for c in keyed.values() for k in c)
+        if len({json.dumps(c.get(k), sort_keys=True) for c in keyed.values()}) > 1
+    )
+    first = next(iter(keyed.values()), {})
+    shared = [str(first.get(k)) for k in ("algo", "env") if k not in varying]
+    title = " on ".join(shared)
     groups: dict[str, list[str]] = {}
-    for name, (algo, config) in keyed.items():
-        label = " ".join(
-            [f"{algo} {config.get('env')}", *(f"{k}={config.get(k)}" for k in sorted(varying))]
-        )
-        groups.setdefault(label, []).append(name)
-    return groups
+    for name, config in keyed.items():
+        parts = [str(config.get(k)) for k in ("algo", "env") if k in varying]
+        parts += [f"{k}={config.get(k)}" for k in varying if k not in ("algo", "env")]
+        groups.setdefault(" ".join(parts) or title, []).append(name)
+    return title, groups
 
 
 def mean_and_band(
@@ -91,8 +100,9 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         if not points:
             raise ConfigError(f"{run_dir} has no result with {Y} yet")
         runs[str(run_dir)], rows[str(run_dir)] = meta, points
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label, names in group_by_config(runs).items():
+    title, groups = group_by_config(runs)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    for label, names in groups.items():
         for ax, (key, _) in zip(axes, X_AXES, strict=True):
             curves = [
                 (np.array([r[key] for r in rows[n]]), np.array([r[Y] for r in rows[n]]))
@@ -107,8 +117,10 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         ax.set_xlabel(xlabel)
         ax.set_ylabel("episode return (mean)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    fig.tight_layout()
+    fig.suptitle(title)
+    # below the axes, where it covers no curve; one column per group up to 4
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+               ncol=min(len(groups), 4), fontsize="small")  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

@@ -258,11 +258,8 @@ def make_recording_env(
             "of one env"
         )
     else:
-        check_signature(env, target, kwargs)
-        with contextlib.suppress(TypeError, ValueError):
-            inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
-            kwargs["render_mode"] = "rgb_array"
-        one = target(**kwargs)
+        args, kw = creator_arguments(env, target, kwargs)
+        one = target(*args, **with_render_mode(target, args, kw))
     if one.render_mode != "rgb_array":
         one.close()
         raise ConfigError(
@@ -351,8 +348,8 @@ def _make_from_creator(
     env: str, creator: EnvCreator, num_envs: int, kwargs: dict[str, Any]
 ) -> gym.vector.VectorEnv:
     if makes_vector_envs(creator):  # stepped as it is: its own loop over its envs
-        check_signature(env, creator, {"num_envs": num_envs, **kwargs})
-        vec = creator(num_envs=num_envs, **kwargs)
+        args, kw = creator_arguments(env, creator, {"num_envs": num_envs, **kwargs})
+        vec = creator(*args, **kw)
         if not isinstance(vec, gym.vector.VectorEnv) or vec.num_envs != num_envs:
             made = (
                 f"{getattr(vec, 'num_envs', '?')} envs"
@@ -364,10 +361,10 @@ def _make_from_creator(
                 f"num_envs={num_envs} envs; it made {made}"
             )
         return vec
-    check_signature(env, creator, kwargs)
+    args, kw = creator_arguments(env, creator, kwargs)
 
     def make_one() -> gym.Env:
-        one = creator(**kwargs)
+        one = creator(*args, **kw)
         if not isinstance(one, gym.Env):
             raise ConfigError(f"env {env} made a {type(one).__name__}, not a gymnasium.Env")
         return one
@@ -377,15 +374,45 @@ def _make_from_creator(
     )
 
 
-def check_signature(env: str, creator: EnvCreator, kwargs: dict[str, Any]) -> None:
-    """``env_config`` that the creator cannot take is a ConfigError, not a TypeError from
-    deep inside a worker."""
+def with_render_mode(creator: EnvCreator, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``render_mode="rgb_array"`` where ``creator`` takes it as a keyword
+    (a creator taking one dict gets it as that dict's ``render_mode``)."""
+    if args:
+        args[0].setdefault("render_mode", "rgb_array")
+        return kwargs
+    with contextlib.suppress(TypeError, ValueError):
+        inspect.signature(creator).bind(*args, render_mode="rgb_array", **kwargs)
+        return {**kwargs, "render_mode": "rgb_array"}
+    return kwargs
+
+
+def creator_arguments(
+    env: str, creator: EnvCreator, kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments to call ``creator`` with: ``env_config`` as keyword arguments, or, for
+    a creator in RLlib's style that takes it as one dict (``def make(config)``), that dict.
+    ``env_config`` that fits neither is a ConfigError, not a TypeError from deep inside a
+    worker.
+
+    Example:
+        >>> def make(config):
+        ...     return config["size"]
+        >>> creator_arguments("grid", make, {"size": 3})
+        (({'size': 3},), {})
+    """
     try:
-        inspect.signature(creator).bind(**kwargs)
-    except TypeError as e:
-        raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
+        signature = inspect.signature(creator)
     except ValueError:  # no signature to check (a builtin): the call itself will say
-        pass
+        return (), kwargs
+    try:
+        signature.bind(**kwargs)
+        return (), kwargs
+    except TypeError as e:
+        params = list(signature.parameters.values())
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if len(params) == 1 and params[0].kind in positional:
+            return (dict(kwargs),), {}
+        raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
 
 
 def _ale_game(env_id: str) -> str:

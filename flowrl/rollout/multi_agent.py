@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 import json
@@ -41,7 +40,12 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
-from flowrl.rollout.envs import check_signature, makes_vector_envs, resolve_env
+from flowrl.rollout.envs import (
+    creator_arguments,
+    makes_vector_envs,
+    resolve_env,
+    with_render_mode,
+)
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment, write_row
 
@@ -145,8 +149,8 @@ def agent_env_maker(
         kind = ""
         single = isinstance(target, type) and issubclass(target, gym.Env)
         if not (single or makes_vector_envs(target)):
-            check_signature(env, target, kwargs)
-            probe = target(**kwargs)
+            args, kw = creator_arguments(env, target, kwargs)
+            probe = target(*args, **kw)
             if _is_agent_env(probe):
                 kind = "turns" if is_turn_based(probe) else "parallel"
             if callable(getattr(probe, "close", None)):
@@ -155,13 +159,12 @@ def agent_env_maker(
     if not _AGENT_ENVS[key]:
         return None
 
+    args, kw = creator_arguments(env, target, kwargs)
     if render:  # when the creator takes it
-        with contextlib.suppress(TypeError, ValueError):
-            inspect.signature(target).bind(render_mode="rgb_array", **kwargs)
-            kwargs["render_mode"] = "rgb_array"
+        kw = with_render_mode(target, args, kw)
 
     def make() -> Any:
-        one = target(**kwargs)
+        one = target(*args, **kw)
         if render and getattr(one, "render_mode", None) != "rgb_array":
             raise ConfigError(f"env {env} cannot be recorded: it renders no rgb_array frames")
         if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
