@@ -33,7 +33,12 @@ from flowrl.run.spec import AlgorithmSpec
 
 @dataclass
 class A3CConfig(ActorCriticConfig):
-    """A3C settings; the defaults reach 150 on CartPole-v1 well within 200k env steps."""
+    """A3C settings; the defaults reach 150 on CartPole-v1 well within 200k env steps.
+
+    Example:
+        >>> A3CConfig().entropy_coeff
+        0.01
+    """
 
     algo_name: ClassVar[str] = "a3c"
     default_stop_timesteps: ClassVar[int] = 2_000_000

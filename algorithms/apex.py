@@ -54,7 +54,12 @@ from flowrl.run.spec import AlgorithmSpec
 class ApexConfig(DQNConfig):
     """Ape-X settings: DQN's, with 2 workers, 2 prioritized replay shards, per-worker
     exploration and rewards scaled to unit returns; the defaults reach 450 on CartPole-v1
-    within 400k env steps (measured: benchmarks/results/defaults.md)."""
+    within 400k env steps (measured: benchmarks/results/defaults.md).
+
+    Example:
+        >>> ApexConfig().replay_shards
+        2
+    """
 
     algo_name: ClassVar[str] = "apex"
     # workers exploring at their own epsilons are the algorithm (defaults.md)

@@ -46,7 +46,12 @@ from flowrl.run.spec import AlgorithmSpec
 class DQNConfig(ReplayConfig):
     """DQN settings. The defaults sample in one process (no Ray start-up) and solve
     CartPole-v1 within 200k env steps. Uniform replay is the default: on CartPole-v1,
-    prioritized replay with these settings was less reliable across seeds."""
+    prioritized replay with these settings was less reliable across seeds.
+
+    Example:
+        >>> DQNConfig(n_step=1).n_step
+        1
+    """
 
     algo_name: ClassVar[str] = "dqn"
     default_stop_timesteps: ClassVar[int] = 500_000

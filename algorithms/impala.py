@@ -57,7 +57,12 @@ from flowrl.run.spec import AlgorithmSpec
 
 @dataclass
 class IMPALAConfig(ActorCriticConfig):
-    """IMPALA settings; the defaults reach 450 on CartPole-v1 within 500k env steps."""
+    """IMPALA settings; the defaults reach 450 on CartPole-v1 within 500k env steps.
+
+    Example:
+        >>> IMPALAConfig(num_aggregation_workers=1).num_aggregation_workers
+        1
+    """
 
     algo_name: ClassVar[str] = "impala"
     default_stop_timesteps: ClassVar[int] = 2_000_000

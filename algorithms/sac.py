@@ -57,7 +57,12 @@ from flowrl.run.spec import AlgorithmSpec
 @dataclass
 class SACConfig(ReplayConfig):
     """SAC settings. The defaults take one SGD step per env step in one process (no Ray
-    start-up) and reach -250 on Pendulum-v1 within 20k env steps."""
+    start-up) and reach -250 on Pendulum-v1 within 20k env steps.
+
+    Example:
+        >>> SACConfig(discrete=True).discrete
+        True
+    """
 
     algo_name: ClassVar[str] = "sac"
     default_stop_timesteps: ClassVar[int] = 100_000

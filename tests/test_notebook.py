@@ -96,3 +96,15 @@ def test_multi_agent_notebook_composes_ppo_and_dqn_and_plays_tic_tac_toe(tmp_pat
     assert ", 0 illegal" in outputs
     rate = float(outputs.split("win_or_draw_as_player_2 ")[1].split()[0])
     assert rate >= 0.85, outputs
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_committed_outputs_hold_no_local_paths_or_missing_widget_warnings(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    outputs = printed(nb) + "".join(
+        str(o.get("data", {}).get("text/plain", "")) for c in nb.cells for o in c.get("outputs", [])
+    )
+    for local in ("/tmp/", "/work/", "/root/", "/home/", "site-packages", "ipywidgets"):
+        assert local not in outputs, f"{path.name} shows {local!r}: refresh it in a clean setup"

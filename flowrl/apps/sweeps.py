@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,8 @@ class FlowrlTrainable(tune.Trainable):
     Tune iteration, its checkpoints Tune's."""
 
     def setup(self, config: dict[str, Any]) -> None:
+        # Ray Train logs a line with the absolute path of every checkpoint it persists
+        logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
         values = {k: v for k, v in config.items() if k != ALGO_KEY}
         self.algo = Algorithm(config[ALGO_KEY], values)
         self.restores = 0
@@ -160,7 +163,13 @@ def sweep(
             verbose=0,
         ),
     )
-    return tuner.fit()
+    tune_log = logging.getLogger("ray.tune.tune")  # "wrote the results to <path>" at the end
+    level = tune_log.level
+    tune_log.setLevel(logging.WARNING)
+    try:
+        return tuner.fit()
+    finally:
+        tune_log.setLevel(level)
 
 
 def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any]]:

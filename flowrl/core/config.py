@@ -321,7 +321,12 @@ class Config:
 @dataclasses.dataclass
 class ActorCriticConfig(Config):
     """Settings of policies trained on advantages with a value baseline (see
-    :class:`flowrl.learning.policy.ActorCriticPolicy`)."""
+    :class:`flowrl.learning.policy.ActorCriticPolicy`).
+
+    Example:
+        >>> ActorCriticConfig(gamma=0.95).gamma
+        0.95
+    """
 
     gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
     vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)

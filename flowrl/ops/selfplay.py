@@ -29,7 +29,12 @@ class SelfPlay(Operator):
     worker; and the policy plays ``games`` greedy games in each seat against a uniformly
     random legal player and against the previous snapshot. The result gets
     ``selfplay/vs_random/...`` and ``selfplay/vs_snapshot/...`` (win, draw, loss, win or
-    draw per seat, illegal moves). Checkpoints keep the pool."""
+    draw per seat, illegal moves). Checkpoints keep the pool.
+
+    Example:
+        >>> plan = ppo.execution_plan(workers, config)  # doctest: +SKIP
+        >>> plan.for_each(SelfPlay(workers, config, every=5))  # doctest: +SKIP
+    """
 
     def __init__(
         self,

@@ -26,7 +26,12 @@ from flowrl.replay.buffer import (
 
 @dataclass
 class ReplayConfig(Config):
-    """Replay buffer settings and the ratio of training to sampling."""
+    """Replay buffer settings and the ratio of training to sampling.
+
+    Example:
+        >>> ReplayConfig(buffer_size=1000).buffer_size
+        1000
+    """
 
     buffer_size: int = param(50_000, "replay buffer capacity in transitions", ge=1)
     replay_shards: int = param(0, "replay actors sharing the buffer; 0: in the learner", ge=0)

@@ -1,0 +1,133 @@
+"""The documentation: the site builds with no broken link or reference, every public
+operator, config class and command has an entry with an example, and the README's
+commands parse and its figures come from the benchmarks' results files."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flowrl.ops
+from flowrl.apps.cli import build_parser
+from flowrl.run.spec import list_algorithms
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "operators" / "index.html").exists()
+
+
+def test_every_operator_has_an_entry_and_an_example():
+    page = (DOCS / "operators.md").read_text()
+    for name in flowrl.ops.__all__:
+        assert f"::: flowrl.ops.{name}\n" in page, f"{name} has no entry in docs/operators.md"
+        obj = getattr(flowrl.ops, name)
+        if not (isinstance(obj, type) and issubclass(obj, Exception)):
+            assert ">>>" in (inspect.getdoc(obj) or ""), f"{name}'s docstring has no example"
+
+
+def test_every_algorithm_config_has_an_entry_and_an_example():
+    page = (DOCS / "reference" / "configs.md").read_text()
+    for spec in list_algorithms():
+        cls = spec.config_cls
+        assert f"::: algorithms.{spec.name}.{cls.__name__}\n" in page, cls.__name__
+        assert ">>>" in (inspect.getdoc(cls) or ""), f"{cls.__name__} has no example"
+
+
+def commands_in(text: str) -> list[str]:
+    """The ``flowrl ...`` commands in the text's fenced code blocks (one per line or per
+    ``&&`` step; comments dropped)."""
+    found = []
+    for block in re.findall(r"```(?:bash|console)?\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            for step in line.split("&&"):
+                step = step.split(" #")[0].strip()
+                if step.startswith("flowrl "):
+                    found.append(step)
+    return found
+
+
+def parses(command: str) -> None:
+    """``command`` is a valid ``flowrl`` command line (parsed, not run)."""
+    args = shlex.split(command)[1:]
+    try:
+        build_parser().parse_args(args)
+    except SystemExit as e:
+        pytest.fail(f"{command!r} does not parse (exit {e.code})")
+
+
+def test_every_command_has_a_section_with_examples_that_parse():
+    page = (DOCS / "reference" / "cli.md").read_text()
+    sub = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
+    for name in sub.choices:
+        section = page.split(f"## `flowrl {name}`", 1)
+        assert len(section) == 2, f"flowrl {name} has no section in docs/reference/cli.md"
+        examples = commands_in(section[1].split("\n## ", 1)[0])
+        assert examples and all(e.startswith(f"flowrl {name}") for e in examples), name
+        for command in examples:
+            parses(command)
+
+
+def test_the_readme_is_short_and_its_commands_parse():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    commands = commands_in(text)
+    assert "flowrl train ppo --env CartPole-v1" in commands  # the main job
+    for command in commands:
+        parses(command)
+
+
+def numbers_in_results() -> set[float]:
+    """Every number in benchmarks/results/*.json: values, and those in key names
+    (``reached_1000_at``)."""
+    found: set[float] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                found.update(float(n) for n in re.findall(r"\d+(?:\.\d+)?", str(key)))
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            found.add(float(value))
+
+    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
+        walk(json.loads(path.read_text()))
+    return found
+
+
+def test_the_readme_figures_come_from_the_results_files():
+    text = README.read_text()
+    table = text.split("## Algorithms", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    assert {r[1].strip(" `") for r in rows} == {s.name for s in list_algorithms()}
+    measured = numbers_in_results()
+    for row in rows:
+        figure = re.sub(r"[A-Za-z]+-v\d+", "", row[3])  # env ids are not figures
+        for number in re.findall(r"\d[\d,]*(?:\.\d+)?", figure):
+            value = float(number.replace(",", ""))
+            decimals = len(number.split(".")[1]) if "." in number else 0
+            assert any(round(m, decimals) == value for m in measured), (
+                f"{row[1].strip()}: {number} is in no file of benchmarks/results/"
+            )
