@@ -104,6 +104,14 @@ def test_remote_workers_are_actors_behind_the_source(ray_session):
     assert {n.kind for n in graph.nodes} >= {"actors", "step", "queue"}
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a3c", "dqn", "sac", "impala", "appo", "apex"])
+def test_every_algorithm_draws_its_plan_without_an_env(algo, capsys):
+    """Without --env, the plan is drawn on an env the algorithm fits: its default."""
+    assert main(["plan", algo, "--num-workers", "0"]) == 0
+    env = "Pendulum-v1" if algo == "sac" else "CartPole-v1"
+    assert capsys.readouterr().out.startswith(f"{algo} on {env}\n")
+
+
 def test_cli_prints_and_draws_a_plan(tmp_path, capsys):
     assert main(["plan", "dqn", "--num-workers", "0"]) == 0
     text = capsys.readouterr().out

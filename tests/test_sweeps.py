@@ -65,6 +65,11 @@ def test_tune_command_refuses_bad_input_in_one_line(capsys):
         (["tune", "ppo", "--grid", "lr=0.1"], "--grid expects KEY="),
         (["tune", "ppo", "--grid", "lrr=[0.1]"], "unknown config key 'lrr'"),
         (["tune", "ppo", "--grid", "lr=[0.1]", "--num-samples", "0"], "--num-samples"),
+        (["tune", "ppo", "--space", "lr=lognormal(1,2)"], "--space expects KEY=DIST(ARGS)"),
+        (["tune", "ppo", "--space", "lr=uniform(0.1)"], "uniform takes LOW, HIGH"),
+        (["tune", "ppo", "--space", "lr=uniform(-1,1)"], "lr"),  # out of lr's range
+        (["tune", "ppo", "--grid", "lr=[0.1]", "--search", "optuna"], "give --space"),
+        (["tune", "ppo", "--space", "lr=uniform(0.1,1)", "--scheduler", "pbt"], "give --grid"),
     ):
         assert main(args) == 2
         # Ray may still forward an earlier test's trial output (lines it tags "(actor pid=N)")
@@ -88,3 +93,23 @@ def test_tune_command_prints_a_table_of_its_trials(tmp_path):
     table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:3]  # the header, then a row each
     assert sorted(row.split()[1] for row in table) == ["0.0003", "0.001"]
     assert "2 trials, 0 failed" in out.stdout
+
+
+@pytest.mark.slow
+def test_an_optuna_search_of_four_trials_on_real_tune(tmp_path):
+    """Optuna's TPE sampler draws lr and the epochs from their ranges, four trials."""
+    args = ["tune", "ppo", "--env", "CartPole-v1", "--search", "optuna", "--num-samples", "4"]
+    args += ["--space", "lr=loguniform(1e-4,1e-2)", "num_sgd_iter=choice(1,2,3)"]
+    args += ["--stop-iters", "2", "--num-workers", "0", "--output", str(tmp_path)]
+    args += ["--set", "train_batch_size=256", "sgd_minibatch_size=128"]
+    out = subprocess.run(
+        [sys.executable, "-m", "flowrl", *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "with Optuna" in out.stdout and "4 trials, 0 failed" in out.stdout
+    table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:5]
+    lrs = [float(row.split()[1]) for row in table]
+    assert len(set(lrs)) == 4 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    assert {int(row.split()[2]) for row in table} <= {1, 2, 3}
+    state = list((tmp_path / "tune").glob("searcher-state-*.pkl"))
+    assert state, "Tune saved the Optuna searcher's state beside the trials"

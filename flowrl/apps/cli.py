@@ -175,7 +175,24 @@ def _add_tune_parser(sub: Any) -> None:
         metavar="KEY=[V1,V2]",
         help="values to try for a config key, as a JSON list (repeatable: every combination)",
     )
-    tune.add_argument("--num-samples", type=int, default=1, help="trials per grid point")
+    tune.add_argument(
+        "--space",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=DIST(ARGS)",
+        help="a range to draw a config key from: uniform(LOW,HIGH), loguniform(LOW,HIGH), "
+        "randint(LOW,HIGH) or choice(V1,V2,...) (repeatable)",
+    )
+    tune.add_argument(
+        "--search",
+        choices=("random", "optuna"),
+        default="random",
+        help="how trials draw from --space: at random, or Optuna's TPE sampler (its package)",
+    )
+    tune.add_argument(
+        "--num-samples", type=int, default=1, help="trials per grid point (with --space: trials)"
+    )
     tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
     tune.add_argument(
         "--perturbation-interval", type=int, default=2, help="PBT: iterations between exploits"
@@ -350,14 +367,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from flowrl.apps.sweeps import parse_grid, sweep, trial_rows
+    from flowrl.apps.sweeps import parse_grid, parse_space, sweep, trial_rows
     from flowrl.rollout.envs import check_env_id
     from flowrl.run.algorithm import get_algorithm
 
     stop = _stop_criteria(args)
-    grid = parse_grid(args.grid)
-    if not grid:
-        raise ConfigError("flowrl tune needs at least one --grid KEY=[V1,V2,...]")
+    grid, space = parse_grid(args.grid), parse_space(args.space)
+    if not grid and not space:
+        raise ConfigError(
+            "flowrl tune needs at least one --grid KEY=[V1,V2,...] or --space KEY=DIST(ARGS)"
+        )
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     if args.perturbation_interval < 1:
@@ -365,10 +384,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
     config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
+    for key, (dist, bounds) in space.items():  # a range's ends are values the key takes
+        for value in bounds if dist != "randint" else bounds[:1]:
+            spec.config_cls.from_dict({**fixed, key: value})
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
     print(
-        f"flowrl: sweeping {spec.name} on {config.env} over {', '.join(grid)}; writing to {output}"
+        f"flowrl: sweeping {spec.name} on {config.env} over {', '.join([*grid, *space])}"
+        f"{' with Optuna' if args.search == 'optuna' else ''}; writing to {output}"
     )
     results = sweep(
         args.algo,
@@ -379,8 +402,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         num_samples=args.num_samples,
         scheduler=args.scheduler,
         perturbation_interval=args.perturbation_interval,
+        space=space,
+        search=args.search,
+        seed=config.seed,
     )
-    rows = trial_rows(results, list(grid))
+    rows = trial_rows(results, [*grid, *space])
     print_table(rows)
     failed = sum(1 for row in rows if row["error"])
     print(f"flowrl: {len(rows)} trials, {failed} failed; Tune's results in {output / 'tune'}")

@@ -34,6 +34,14 @@ ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:pla
 METRIC = EPISODE_RETURN_MEAN
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
 SCHEDULERS = ("fifo", "asha", "pbt")
+SEARCHES = ("random", "optuna")  # random: Tune's own (grids in full, ranges sampled)
+# --space's distributions, as Tune's sampling functions
+DISTRIBUTIONS = {
+    "uniform": tune.uniform,
+    "loguniform": tune.loguniform,
+    "randint": tune.randint,
+    "choice": lambda *values: tune.choice(list(values)),
+}
 
 
 class FlowrlTrainable(tune.Trainable):
@@ -109,6 +117,37 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def parse_space(items: Sequence[str]) -> dict[str, tuple[str, list[Any]]]:
+    """``key=dist(a,b)`` items as ``{key: (dist, [a, b])}``, ``dist`` one of
+    :data:`DISTRIBUTIONS` and its arguments JSON values; a ConfigError names a bad one.
+
+    Example:
+        >>> parse_space(["lr=loguniform(1e-5, 1e-2)", "num_sgd_iter=choice(2, 4)"])
+        {'lr': ('loguniform', [1e-05, 0.01]), 'num_sgd_iter': ('choice', [2, 4])}
+    """
+    import json
+    import re
+
+    space: dict[str, tuple[str, list[Any]]] = {}
+    for item in items:
+        match = re.fullmatch(r"\s*([\w.]+)\s*=\s*(\w+)\((.*)\)\s*", item)
+        try:
+            args = json.loads(f"[{match.group(3)}]") if match else None
+        except ValueError:
+            args = None
+        if match is None or args is None or match.group(2) not in DISTRIBUTIONS:
+            raise ConfigError(
+                f"--space expects KEY=DIST(ARGS), DIST one of {', '.join(DISTRIBUTIONS)}: "
+                f"got '{item}'"
+            )
+        dist = match.group(2)
+        if (dist != "choice" and len(args) != 2) or not args:
+            wants = "one or more values" if dist == "choice" else "LOW, HIGH"
+            raise ConfigError(f"--space {dist} takes {wants}: got '{item}'")
+        space[match.group(1)] = (dist, args)
+    return space
+
+
 def sweep(
     algo: str,
     grid: Mapping[str, list[Any]],
@@ -120,18 +159,33 @@ def sweep(
     num_samples: int = 1,
     scheduler: str = "fifo",
     perturbation_interval: int = 2,
+    space: Mapping[str, tuple[str, list[Any]]] | None = None,
+    search: str = "random",
+    seed: int | None = None,
 ) -> tune.ResultGrid:
     """Train ``algo`` once per combination of ``grid`` values (times ``num_samples``) on
     ``fixed`` config values, until Tune's ``stop`` (result keys and thresholds); results
     under ``storage/name``. ``scheduler="pbt"`` runs Population Based Training over the
-    grid's values every ``perturbation_interval`` iterations."""
+    grid's values every ``perturbation_interval`` iterations.
+
+    ``space`` holds ranges (:func:`parse_space`) that each trial draws from: at random,
+    or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
+    (``num_samples`` trials; Optuna takes ranges, not grids)."""
     spec = get_algorithm(algo)
     known = spec.config_cls.__dataclass_fields__
-    for key in [*grid, *(fixed or {})]:
+    space = dict(space or {})
+    for key in [*grid, *space, *(fixed or {})]:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}' for {spec.name}")
-    space = {**(fixed or {}), ALGO_KEY: algo}
-    space.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
+    if search not in SEARCHES:
+        raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")
+    if search == "optuna" and (grid or not space):
+        raise ConfigError("--search optuna draws from ranges: give --space, not --grid")
+    if scheduler == "pbt" and (space or not grid):
+        raise ConfigError("--scheduler pbt moves trials between --grid values: give --grid")
+    params = {**(fixed or {}), ALGO_KEY: algo}
+    params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
+    params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
     if scheduler not in SCHEDULERS:
         raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
     chosen = None  # fifo: Tune's default
@@ -146,9 +200,13 @@ def sweep(
         )
     tuner = tune.Tuner(
         FlowrlTrainable,
-        param_space=space,
+        param_space=params,
         tune_config=tune.TuneConfig(
-            metric=METRIC, mode="max", num_samples=num_samples, scheduler=chosen
+            metric=METRIC,
+            mode="max",
+            num_samples=num_samples,
+            scheduler=chosen,
+            search_alg=optuna_search(seed) if search == "optuna" else None,
         ),
         run_config=tune.RunConfig(
             name=name,
@@ -170,6 +228,17 @@ def sweep(
         return tuner.fit()
     finally:
         tune_log.setLevel(level)
+
+
+def optuna_search(seed: int | None) -> Any:
+    """Tune's Optuna searcher (TPE), maximising the mean return; a ConfigError when
+    optuna is not installed."""
+    try:
+        import optuna  # noqa: F401  (OptunaSearch imports it only when built)
+        from ray.tune.search.optuna import OptunaSearch
+    except ImportError:
+        raise ConfigError("--search optuna needs optuna: pip install 'flowrl[tune]'") from None
+    return OptunaSearch(metric=METRIC, mode="max", seed=seed)
 
 
 def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any]]:
