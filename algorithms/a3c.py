@@ -79,7 +79,7 @@ class A3CLearner(Learner):
         pi_loss = -mean(dist.log_prob(batch[ACTIONS]) * batch[ADVANTAGES])
         vf_loss = 0.5 * mean((values - batch[VALUE_TARGETS]).pow(2))
         entropy = mean(dist.entropy())
-        loss = pi_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        loss = pi_loss + cfg.vf_loss_coeff * vf_loss - self.scheduled("entropy_coeff") * entropy
         stats = {"policy_loss": pi_loss, "vf_loss": vf_loss, "entropy": entropy}
         return loss, {k: v.detach() for k, v in stats.items()}
 

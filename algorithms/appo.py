@@ -102,7 +102,7 @@ class APPOLearner(IMPALALearner):
             mean=lambda x: masked_mean(x, mask),
         )
         vf_loss, entropy = self.value_and_entropy_terms(dist, values, vs, mask)
-        loss = loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        loss = loss + cfg.vf_loss_coeff * vf_loss - self.scheduled("entropy_coeff") * entropy
         stats.update(vf_loss=vf_loss, entropy=entropy)
         return loss, {k: v.detach() for k, v in stats.items()}
 

@@ -28,6 +28,7 @@ from torch import nn
 from flowrl.core.config import param
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
+from flowrl.core.schedules import Schedule, scheduled
 from flowrl.learning.distributions import Categorical
 from flowrl.learning.learner import Learner
 from flowrl.learning.models import QNetwork
@@ -69,6 +70,14 @@ class DQNConfig(ReplayConfig):
     exploration_initial_eps: float = param(1.0, "epsilon at the start", ge=0, le=1)
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
+    exploration_eps: Schedule = param(  # noqa: RUF009
+        -1.0,
+        "epsilon as a constant or a schedule [[env_steps, eps], ...]; -1: the linear decay of "
+        "the three settings above",
+        ge=-1,
+        le=1,
+        schedule=True,
+    )
     min_env_steps_per_iteration: int = 1_000
 
 
@@ -119,10 +128,13 @@ class DQNPolicy(Policy):
         )
 
     def epsilon(self) -> float:
-        """Linear decay over ``exploration_timesteps`` of (approximately) global env steps,
-        down to :meth:`final_epsilon`."""
+        """``exploration_eps`` at (approximately) the run's env steps, or by default a
+        linear decay over ``exploration_timesteps`` down to :meth:`final_epsilon`."""
         cfg = self.config
-        progress = min(1.0, self.timesteps * max(cfg.num_workers, 1) / cfg.exploration_timesteps)
+        steps = self.timesteps * max(cfg.num_workers, 1)  # this copy's share, times copies
+        if cfg.exploration_eps != -1.0:
+            return scheduled(cfg.exploration_eps, steps)
+        progress = min(1.0, steps / cfg.exploration_timesteps)
         start, end = cfg.exploration_initial_eps, self.final_epsilon()
         return start + progress * (end - start)
 

@@ -164,7 +164,7 @@ class IMPALALearner(Learner):
         vs, advantages, mask = self.vtrace_targets(batch, values.detach(), logp.detach())
         pi_loss = -masked_mean(self.time_major(logp)[:-1] * advantages, mask)
         vf_loss, entropy = self.value_and_entropy_terms(dist, values, vs, mask)
-        loss = pi_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        loss = pi_loss + cfg.vf_loss_coeff * vf_loss - self.scheduled("entropy_coeff") * entropy
         stats = {"policy_loss": pi_loss, "vf_loss": vf_loss, "entropy": entropy}
         return loss, {k: v.detach() for k, v in stats.items()}
 

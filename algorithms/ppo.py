@@ -139,8 +139,9 @@ class PPOLearner(Learner):
         vf_loss = 0.5 * mean((values - batch[VALUE_TARGETS]).pow(2))
         entropy = mean(dist.entropy())
         loss = loss + cfg.vf_loss_coeff * vf_loss
-        if cfg.entropy_coeff > 0:  # a zero-weight term stays out of backward
-            loss = loss - cfg.entropy_coeff * entropy
+        entropy_coeff = self.scheduled("entropy_coeff")
+        if entropy_coeff > 0:  # a zero-weight term stays out of backward
+            loss = loss - entropy_coeff * entropy
         stats.update(vf_loss=vf_loss, entropy=entropy)
         return loss, {k: v.detach() for k, v in stats.items()}
 

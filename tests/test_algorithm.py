@@ -44,6 +44,35 @@ def test_the_metrics_operator_checkpoints_its_own_window_and_time(tmp_path):
     clone.stop()
 
 
+def test_lr_and_entropy_coeff_follow_their_schedules_across_a_resume(tmp_path):
+    from flowrl.core.schedules import scheduled
+
+    lr, entropy = [[0, 1e-3], [6000, 1e-4]], [[0, 0.02], [6000, 0.0]]
+    algo = Algorithm("ppo", env="CartPole-v1", lr=lr, entropy_coeff=entropy, **FAST)
+
+    def follows(agent, result, steps_before):
+        learner = agent.workers.local_worker.learner
+        assert result["schedule/lr"] == pytest.approx(scheduled(agent.config.lr, steps_before))
+        assert learner.optimizers["model"].param_groups[0]["lr"] == result["schedule/lr"]
+        assert result["schedule/entropy_coeff"] == pytest.approx(
+            scheduled(agent.config.entropy_coeff, steps_before)
+        )
+
+    steps = 0
+    for _ in range(2):
+        result = algo.train()
+        follows(algo, result, steps)
+        steps = result["env_steps_sampled"]
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    clone = Algorithm.from_checkpoint(path)  # the schedule goes on from the saved env steps
+    assert clone.config.lr == ((0.0, 1e-3), (6000.0, 1e-4))
+    result = clone.train()
+    follows(clone, result, steps)
+    assert 1e-4 < result["schedule/lr"] < 1e-3 and result["schedule/entropy_coeff"] < 0.02
+    clone.stop()
+
+
 @pytest.mark.parametrize(
     ("algo", "keys"),
     [

@@ -70,3 +70,27 @@ def test_a_config_with_two_bases_keeps_the_defaults_its_nearer_base_changed():
         assert getattr(appo, name) == getattr(impala, name), name
     assert appo.grad_clip == 40.0  # its own, stated in appo.py
     assert appo.clip_param == 0.3 and "clip range" in APPOConfig.doc("clip_param")
+
+
+def test_a_schedulable_value_is_a_number_or_points_of_env_steps():
+    cfg = PPOConfig.from_dict({"lr": parse_set_value("[[0, 3e-4], [1e6, 0]]"), "entropy_coeff": 0})
+    assert cfg.lr == ((0.0, 3e-4), (1e6, 0.0)) and cfg.entropy_coeff == 0.0
+    assert PPOConfig.from_dict(cfg.to_dict()) == cfg  # through config.json and back
+    for value, message in (
+        ([[0, 1e-3], [10, -1]], "lr must be >= 0"),  # a schedule may end on 0, not below
+        ([[5, 1e-3], [1, 1e-4]], "env steps from 0 that never go back"),
+        ([1e-3, 1e-4], "a number or a schedule"),
+        ([[0, 1e-3, 2]], "a number or a schedule"),
+        (0, "lr must be > 0"),  # a constant keeps the field's range
+    ):
+        with pytest.raises(ConfigError, match=message):
+            PPOConfig(lr=value)
+
+
+def test_a_schedule_is_piecewise_linear_and_held_at_its_ends():
+    from flowrl.core.schedules import scheduled
+
+    points = ((100.0, 1.0), (200.0, 0.0), (300.0, 0.5))
+    assert [scheduled(points, s) for s in (0, 100, 150, 200, 250, 300, 1e9)] == [
+        1.0, 1.0, 0.5, 0.0, 0.25, 0.5, 0.5
+    ]  # fmt: skip

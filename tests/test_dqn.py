@@ -63,6 +63,24 @@ def test_dqn_checkpoint_keeps_target_net_and_exploration(tmp_path):
     clone.stop()
 
 
+def test_epsilon_follows_an_exploration_schedule_across_a_resume(tmp_path):
+    from flowrl.core.schedules import scheduled
+
+    points = [[0, 1.0], [2000, 0.1], [4000, 0.5]]
+    algo = Algorithm("dqn", env="CartPole-v1", exploration_eps=points, **SMALL)
+    policy = algo.workers.local_worker.policy
+    assert policy.epsilon() == 1.0
+    algo.train()  # epsilon at the env steps this policy acted for (all of them, in-process)
+    assert 0.1 < policy.epsilon() < 1.0
+    assert policy.epsilon() == pytest.approx(
+        scheduled(algo.config.exploration_eps, policy.timesteps)
+    )
+    clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    assert clone.workers.local_worker.policy.epsilon() == pytest.approx(policy.epsilon())
+    algo.stop()
+    clone.stop()
+
+
 def test_dqn_rejects_continuous_actions():
     with pytest.raises(ConfigError, match=r"dqn takes Discrete actions; .* Box\("):
         Algorithm("dqn", env="Pendulum-v1", num_workers=0)

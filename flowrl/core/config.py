@@ -21,12 +21,15 @@ import contextlib
 import dataclasses
 import difflib
 import inspect
+import itertools
 import json
 import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
+
+from flowrl.core.schedules import Schedule
 
 C = TypeVar("C", bound="Config")
 
@@ -44,10 +47,14 @@ def param(
     le: float | None = None,
     choices: tuple[str, ...] | None = None,
     min_len: int | None = None,
+    schedule: bool = False,
 ) -> Any:
     """Declare a config field with its doc and allowed range (``min_len``: the fewest
-    items a list field takes)."""
+    items a list field takes; ``schedule``: a number or a schedule of numbers, see
+    :mod:`flowrl.core.schedules`)."""
     meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
+    if schedule:
+        meta["schedule"] = True
     if isinstance(default, dict):  # each config gets its own copy
         return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -143,6 +150,35 @@ def _split_list(name: str, text: str) -> list[str]:
     return items
 
 
+def _to_schedule(name: str, value: Any, meta: Mapping[str, Any]) -> Schedule:
+    """A schedulable field's value: a number, or ``[[env_steps, value], ...]`` (JSON text
+    too) with env steps from 0 that never go back; each point's value in the field's range
+    (a schedule may end on a ``gt`` bound: ``lr`` decaying to 0)."""
+    if isinstance(value, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    number = _to_float(value)
+    if number is not _INVALID:
+        _check_range(name, number, meta)
+        return number
+    expected = f"{name} expects a number or a schedule [[env_steps, value], ...], got {value!r}"
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(expected)
+    points = []
+    for point in value:
+        pair = [_to_float(x) for x in point] if isinstance(point, list | tuple) else []
+        if len(pair) != 2 or _INVALID in pair:
+            raise ConfigError(expected)
+        points.append((pair[0], pair[1]))
+    steps = [s for s, _ in points]
+    if steps[0] < 0 or any(b < a for a, b in itertools.pairwise(steps)):
+        raise ConfigError(f"{name}'s schedule needs env steps from 0 that never go back: {steps}")
+    bounds = {**meta, "ge": meta.get("ge") if meta.get("gt") is None else meta["gt"], "gt": None}
+    for _, v in points:
+        _check_range(name, v, bounds)
+    return tuple(points)
+
+
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
     values = value if isinstance(value, tuple) else (value,)
     if meta.get("min_len") is not None and len(values) < meta["min_len"]:
@@ -178,7 +214,7 @@ class Config:
         ...     lr: float = 1e-3
         ...     horizon: int = param(10, "steps looked ahead", ge=1)
         >>> MyConfig().lr, MyConfig.doc("lr")
-        (0.001, 'learning rate (Adam)')
+        (0.001, 'learning rate (Adam); or a schedule')
         >>> MyConfig(lr=-1.0)
         Traceback (most recent call last):
         ...
@@ -208,7 +244,7 @@ class Config:
     )
     seed: int = param(0, "seed for envs, torch and sampling", ge=0, le=2**31 - 1)
     gamma: float = param(0.99, "discount factor", ge=0, le=1)
-    lr: float = param(5e-4, "learning rate (Adam)", gt=0)
+    lr: Schedule = param(5e-4, "learning rate (Adam); or a schedule", gt=0, schedule=True)  # noqa: RUF009
     grad_clip: float = param(0.5, "max global gradient norm; 0 turns clipping off", ge=0)
     model_hiddens: tuple[int, ...] = param(
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
@@ -278,8 +314,11 @@ class Config:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
-            value = _coerce(f.name, getattr(self, f.name), hints[f.name])
-            _check_range(f.name, value, f.metadata)
+            if f.metadata.get("schedule"):
+                value = _to_schedule(f.name, getattr(self, f.name), f.metadata)
+            else:
+                value = _coerce(f.name, getattr(self, f.name), hints[f.name])
+                _check_range(f.name, value, f.metadata)
             object.__setattr__(self, f.name, value)
         check_policies(self.policies, self.policy_mapping)
         if self.evaluation_video_dir and not self.evaluation_interval:
@@ -330,7 +369,9 @@ class ActorCriticConfig(Config):
 
     gae_lambda: float = param(0.95, "lambda of GAE or V-trace (1.0: plain n-step)", ge=0, le=1)
     vf_loss_coeff: float = param(0.5, "value loss weight", ge=0)
-    entropy_coeff: float = param(0.0, "entropy bonus weight", ge=0)
+    entropy_coeff: Schedule = param(  # noqa: RUF009
+        0.0, "entropy bonus weight; or a schedule", ge=0, schedule=True
+    )
     use_lstm: bool = param(False, "an LSTM between the observation features and the heads")
     lstm_cell_size: int = param(128, "LSTM cells (use_lstm)", ge=1)
     max_seq_len: int = param(

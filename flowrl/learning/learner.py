@@ -32,6 +32,7 @@ from torch import nn
 
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import OBS, STATE_IN, SampleBatch
+from flowrl.core.schedules import Schedule, is_schedule, scheduled
 from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
@@ -82,10 +83,11 @@ def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
 
 @dataclass
 class Optimized:
-    """Parameters one Adam optimiser steps, with its learning rate and epsilon."""
+    """Parameters one Adam optimiser steps, with its learning rate (a constant, or a
+    schedule of env steps: :mod:`flowrl.core.schedules`) and epsilon."""
 
     params: list[torch.Tensor]
-    lr: float
+    lr: Schedule
     eps: float = 1e-5
 
 
@@ -205,6 +207,9 @@ class Learner:
         self.device = policy.device
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
+        #: the run's env steps sampled when the current iteration began: the config's
+        #: schedules take their values there (:meth:`set_env_steps`)
+        self.env_steps = 0.0
         #: (online, target) pairs that :meth:`update_targets` moves together
         self.targets: list[tuple[nn.Module, nn.Module]] = []
         #: the adaptive KL penalty's weight, for losses that have one (:class:`AdaptiveKL`)
@@ -266,7 +271,29 @@ class Learner:
     def optimizers(self) -> dict[str, Any]:
         """One Adam per :meth:`optimized` entry (:func:`~flowrl.learning.optim.adam`),
         built on first use."""
-        return {name: adam(o.params, o.lr, eps=o.eps) for name, o in self._optimized.items()}
+        return {
+            name: adam(o.params, scheduled(o.lr, self.env_steps), eps=o.eps)
+            for name, o in self._optimized.items()
+        }
+
+    # -- schedules -----------------------------------------------------------------------
+    def set_env_steps(self, env_steps: float) -> None:
+        """Where the run is, for the config's schedules: an optimiser whose learning rate
+        is a schedule takes its value at ``env_steps``, and :meth:`scheduled` reads the
+        other schedulable settings (``entropy_coeff``) there, until the next call."""
+        self.env_steps = float(env_steps)
+        for name, o in self._optimized.items():
+            if is_schedule(o.lr):
+                for group in self.optimizers[name].param_groups:
+                    group["lr"] = scheduled(o.lr, env_steps)
+
+    def scheduled(self, name: str) -> float:
+        """The config value ``name`` (a constant or a schedule) at :attr:`env_steps`.
+
+        Example:
+            >>> loss = loss - self.scheduled("entropy_coeff") * entropy  # doctest: +SKIP
+        """
+        return scheduled(getattr(self.config, name), self.env_steps)
 
     # -- the SGD loop --------------------------------------------------------------------
     def learn_on_batch(
@@ -410,7 +437,8 @@ class Learner:
         for name, module in self._own_modules().items():
             load_module_weights(module, state["modules"][name])
         for name, optimizer in self.optimizers.items():
-            load_optimizer_state(optimizer, state["optimizers"][name], self._optimized[name].lr)
+            lr = scheduled(self._optimized[name].lr, self.env_steps)
+            load_optimizer_state(optimizer, state["optimizers"][name], lr)
         self.rng.bit_generator.state = state["rng"]
         self.num_updates = state["num_updates"]
         if self.kl is not None:

@@ -156,6 +156,10 @@ class MultiLearner:
         for pid, g in grads.items():
             self.learners[pid].apply_gradients(g)
 
+    def set_env_steps(self, env_steps: float) -> None:
+        for learner in self.learners.values():
+            learner.set_env_steps(env_steps)
+
     def update_targets(self, tau: float = 1.0) -> None:
         for learner in self.learners.values():
             if learner.targets:

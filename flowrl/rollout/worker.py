@@ -322,7 +322,11 @@ class RolloutWorker(ParallelIteratorWorker):
         return self.policy.get_weights()
 
     def set_env_steps_sampled(self, steps: int) -> None:
+        """The run has sampled ``steps`` env steps: the policy's acting schedule and, where
+        this worker has built a learner (gradients computed here), its schedules."""
         self.policy.set_env_steps_sampled(steps)
+        if "learner" in self.__dict__:  # built: cached_property keeps it in __dict__
+            self.learner.set_env_steps(steps)
 
     def set_weights(self, weights: Weights) -> None:
         start = time.perf_counter()

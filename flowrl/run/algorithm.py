@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.core.iter import LocalIterator, NotReady
+from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
@@ -278,6 +280,7 @@ class Algorithm(Checkpointing):
 
     def train(self) -> dict[str, Any]:
         """Run the plan until it produces its next result, and return that result."""
+        schedules = self._step_schedules()
         while True:
             try:
                 result = next(self.plan)
@@ -285,8 +288,25 @@ class Algorithm(Checkpointing):
                 raise RuntimeError(f"the execution plan {self.plan} ended") from None
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
+                result.update(schedules)
                 self.last_result = result
                 return result
+
+    def _step_schedules(self) -> dict[str, float]:
+        """The iteration begins: the learner takes its schedules' values at the env steps
+        sampled so far (and, when the config has schedules, so do the remote workers,
+        where A3C computes its loss); the results show the config's as
+        ``schedule/<name>``."""
+        steps = self.plan.context.counters[STEPS_SAMPLED]
+        self.workers.local_worker.learner.set_env_steps(steps)
+        shown = {
+            f"schedule/{f.name}": scheduled(getattr(self.config, f.name), steps)
+            for f in dataclasses.fields(self.config)
+            if f.metadata.get("schedule") and is_schedule(getattr(self.config, f.name))
+        }
+        if shown:
+            self.workers.set_env_steps_sampled(steps)
+        return shown
 
     def profile(self, *, since_start: bool = True) -> Profile:
         """Where the plan's time went since it started (or in the last iteration): each
