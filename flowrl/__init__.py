@@ -10,13 +10,12 @@ Example:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from flowrl.apps.inference import export_policy, load_policy
+    from flowrl.core.callbacks import Callbacks, EpisodeInfo
     from flowrl.core.config import Config, ConfigError, param
     from flowrl.core.context import PlanContext
     from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
@@ -40,6 +39,8 @@ _HOMES = {
     "Config": "flowrl.core.config",
     "ConfigError": "flowrl.core.config",
     "param": "flowrl.core.config",
+    "Callbacks": "flowrl.core.callbacks",
+    "EpisodeInfo": "flowrl.core.callbacks",
     "PlanContext": "flowrl.core.context",
     "register_env": "flowrl.rollout.envs",
     "export_policy": "flowrl.apps.inference",
@@ -81,8 +82,10 @@ __all__ = [
     "ActingOutput",
     "Algorithm",
     "AlgorithmSpec",
+    "Callbacks",
     "Config",
     "ConfigError",
+    "EpisodeInfo",
     "Learner",
     "LocalIterator",
     "MultiAgentBatch",

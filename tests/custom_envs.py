@@ -54,6 +54,19 @@ def rllib_corridor(config: dict) -> gym.Env:
     return Corridor(config.get("length", 5), render_mode=config.get("render_mode"))
 
 
+class CoinCorridor(Corridor):
+    """A Corridor whose info holds the coins picked up so far: one per step right."""
+
+    def reset(self, *, seed=None, options=None):
+        self.coins = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.coins += int(action == 1)
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"coins": self.coins}
+
+
 class TextObservation(Corridor):
     def __init__(self) -> None:
         super().__init__()

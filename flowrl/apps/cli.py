@@ -63,6 +63,12 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-envs-per-worker", type=int, help="envs per worker")
     parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--callbacks",
+        metavar="MODULE:CLASS",
+        help="your flowrl.Callbacks subclass (episode hooks with the env's info, custom "
+        "metrics), imported from the current directory too",
+    )
     parser.add_argument("--config", help="JSON or TOML file of config values")
     parser.add_argument(
         "--set",
@@ -233,6 +239,7 @@ def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict
             raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
         values[key.strip()] = parse_set_value(value)
     flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
+    flags["callbacks"] = args.callbacks
     flags["num_envs_per_worker"] = args.num_envs_per_worker
     values.update({k: v for k, v in flags.items() if v is not None})
     if output is not None and getattr(args, "video", False):

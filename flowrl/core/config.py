@@ -179,6 +179,15 @@ def _to_schedule(name: str, value: Any, meta: Mapping[str, Any]) -> Schedule:
     return tuple(points)
 
 
+def _plain(value: Any) -> Any:
+    """A config value as JSON holds it: tuples as lists, a class as ``module:Class``."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, type):
+        return f"{value.__module__}:{value.__qualname__}"
+    return value
+
+
 def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
     values = value if isinstance(value, tuple) else (value,)
     if meta.get("min_len") is not None and len(values) < meta["min_len"]:
@@ -235,6 +244,9 @@ class Config:
         "", "your torch model: a flowrl.register_model name or module:Class; '': flowrl's"
     )
     model_config: dict[str, Any] = param({}, "keyword arguments for your model's class")  # noqa: RUF009
+    callbacks: Any = param(  # noqa: RUF009
+        "", "your flowrl.Callbacks subclass: module:Class (or the class itself); '': none"
+    )
     num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
     num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
     rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
@@ -344,7 +356,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
         out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return {k: _plain(v) for k, v in out.items()}
 
     @classmethod
     def docs(cls) -> list[tuple[str, Any, str]]:

@@ -129,6 +129,7 @@ class CollectMetrics(Operator):
             WORKER_RESTARTS: counters[WORKER_RESTARTS],
         }
         result.update(agent_returns(self._episodes))
+        result.update(custom_metrics(self._episodes))
         learner = self.context.info.get(LEARNER_INFO, {})  # a policy's stats name their policy
         result.update(
             {k if k.startswith(POLICY_PREFIX) else f"learner/{k}": v for k, v in learner.items()}
@@ -141,6 +142,26 @@ class CollectMetrics(Operator):
             profiler.worker_busy(by_worker)
             result.update(profiler.window().results())
         return result
+
+
+def custom_metrics(episodes: Iterable[Any]) -> dict[str, float]:
+    """``custom/<name>_mean``, ``_min`` and ``_max`` of what episode callbacks reported
+    (a single-agent episode's third item), over the episodes that reported it.
+
+    Example:
+        >>> custom_metrics([(1.0, 5, {"coins": 2}), (2.0, 6, {"coins": 4}), (0.0, 3)])
+        {'custom/coins_mean': 3.0, 'custom/coins_min': 2.0, 'custom/coins_max': 4.0}
+    """
+    by_name: dict[str, list[float]] = {}
+    for ep in episodes:
+        if len(ep) == 3:
+            for name, value in ep[2].items():
+                by_name.setdefault(name, []).append(float(value))
+    out = {}
+    for name, values in by_name.items():
+        out.update({f"custom/{name}_mean": _mean(values), f"custom/{name}_min": min(values),
+                    f"custom/{name}_max": max(values)})  # fmt: skip
+    return out
 
 
 def agent_returns(episodes: Iterable[Any]) -> dict[str, float]:

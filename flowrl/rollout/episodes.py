@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.callbacks import Callbacks, EpisodeInfo, env_info
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 
-Episode = tuple[float, int]  # (return, length)
+# (return, length), and what the callbacks reported of it when the run has callbacks
+Episode = tuple[float, int] | tuple[float, int, dict[str, float]]
 
 
 class EpisodeTracker:
@@ -51,6 +53,44 @@ class EpisodeTracker:
         """The episodes that ended since the last call."""
         episodes, self._episodes = self._episodes, []
         return episodes
+
+
+class EpisodeHooks:
+    """The episode hooks of a worker's :class:`~flowrl.core.callbacks.Callbacks`: an
+    :class:`~flowrl.core.callbacks.EpisodeInfo` per env, started when the env begins an
+    episode, stepped with the env's info, ended with its last; what the hooks reported of
+    each ended episode waits for :meth:`take`, in the order :class:`EpisodeTracker`
+    records the episodes."""
+
+    def __init__(self, callbacks: Callbacks, num_envs: int, worker_index: int) -> None:
+        self.callbacks, self.worker_index = callbacks, worker_index
+        self.episodes = [self._start(i) for i in range(num_envs)]
+        self._ended: list[dict[str, float]] = []
+
+    def _start(self, env_index: int) -> EpisodeInfo:
+        episode = EpisodeInfo(env_index=env_index, worker_index=self.worker_index)
+        self.callbacks.on_episode_start(episode=episode)
+        return episode
+
+    def step(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray, infos: dict) -> None:
+        """One step of every env: ``valid`` is False for an env's reset step (NEXT_STEP
+        autoreset), which begins its next episode."""
+        for i in range(len(done)):
+            if not valid[i]:
+                self.episodes[i] = self._start(i)
+                continue
+            episode, info = self.episodes[i], env_info(infos, i)
+            episode.length += 1
+            episode.total_reward += float(rewards[i])
+            self.callbacks.on_episode_step(episode=episode, info=info)
+            if done[i]:
+                self.callbacks.on_episode_end(episode=episode, info=info)
+                self._ended.append(dict(episode.custom_metrics))
+
+    def take(self) -> list[dict[str, float]]:
+        """What the hooks reported of each episode that ended since the last call."""
+        ended, self._ended = self._ended, []
+        return ended
 
 
 def run_episodes(

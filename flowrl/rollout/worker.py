@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from flowrl.core.callbacks import load_callbacks
 from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
@@ -54,6 +55,7 @@ from flowrl.rollout.envs import (
 )
 from flowrl.rollout.episodes import (
     Episode,
+    EpisodeHooks,
     EpisodeTracker,
     Memory,
     headless_rendering,
@@ -114,6 +116,9 @@ class RolloutWorker(ParallelIteratorWorker):
         #: a multi-agent env's sampler (None: a single-agent vector env)
         self.agents: AgentSampler | None = None
         self.policy_specs = dict(policy_specs or {})
+        #: the config's Callbacks, this worker's own instance (None: no callbacks)
+        self.callbacks = load_callbacks(config.callbacks)
+        self._hooks: EpisodeHooks | None = None
         make_agent_env = agent_env_maker(config.env, config.env_config)
         if make_agent_env is not None:
             self._init_agents(make_agent_env, device, seed)
@@ -139,6 +144,8 @@ class RolloutWorker(ParallelIteratorWorker):
         self.state = self.policy.initial_state(n)
         self._starts = np.zeros(n, dtype=bool)
         self._episodes = EpisodeTracker(n)
+        if self.callbacks is not None:  # every env begins an episode
+            self._hooks = EpisodeHooks(self.callbacks, n, worker_index)
         self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
 
     def _init_agents(self, make_env: Callable[[], Any], device: str, seed: int) -> None:
@@ -186,6 +193,10 @@ class RolloutWorker(ParallelIteratorWorker):
         start = time.perf_counter()
         if self.agents is None:
             batch = self.policy.postprocess(self.sample_fragment())
+            if self.callbacks is not None:
+                self.callbacks.on_fragment_postprocessed(
+                    batch=batch, worker_index=self.worker_index
+                )
         else:
             fragments = self.agents.sample(self.config.rollout_fragment_length)
             batch = MultiAgentBatch(
@@ -212,6 +223,7 @@ class RolloutWorker(ParallelIteratorWorker):
         if self.state is not None:  # a recurrent policy's state goes on from the last fragment
             memory = Memory(policy, self.state, self._starts, self._needs_reset)
         act = policy.compute_actions if memory is None else memory.compute_actions
+        hooks, resetting = self._hooks, self._needs_reset
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
                 if raw_obs is not None:
@@ -219,7 +231,7 @@ class RolloutWorker(ParallelIteratorWorker):
                     obs = norm.observations(obs)
                 actions, extras = act(obs)
                 try:
-                    next_obs, rewards, terminated, truncated, _ = env.step(
+                    next_obs, rewards, terminated, truncated, infos = env.step(
                         policy.env_actions(actions)
                     )
                 except Exception as e:  # the env's own fault: this worker is replaced
@@ -235,6 +247,9 @@ class RolloutWorker(ParallelIteratorWorker):
                 )
                 write_row(cols, pool, t, steps, row)
                 obs = next_obs
+                if hooks is not None:  # the episode hooks, with each env's info
+                    hooks.step(rewards, terminated | truncated, ~resetting, infos)
+                    resetting = terminated | truncated
                 if memory is not None:
                     memory.stepped(terminated | truncated)
         self.obs = obs
@@ -266,6 +281,9 @@ class RolloutWorker(ParallelIteratorWorker):
             episodes, unsent = self.env.take_episodes(), self.policy.take_unsent()
         else:
             episodes, unsent = self._episodes.take(), self.policy.normalizer.take_unsent()
+            if self._hooks is not None:  # each episode with what its hooks reported
+                custom = self._hooks.take()
+                episodes = [(*ep, c) for ep, c in zip(episodes, custom, strict=True)]
         metrics = self.policy.metrics()
         if hasattr(self.env, "illegal_moves"):  # a turn-based game's, so far
             metrics = {**metrics, "illegal_moves": self.env.illegal_moves}

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from flowrl.core.callbacks import load_callbacks
 from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.core.iter import LocalIterator, NotReady
@@ -196,6 +197,10 @@ class Algorithm(Checkpointing):
         self.layout: Layout | None = None
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
+        try:  # the driver's own instance: train results and checkpoints
+            self.callbacks = load_callbacks(self.config.callbacks)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.config.evaluation_video_dir:  # before training, not at the first evaluation
             check_video_extra(self.config.env)
         if address and not self.config.uses_ray:
@@ -289,6 +294,8 @@ class Algorithm(Checkpointing):
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
+                if self.callbacks is not None:
+                    self.callbacks.on_train_result(algorithm=self, result=result)
                 self.last_result = result
                 return result
 

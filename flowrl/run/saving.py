@@ -61,7 +61,10 @@ class Checkpointing:
             ITERATION: self.iteration,
             "counters": plan["counters"],
         }
-        return checkpoints.write(path, state, meta)
+        written = checkpoints.write(path, state, meta)
+        if self.callbacks is not None:
+            self.callbacks.on_checkpoint(algorithm=self, path=written)
+        return written
 
     def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
         """Load a checkpoint written by :meth:`save` (a path or a loaded

@@ -1,0 +1,103 @@
+"""Hooks into training: subclass :class:`Callbacks`, override what you need, and name the
+class in the config (``callbacks="my_module:MyCallbacks"``, ``--callbacks
+my_module:MyCallbacks``, or the class itself from Python).
+
+Every rollout worker builds its own instance and calls the episode and fragment hooks as
+it samples (with the env's ``info`` of each step); the driver's instance gets each
+iteration's result and each checkpoint. Numbers an episode hook puts in
+``episode.custom_metrics`` come back in the results as ``custom/<name>_mean``, ``_min``
+and ``_max`` over the episodes ``episode_return_mean`` is taken over, and so reach
+``result.jsonl``, TensorBoard, MLflow and wandb.
+
+Example:
+    >>> class CountCoins(Callbacks):
+    ...     def on_episode_end(self, *, episode, info):
+    ...         episode.custom_metrics["coins"] = info.get("coins", 0)
+    >>> episode = EpisodeInfo(env_index=0, worker_index=1)
+    >>> CountCoins().on_episode_end(episode=episode, info={"coins": 3})
+    >>> episode.custom_metrics
+    {'coins': 3}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass
+class EpisodeInfo:
+    """One env's episode under way on a worker, as the episode hooks see it."""
+
+    env_index: int
+    worker_index: int
+    length: int = 0
+    total_reward: float = 0.0
+    #: numbers to report: results get their mean, min and max over episodes
+    custom_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: anything the hooks keep between steps of this episode
+    user_data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Callbacks:
+    """Hooks into training; every one does nothing until a subclass overrides it."""
+
+    def on_episode_start(self, *, episode: EpisodeInfo) -> None:
+        """An env of a rollout worker began an episode."""
+
+    def on_episode_step(self, *, episode: EpisodeInfo, info: dict[str, Any]) -> None:
+        """An env took a step of ``episode`` (its reward already counted); ``info`` is the
+        env's info of that step."""
+
+    def on_episode_end(self, *, episode: EpisodeInfo, info: dict[str, Any]) -> None:
+        """``episode`` ended (terminated or truncated); ``info`` is its last step's."""
+
+    def on_fragment_postprocessed(self, *, batch: Any, worker_index: int) -> None:
+        """A worker postprocessed a fragment (advantages, n-step returns) into ``batch``,
+        which goes to the plan next."""
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
+        """The driver has an iteration's ``result``; keys added to it are reported too."""
+
+    def on_checkpoint(self, *, algorithm: Any, path: Path) -> None:
+        """The driver wrote a checkpoint to ``path``."""
+
+
+def load_callbacks(spec: Any) -> Callbacks | None:
+    """An instance of the configured class (``module:Class``, or a class), or None for
+    ``""``; a ValueError names what is wrong."""
+    if spec in ("", None):
+        return None
+    cls = spec
+    if isinstance(spec, str):
+        module, _, name = spec.partition(":")
+        if not module or not name:
+            raise ValueError(f"callbacks expects module:Class, got '{spec}'")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"cannot load callbacks {spec}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Callbacks)):
+        raise ValueError(f"callbacks must be a flowrl.Callbacks subclass, got {spec!r}")
+    return cls()
+
+
+def env_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
+    """Env ``index``'s info out of a vector env's (arrays, with ``_key`` masks saying
+    which envs have ``key``).
+
+    Example:
+        >>> env_info({"coins": [1, 2], "_coins": [False, True]}, 1)
+        {'coins': 2}
+    """
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[index]:
+            continue
+        out[key] = env_info(value, index) if isinstance(value, dict) else value[index]
+    return out

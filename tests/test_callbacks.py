@@ -1,0 +1,127 @@
+"""Callbacks: the episode hooks see each step's env info, custom metrics reach the results,
+result.jsonl, TensorBoard and MLflow, and the driver's hooks see results and checkpoints;
+on Ray workers through the command line, and in-process from Python."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flowrl import Algorithm, Callbacks, ConfigError
+from flowrl.apps.cli import main
+from flowrl.rollout.episodes import EpisodeHooks, EpisodeTracker
+
+TESTS = Path(__file__).parent
+FLOWRL = str(Path(sys.executable).parent / "flowrl")
+
+
+class Recorder(Callbacks):
+    def __init__(self):
+        self.calls = []
+
+    def on_episode_start(self, *, episode):
+        self.calls.append(("start", episode.env_index))
+
+    def on_episode_step(self, *, episode, info):
+        self.calls.append(("step", episode.env_index, info.get("x")))
+
+    def on_episode_end(self, *, episode, info):
+        episode.custom_metrics["length"] = episode.length
+        self.calls.append(("end", episode.env_index, episode.total_reward))
+
+
+def test_episode_hooks_follow_next_step_autoreset_and_match_the_tracker():
+    """Env 0 ends its episode at step 1, so step 2 is its reset step, which begins the
+    next episode; each ended episode's report lines up with the tracker's episode."""
+    recorder = Recorder()
+    hooks, tracker = EpisodeHooks(recorder, num_envs=2, worker_index=1), EpisodeTracker(2)
+    done = np.array([[False, False], [True, False], [False, True]])
+    valid = np.array([[True, True], [True, True], [False, True]])
+    for t in range(3):
+        infos = {"x": np.array([10 * t, 10 * t + 1]), "_x": np.array([True, t != 1])}
+        hooks.step(np.ones(2), done[t], valid[t], infos)
+    tracker.add(np.ones((3, 2)), done, valid)
+    assert recorder.calls == [
+        ("start", 0), ("start", 1),
+        ("step", 0, 0), ("step", 1, 1),
+        ("step", 0, 10), ("end", 0, 2.0), ("step", 1, None),
+        ("start", 0), ("step", 1, 21), ("end", 1, 3.0),
+    ]  # fmt: skip
+    assert [(*ep, c) for ep, c in zip(tracker.take(), hooks.take(), strict=True)] == [
+        (2.0, 2, {"length": 2}),
+        (3.0, 3, {"length": 3}),
+    ]
+
+
+def test_callbacks_that_cannot_load_are_a_config_error(tmp_path):
+    for spec, message in (
+        ("no_colon", "module:Class"),
+        ("custom_callbacks:Missing", "cannot load callbacks"),
+        ("json:JSONDecoder", "Callbacks subclass"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            Algorithm("ppo", num_workers=0, callbacks=spec)
+
+
+def test_a_callbacks_class_from_python_runs_in_process_and_saves_by_name(tmp_path):
+    from custom_callbacks import CoinCallbacks
+
+    algo = Algorithm("ppo", env="custom_envs:CoinCorridor", env_config={"length": 4},
+                     num_workers=0, callbacks=CoinCallbacks, train_batch_size=256)  # fmt: skip
+    try:
+        result = algo.train()
+        assert result["custom/coins_mean"] >= 3 and result["custom/steps_seen_max"] == 0
+        assert result["custom/driver_saw_iteration"] == 1
+        algo.save(tmp_path / "ckpt")
+        assert (tmp_path / "checkpoints_seen.txt").read_text().strip() == '"ckpt"'
+        assert algo.config.to_dict()["callbacks"] == "custom_callbacks:CoinCallbacks"
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and_mlflow(
+    tmp_path,
+):
+    """As a user does: env and callbacks in modules of the current directory, 2 Ray
+    workers, flowrl train --callbacks --logger mlflow."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for name in ("custom_envs.py", "custom_callbacks.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    out = tmp_path / "run"
+    args = ["ppo", "--env", "custom_envs:CoinCorridor", "--num-workers", "2"]
+    args += ["--callbacks", "custom_callbacks:CoinCallbacks", "--stop-iters", "2"]
+    args += ["--logger", "mlflow", "--no-progress", "--output", str(out)]
+    args += ["--set", 'env_config={"length": 4}', "train_batch_size=512"]
+    train = subprocess.run(
+        [FLOWRL, "train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert train.returncode == 0, train.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "result.jsonl").open()]
+    assert len(rows) == 2 and all(r["custom/coins_max"] >= r["custom/coins_min"] >= 3 for r in rows)
+    assert all(r["custom/steps_seen_max"] == 0 for r in rows)  # a step hook per step
+
+    (events,) = out.glob("events.out.tfevents.*")
+    board = EventAccumulator(str(events))
+    board.Reload()
+    coins = board.Scalars("custom/coins_mean")
+    assert [round(s.value, 4) for s in coins] == [round(r["custom/coins_mean"], 4) for r in rows]
+
+    (store,) = tmp_path.glob("mlruns")
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    (run,) = client.search_runs(client.search_experiments()[0].experiment_id)
+    history = client.get_metric_history(run.info.run_id, "custom/coins_mean")
+    assert [m.value for m in history] == pytest.approx([r["custom/coins_mean"] for r in rows])
+
+
+def test_the_command_line_refuses_callbacks_it_cannot_load(capsys):
+    assert main(["train", "ppo", "--num-workers", "0", "--callbacks", "nope:Nope"]) == 2
+    assert "cannot load callbacks nope:Nope" in capsys.readouterr().err
