@@ -5,8 +5,6 @@ on Ray workers through the command line, and in-process from Python."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -87,24 +85,20 @@ def test_a_callbacks_class_from_python_runs_in_process_and_saves_by_name(tmp_pat
 
 @pytest.mark.slow
 def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and_mlflow(
-    tmp_path,
+    ray_session, tmp_path, monkeypatch
 ):
-    """As a user does: env and callbacks in modules of the current directory, 2 Ray
-    workers, flowrl train --callbacks --logger mlflow."""
+    """flowrl train with 2 Ray workers, --callbacks and --logger mlflow (in-process, on the
+    session's Ray, whose workers import the tests' modules)."""
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    for name in ("custom_envs.py", "custom_callbacks.py"):
-        shutil.copy(TESTS / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)  # MLflow's local store goes to ./mlruns
     out = tmp_path / "run"
     args = ["ppo", "--env", "custom_envs:CoinCorridor", "--num-workers", "2"]
     args += ["--callbacks", "custom_callbacks:CoinCallbacks", "--stop-iters", "2"]
     args += ["--logger", "mlflow", "--no-progress", "--output", str(out)]
     args += ["--set", 'env_config={"length": 4}', "train_batch_size=512"]
-    train = subprocess.run(
-        [FLOWRL, "train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
-    )
-    assert train.returncode == 0, train.stderr[-2000:]
+    assert main(["train", *args]) == 0
     rows = [json.loads(line) for line in (out / "result.jsonl").open()]
     assert len(rows) == 2 and all(r["custom/coins_max"] >= r["custom/coins_min"] >= 3 for r in rows)
     assert all(r["custom/steps_seen_max"] == 0 for r in rows)  # a step hook per step
@@ -115,8 +109,7 @@ def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and
     coins = board.Scalars("custom/coins_mean")
     assert [round(s.value, 4) for s in coins] == [round(r["custom/coins_mean"], 4) for r in rows]
 
-    (store,) = tmp_path.glob("mlruns")
-    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     (run,) = client.search_runs(client.search_experiments()[0].experiment_id)
     history = client.get_metric_history(run.info.run_id, "custom/coins_mean")
     assert [m.value for m in history] == pytest.approx([r["custom/coins_mean"] for r in rows])

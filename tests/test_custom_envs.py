@@ -109,14 +109,11 @@ def test_envs_flowrl_cannot_use_are_refused_with_one_line(env, message):
         Algorithm("ppo", env=env, num_workers=0)
 
 
-@pytest.mark.ray
-def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_on_ray_workers(
-    ray_session, tmp_path
-):
+def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_and_records(tmp_path):
     vec = make_vector_env("custom_envs:rllib_corridor", num_envs=2, seed=0, env_config={})
     assert vec.num_envs == 2  # no env_config: an empty dict
     algo = Algorithm("ppo", env="custom_envs:rllib_corridor", env_config={"length": 3},
-                     num_workers=1, num_envs_per_worker=2, rollout_fragment_length=16,
+                     num_workers=0, num_envs_per_worker=2, rollout_fragment_length=16,
                      train_batch_size=32, sgd_minibatch_size=32)  # fmt: skip
     try:
         algo.train()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -79,35 +77,29 @@ def test_tune_command_refuses_bad_input_in_one_line(capsys):
 
 
 @pytest.mark.slow
-def test_tune_command_prints_a_table_of_its_trials(tmp_path):
+def test_tune_command_prints_a_table_of_its_trials(ray_session, tmp_path, capsys):
     args = ["tune", "ppo", "--env", "CartPole-v1", "--grid", "lr=[0.001,0.0003]"]
     args += ["--stop-iters", "2", "--num-workers", "0", "--output", str(tmp_path)]
     args += ["--set", "train_batch_size=256"]
-    out = subprocess.run(
-        [sys.executable, "-m", "flowrl", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:3]  # the header, then a row each
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    table = out.split("\ntrial ", 1)[1].splitlines()[1:3]  # the header, then a row each
     assert sorted(row.split()[1] for row in table) == ["0.0003", "0.001"]
-    assert "2 trials, 0 failed" in out.stdout
+    assert "2 trials, 0 failed" in out
 
 
 @pytest.mark.slow
-def test_an_optuna_search_of_four_trials_on_real_tune(tmp_path):
-    """Optuna's TPE sampler draws lr and the epochs from their ranges, four trials."""
+def test_an_optuna_search_of_four_trials_on_real_tune(ray_session, tmp_path, capsys):
+    """Optuna's TPE sampler draws lr and the epochs from their ranges, four trials (the
+    command in-process, on the session's Ray)."""
     args = ["tune", "ppo", "--env", "CartPole-v1", "--search", "optuna", "--num-samples", "4"]
     args += ["--space", "lr=loguniform(1e-4,1e-2)", "num_sgd_iter=choice(1,2,3)"]
     args += ["--stop-iters", "2", "--num-workers", "0", "--output", str(tmp_path)]
     args += ["--set", "train_batch_size=256", "sgd_minibatch_size=128"]
-    out = subprocess.run(
-        [sys.executable, "-m", "flowrl", *args], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "with Optuna" in out.stdout and "4 trials, 0 failed" in out.stdout
-    table = out.stdout.split("\ntrial ", 1)[1].splitlines()[1:5]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "with Optuna" in out and "4 trials, 0 failed" in out
+    table = out.split("\ntrial ", 1)[1].splitlines()[1:5]
     lrs = [float(row.split()[1]) for row in table]
     assert len(set(lrs)) == 4 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
     assert {int(row.split()[2]) for row in table} <= {1, 2, 3}
