@@ -258,8 +258,8 @@ def make_recording_env(
             "of one env"
         )
     else:
-        args, kw = creator_arguments(env, target, kwargs)
-        one = target(*args, **with_render_mode(target, args, kw))
+        args, kw = creator_arguments(env, target, kwargs, render=True)
+        one = target(*args, **kw)
     if one.render_mode != "rgb_array":
         one.close()
         raise ConfigError(
@@ -374,31 +374,20 @@ def _make_from_creator(
     )
 
 
-def with_render_mode(creator: EnvCreator, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with ``render_mode="rgb_array"`` where ``creator`` takes it as a keyword
-    (a creator taking one dict gets it as that dict's ``render_mode``)."""
-    if args:
-        args[0].setdefault("render_mode", "rgb_array")
-        return kwargs
-    with contextlib.suppress(TypeError, ValueError):
-        inspect.signature(creator).bind(*args, render_mode="rgb_array", **kwargs)
-        return {**kwargs, "render_mode": "rgb_array"}
-    return kwargs
-
-
 def creator_arguments(
-    env: str, creator: EnvCreator, kwargs: dict[str, Any]
+    env: str, creator: EnvCreator, kwargs: dict[str, Any], *, render: bool = False
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments to call ``creator`` with: ``env_config`` as keyword arguments, or, for
     a creator in RLlib's style that takes it as one dict (``def make(config)``), that dict.
-    ``env_config`` that fits neither is a ConfigError, not a TypeError from deep inside a
-    worker.
+    With ``render``, ``render_mode="rgb_array"`` joins them where the creator takes it (a
+    one-dict creator finds it in the dict). ``env_config`` that fits neither is a
+    ConfigError, not a TypeError from deep inside a worker.
 
     Example:
         >>> def make(config):
         ...     return config["size"]
-        >>> creator_arguments("grid", make, {"size": 3})
-        (({'size': 3},), {})
+        >>> creator_arguments("grid", make, {"size": 3}, render=True)
+        (({'size': 3, 'render_mode': 'rgb_array'},), {})
     """
     try:
         signature = inspect.signature(creator)
@@ -406,13 +395,17 @@ def creator_arguments(
         return (), kwargs
     try:
         signature.bind(**kwargs)
-        return (), kwargs
     except TypeError as e:
         params = list(signature.parameters.values())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if len(params) == 1 and params[0].kind in positional:
-            return (dict(kwargs),), {}
+            return ({**kwargs, "render_mode": "rgb_array"} if render else dict(kwargs),), {}
         raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
+    if render:
+        with contextlib.suppress(TypeError):
+            signature.bind(render_mode="rgb_array", **kwargs)
+            return (), {**kwargs, "render_mode": "rgb_array"}
+    return (), kwargs
 
 
 def _ale_game(env_id: str) -> str:

@@ -44,7 +44,6 @@ from flowrl.rollout.envs import (
     creator_arguments,
     makes_vector_envs,
     resolve_env,
-    with_render_mode,
 )
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment, write_row
@@ -159,9 +158,7 @@ def agent_env_maker(
     if not _AGENT_ENVS[key]:
         return None
 
-    args, kw = creator_arguments(env, target, kwargs)
-    if render:  # when the creator takes it
-        kw = with_render_mode(target, args, kw)
+    args, kw = creator_arguments(env, target, kwargs, render=render)  # when it takes it
 
     def make() -> Any:
         one = target(*args, **kw)

@@ -247,11 +247,13 @@ class RolloutWorker(ParallelIteratorWorker):
                 )
                 write_row(cols, pool, t, steps, row)
                 obs = next_obs
-                if hooks is not None:  # the episode hooks, with each env's info
-                    hooks.step(rewards, terminated | truncated, ~resetting, infos)
-                    resetting = terminated | truncated
-                if memory is not None:
-                    memory.stepped(terminated | truncated)
+                if hooks is not None or memory is not None:
+                    done = terminated | truncated
+                    if hooks is not None:  # the episode hooks, with each env's info
+                        hooks.step(rewards, done, ~resetting, infos)
+                        resetting = done
+                    if memory is not None:
+                        memory.stepped(done)
         self.obs = obs
         if memory is not None:  # for the next fragment
             self.state, self._starts = memory.state, memory.starts
