@@ -4,7 +4,7 @@ Every remote worker samples a fragment and computes a policy gradient on it; the
 applies gradients as they arrive and sends new weights back only to the worker that sent
 each one. Nobody waits for the slowest worker.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("a3c", env="CartPole-v1", num_workers=0)
     >>> algo.train()["env_steps_trained"] > 0
@@ -35,7 +35,7 @@ from flowrl.run.spec import AlgorithmSpec
 class A3CConfig(ActorCriticConfig):
     """A3C settings; the defaults reach 150 on CartPole-v1 well within 200k env steps.
 
-    Example:
+    Examples:
         >>> A3CConfig().entropy_coeff
         0.01
     """

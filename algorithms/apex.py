@@ -7,7 +7,7 @@ sampling goes on. Workers compute the TD errors of the transitions they send, so
 enter the shards with real priorities. A worker gets the learner's weights again once it
 has sampled ``max_weight_sync_delay`` env steps with the ones it has.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("apex", env="CartPole-v1", num_workers=0, replay_shards=0)
     >>> algo.train()["env_steps_sampled"] > 0
@@ -56,7 +56,7 @@ class ApexConfig(DQNConfig):
     exploration and rewards scaled to unit returns; the defaults reach 450 on CartPole-v1
     within 400k env steps (measured: benchmarks/results/defaults.md).
 
-    Example:
+    Examples:
         >>> ApexConfig().replay_shards
         2
     """

@@ -8,7 +8,7 @@ old policy: V-trace corrects from the workers' behaviour policy to it, and the
 surrogate's ratio is the current policy over it, clipped; an adaptive KL penalty to it is
 optional. The learner makes ``num_sgd_iter`` passes over each batch.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("appo", env="CartPole-v1", num_workers=0)
     >>> algo.train()["env_steps_trained"] > 0
@@ -45,7 +45,7 @@ from flowrl.run.spec import AlgorithmSpec
 class APPOConfig(IMPALAConfig, ClippedSurrogateConfig):
     """APPO settings; the defaults reach 450 on CartPole-v1 within 500k env steps.
 
-    Example:
+    Examples:
         >>> APPOConfig().clip_param
         0.3
     """

@@ -6,7 +6,7 @@ Two branches run side by side: rollouts go into a replay buffer, and sampled bat
 the Q-network, whose target copy is refreshed every ``target_network_update_freq`` trained
 steps. ``training_intensity`` (env steps trained per env step sampled) sets their ratio.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("dqn", env="CartPole-v1")
     >>> algo.train()["env_steps_sampled"] >= algo.config.min_env_steps_per_iteration
@@ -49,7 +49,7 @@ class DQNConfig(ReplayConfig):
     CartPole-v1 within 200k env steps. Uniform replay is the default: on CartPole-v1,
     prioritized replay with these settings was less reliable across seeds.
 
-    Example:
+    Examples:
         >>> DQNConfig(n_step=1).n_step
         1
     """
@@ -129,7 +129,7 @@ class DQNPolicy(Policy):
 
     def epsilon(self) -> float:
         """``exploration_eps`` at (approximately) the run's env steps, or by default a
-        linear decay over ``exploration_timesteps`` down to :meth:`final_epsilon`."""
+        linear decay over ``exploration_timesteps`` down to ``final_epsilon``."""
         cfg = self.config
         steps = self.timesteps * max(cfg.num_workers, 1)  # this copy's share, times copies
         if cfg.exploration_eps != -1.0:

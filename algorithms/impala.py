@@ -7,7 +7,7 @@ V-trace, an off-policy correction for the lag between the workers' policy and it
 After each update the learner's weights go to the worker whose fragment arrives next.
 Fragments travel as whole time-major sequences (``flowrl.learning.postprocessing.to_sequences``).
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("impala", env="CartPole-v1", num_workers=0)
     >>> algo.train()["env_steps_trained"] > 0
@@ -59,7 +59,7 @@ from flowrl.run.spec import AlgorithmSpec
 class IMPALAConfig(ActorCriticConfig):
     """IMPALA settings; the defaults reach 450 on CartPole-v1 within 500k env steps.
 
-    Example:
+    Examples:
         >>> IMPALAConfig(num_aggregation_workers=1).num_aggregation_workers
         1
     """

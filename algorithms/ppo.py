@@ -4,7 +4,7 @@ Synchronous sampling on all workers, GAE advantages (bootstrapping on truncation
 clipped surrogate objective, a value loss, an entropy bonus and an optional adaptive KL
 penalty; several epochs of minibatch SGD per batch. Discrete and Box action spaces.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
     >>> algo.train()["env_steps_trained"] >= algo.config.train_batch_size
@@ -55,7 +55,7 @@ from flowrl.run.spec import AlgorithmSpec
 class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
     """PPO settings; the defaults solve CartPole-v1 in well under 150k env steps.
 
-    Example:
+    Examples:
         >>> PPOConfig(lr=1e-3).lr, PPOConfig().num_sgd_iter
         (0.001, 3)
     """

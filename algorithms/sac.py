@@ -4,13 +4,13 @@ discrete-action variant (Christodoulou 2019, https://arxiv.org/abs/1910.07207).
 A stochastic actor maximises Q plus an entropy bonus; twin Q-networks with soft-updated
 targets (clipped double Q) learn the soft value; the temperature alpha is learned so the
 policy's entropy tracks ``target_entropy``. Box actions use a tanh-squashed Gaussian
-(:class:`SACPolicy`, :class:`SACLearner`); ``discrete=True`` selects the variant for
-Discrete action spaces (:class:`SACDiscretePolicy`, :class:`SACDiscreteLearner`), which
+(``SACPolicy``, ``SACLearner``); ``discrete=True`` selects the variant for
+Discrete action spaces (``SACDiscretePolicy``, ``SACDiscreteLearner``), which
 takes exact expectations over the actions. Rollout workers hold the actor alone; the
 critics, their targets and the temperature are the learner's. Like DQN, the plan runs a
 rollout branch into a replay buffer and a training branch side by side.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("sac", env="Pendulum-v1")
     >>> algo.train()["env_steps_sampled"] >= algo.config.min_env_steps_per_iteration
@@ -59,7 +59,7 @@ class SACConfig(ReplayConfig):
     """SAC settings. The defaults take one SGD step per env step in one process (no Ray
     start-up) and reach -250 on Pendulum-v1 within 20k env steps.
 
-    Example:
+    Examples:
         >>> SACConfig(discrete=True).discrete
         True
     """
@@ -255,7 +255,7 @@ class SoftActorCriticLearner(Learner):
 
     def next_terms(self, next_obs: torch.Tensor) -> tuple:
         """``(next_q, next_logp, next_probs)`` of the next states, for
-        :func:`soft_q_target`: the target critics' Q and the actor's log-probs."""
+        ``soft_q_target``: the target critics' Q and the actor's log-probs."""
         raise NotImplementedError
 
     def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

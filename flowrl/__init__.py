@@ -1,6 +1,6 @@
 """flowrl: distributed reinforcement learning as a dataflow of small iterator operators.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
     >>> algo.train()["env_steps_sampled"] >= algo.config.train_batch_size
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from flowrl.rollout.worker import RolloutWorker, WorkerSet
     from flowrl.run.algorithm import Algorithm
     from flowrl.run.ray_start import init_ray
+    from flowrl.run.runner import StopCriteria
     from flowrl.run.spec import AlgorithmSpec, get_algorithm, list_algorithms
 
 # name -> the module that defines it, imported on first use: a process that needs only a
@@ -46,6 +47,7 @@ _HOMES = {
     "export_policy": "flowrl.apps.inference",
     "load_policy": "flowrl.apps.inference",
     "init_ray": "flowrl.run.ray_start",
+    "StopCriteria": "flowrl.run.runner",
     "LocalIterator": "flowrl.core.iter",
     "NotReady": "flowrl.core.iter",
     "Operator": "flowrl.core.iter",
@@ -72,7 +74,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+    """The public names (not this module's own imports)."""
+    return sorted({*__all__, "__version__"})
 
 
 __version__ = "0.1.0"
@@ -96,6 +99,7 @@ __all__ = [
     "Policy",
     "RolloutWorker",
     "SampleBatch",
+    "StopCriteria",
     "WorkerSet",
     "export_policy",
     "get_algorithm",

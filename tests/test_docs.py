@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import flowrl
 import flowrl.ops
 from flowrl.apps.cli import build_parser
 from flowrl.run.spec import list_algorithms
@@ -34,6 +35,22 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "operators" / "index.html").exists()
+    for page in tmp_path.rglob("*.html"):  # how the pages read, not only that they build
+        html = page.read_text()
+        quoted = re.findall(r"<blockquote>(.*?)</blockquote>", html, re.S)
+        assert not [q for q in quoted if "&gt;&gt;&gt;" in q], f"{page}: an example as quotes"
+        roles = re.findall(r":(?:class|func|meth|mod|attr|data|exc):", html)
+        assert not roles, f"{page} shows Sphinx roles as text: {roles[:3]}"
+        assert '<span class="c1"># doctest' not in html, f"{page} shows doctest directives"
+    configs = (tmp_path / "reference" / "configs" / "index.html").read_text()
+    assert "num_envs_per_worker" in configs and "param(" not in configs
+
+
+def test_every_public_name_has_a_reference_entry():
+    entries = "\n".join(p.read_text() for p in DOCS.rglob("*.md"))
+    for name in flowrl.__all__:
+        home = f"{flowrl._HOMES[name]}.{name}"
+        assert f"::: {home}\n" in entries, f"flowrl.{name} has no entry (::: {home}) in docs/"
 
 
 def test_every_operator_has_an_entry_and_an_example():

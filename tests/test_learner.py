@@ -149,6 +149,23 @@ def test_a_remote_rollout_worker_holds_only_the_acting_module(name, ray_session)
         workers.stop()
 
 
+def test_adam_falls_back_to_torch_optim_when_the_private_kernel_changes(monkeypatch):
+    """torch._fused_adam_ is private: a release that changes its signature or its update
+    gets torch.optim.Adam, not a wrong step."""
+    from flowrl.learning import optim
+
+    def changed(*args, **kwargs):
+        raise TypeError("_fused_adam_() got an unexpected keyword argument 'beta1'")
+
+    for kernel in (changed, lambda params, *a, **k: torch._foreach_add_(params, 1.0)):
+        monkeypatch.setattr(torch, "_fused_adam_", kernel)
+        optim.fused_kernel_agrees.cache_clear()
+        assert isinstance(adam(torch.nn.Linear(2, 1).parameters(), 1e-3), torch.optim.Adam)
+    monkeypatch.undo()
+    optim.fused_kernel_agrees.cache_clear()
+    assert isinstance(adam(torch.nn.Linear(2, 1).parameters(), 1e-3), FusedAdam)
+
+
 def test_fused_adam_steps_and_saves_as_torch_adam_does():
     """flowrl's Adam (no torch._dynamo import) makes torch.optim.Adam's update, and either
     loads the other's state_dict."""

@@ -3,7 +3,7 @@
 Exit codes: 0 done (a Ctrl-C stop included), 2 bad usage or config (one line, no
 traceback), 1 failure during training.
 
-Example:
+Examples:
     $ flowrl train ppo --env CartPole-v1
     $ flowrl evaluate runs/ppo_CartPole-v1_20261121-130000 --episodes 10
     $ flowrl list
@@ -35,6 +35,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: ``_count(1, "run")`` is ``"1 run"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _num_workers(text: str) -> int | str:
@@ -117,7 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
     )
     export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
-    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument(
+        "--format",
+        choices=("onnx", "torchscript"),
+        help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript)",
+    )
     export.add_argument("--out", required=True, help="the model file to write")
     export.add_argument(
         "--policy-id", default=None, help="the policy of a multi-agent run's checkpoint"
@@ -307,13 +316,27 @@ def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
     cluster is named: then ``flowrl train`` picks them itself (``auto``)."""
     from flowrl.run.algorithm import get_algorithm, preset_values
 
-    if "num_workers" in values or args.address or os.environ.get("RAY_ADDRESS"):
+    if "num_workers" in values or getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"):
         return False
     return "num_workers" not in preset_values(get_algorithm(args.algo), values)
 
 
+def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
+    """The algorithm of a new run, saying what takes time before its first iteration:
+    measuring the layout (whose run counts toward ``stop`` and is logged) or starting Ray."""
+    from flowrl.run.algorithm import Algorithm, build_config, get_algorithm
+
+    if _layout_is_unset(args, values) or values.get("num_workers") == "auto":
+        print("flowrl: measuring the fastest layout here (a few seconds; --num-workers sets one)")
+        return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
+    if build_config(get_algorithm(args.algo), values).uses_ray:
+        where = f"joining Ray at {args.address}" if args.address else "starting Ray"
+        print(f"flowrl: {where} for the rollout workers")
+    return Algorithm(args.algo, values, address=args.address)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from flowrl.run.algorithm import Algorithm, get_algorithm
+    from flowrl.run.algorithm import get_algorithm
     from flowrl.run.logger import check_new_run_dir
     from flowrl.run.presets import preset_for
     from flowrl.run.runner import describe_error, run
@@ -332,9 +355,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
             output = _default_output(args.algo, env)
         values = _config_values(args, output)
-        auto = _layout_is_unset(args, values) or values.get("num_workers") == "auto"
-        build = Algorithm.auto if auto else Algorithm
-        algo = build(args.algo, values, address=args.address)
+        algo = _build(args, values, stop)
     if algo.layout is not None:
         print(f"flowrl: {algo.layout.reason}")
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
@@ -416,7 +437,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     rows = trial_rows(results, [*grid, *space])
     print_table(rows)
     failed = sum(1 for row in rows if row["error"])
-    print(f"flowrl: {len(rows)} trials, {failed} failed; Tune's results in {output / 'tune'}")
+    trials = _count(len(rows), "trial")
+    print(f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'}")
     return 1 if failed else 0
 
 
@@ -443,17 +465,25 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if key.startswith(("agent/", "policy/")):
             print(f"  {key.rsplit('/', 1)[0]}: episode_return_mean {value:.2f}")
     if args.video:
-        print(f"flowrl: videos of the {res['episodes']} episodes in {args.video}")
+        print(f"flowrl: {_count(res['episodes'], 'video')} of the episodes in {args.video}")
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from flowrl.run.algorithm import Algorithm
+    from flowrl.run.algorithm import Algorithm, get_algorithm
 
     if args.format == "png" and not args.out:
         raise ConfigError("--format png writes an image: add --out FILE.png")
     out = check_output_file(args.out) if args.out else None
-    algo = Algorithm(args.algo, _config_values(args))
+    values = _config_values(args)
+    if _layout_is_unset(args, values):  # the fewest workers train may pick: in-process
+        values["num_workers"] = get_algorithm(args.algo).config_cls.auto_min_workers
+        where = f"{values['num_workers']} Ray workers" if values["num_workers"] else "in-process"
+        print(
+            f"flowrl: the plan {where}, the fewest workers train picks (--num-workers N)",
+            file=sys.stderr,
+        )
+    algo = Algorithm(args.algo, values)
     try:
         shown = algo.graph().format(args.format)
     finally:
@@ -470,15 +500,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flowrl.apps.inference import export_policy
+    from flowrl.apps.inference import export_format, export_policy
     from flowrl.run import checkpoints
 
     check_output_file(args.out)
+    fmt = export_format(args.out, args.format)  # before the checkpoint loads
     ckpt = checkpoints.resolve(args.checkpoint)
     _warn_skipped(ckpt)
-    out = export_policy(ckpt, args.out, format=args.format, policy_id=args.policy_id)
+    out = export_policy(ckpt, args.out, format=fmt, policy_id=args.policy_id)
     which = f"policy {args.policy_id!r}" if args.policy_id else "greedy policy"
-    print(f"flowrl: wrote the {which} of {ckpt.path} to {out} ({args.format})")
+    print(f"flowrl: wrote the {which} of {ckpt.path} to {out} ({fmt})")
     return 0
 
 
@@ -487,7 +518,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     check_output_file(args.out)
     out = plot_runs(args.runs, args.out)
-    print(f"flowrl: wrote the curves of {len(args.runs)} runs to {out}")
+    print(f"flowrl: wrote the curves of {_count(len(args.runs), 'run')} to {out}")
     return 0
 
 
@@ -553,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console_main() -> int:
-    """The ``flowrl`` command: :func:`main`, then a quick exit. The interpreter's last
+    """The ``flowrl`` command: ``main``, then a quick exit. The interpreter's last
     garbage collections walk every object torch made (0.4-0.8 s after a run, a tenth of
     a CartPole run); frozen, they are skipped. Files, Ray and atexit handlers are closed
     as before."""

@@ -1,12 +1,12 @@
 """A trained policy outside training: load it for inference, or export it to run without
 flowrl (ONNX or TorchScript).
 
-:func:`load_policy` reads a checkpoint (or a run directory's newest one) into a
-:class:`LoadedPolicy` without Ray and without building a plan. :func:`export_policy`
+``load_policy`` reads a checkpoint (or a run directory's newest one) into a
+``LoadedPolicy`` without Ray and without building a plan. ``export_policy``
 writes the greedy policy as one model from raw observations to the actions the env takes:
 observation normalisation, uint8 frames and action bounds included.
 
-Example:
+Examples:
     >>> import tempfile
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", num_workers=0)
@@ -19,10 +19,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +36,11 @@ from flowrl.rollout.envs import make_vector_env
 from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
+from flowrl.run.tracking import quiet_loggers
 
 FORMATS = ("onnx", "torchscript")
+# the file names each format writes (a suffix names its format)
+SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
 
 
 def _item(action: np.ndarray) -> Any:
@@ -77,7 +78,7 @@ class LoadedPolicy:
         recurrent policy takes the state the last call returned (None at an episode's
         start) and returns ``(action, next_state)``.
 
-        Example:
+        Examples:
             >>> action, state = policy.compute_action(obs, state=None)  # doctest: +SKIP
             >>> action, state = policy.compute_action(next_obs, state=state)  # doctest: +SKIP
         """
@@ -101,7 +102,7 @@ def load_policy(
     (no Ray). A multi-agent run's checkpoint holds every policy: ``policy_id`` names the
     one (it may be left out when there is one).
 
-    Example:
+    Examples:
         >>> policy = load_policy("runs/ppo_CartPole-v1_20261121-130000")  # doctest: +SKIP
         >>> policy.compute_action(obs)  # doctest: +SKIP
         1
@@ -158,7 +159,7 @@ def _agent_policy(
 class GreedyPolicy(nn.Module):
     """Raw observations in, the env's greedy actions out: what an export traces. A Dict or
     Tuple observation comes in as one tensor per leaf, in the order of
-    :func:`input_names` (the action mask among them)."""
+    ``input_names`` (the action mask among them)."""
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
@@ -209,22 +210,22 @@ def export_policy(
     path: str | os.PathLike[str] | Checkpoint,
     out: str | os.PathLike[str],
     *,
-    format: str = "onnx",
+    format: str | None = None,
     policy_id: str | None = None,
 ) -> Path:
-    """Write the greedy policy of a checkpoint (or run directory) to ``out`` as an ONNX
-    model (input ``obs``, or one input per leaf of a Dict or Tuple observation as
-    :func:`input_names` names them, the action mask among them, and ``state_in`` for a
-    recurrent policy; outputs as :func:`output_names` names them; any batch size) or a
-    TorchScript module; returns ``out``. ``policy_id`` names the policy of a multi-agent
-    run's checkpoint (:func:`load_policy`).
+    """Write the greedy policy of a checkpoint (or run directory) to ``out`` as one
+    self-contained ONNX file (input ``obs``, or one input per leaf of a Dict or Tuple observation as
+    ``input_names`` names them, the action mask among them, and ``state_in`` for a
+    recurrent policy; outputs as ``output_names`` names them; any batch size) or a
+    TorchScript module; returns ``out``. ``format`` defaults to the one ``out``'s suffix
+    names (``export_format``). ``policy_id`` names the policy of a multi-agent
+    run's checkpoint (``load_policy``).
 
-    Example:
+    Examples:
         >>> export_policy("runs/ppo_Hopper-v5_x", "hopper.onnx")  # doctest: +SKIP
         PosixPath('hopper.onnx')
     """
-    if format not in FORMATS:
-        raise ConfigError(f"unknown export format '{format}'; available: {', '.join(FORMATS)}")
+    format = export_format(out, format)
     loaded = load_policy(path, policy_id=policy_id)
     policy = loaded.policy
     module = GreedyPolicy(policy).eval().requires_grad_(False)
@@ -239,7 +240,7 @@ def export_policy(
         example = (*example, torch.as_tensor(policy.initial_state(2)))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad(), _quiet_exporters():
+    with torch.no_grad(), quiet_loggers("torch.onnx", "torch.export", level=logging.ERROR):
         if format == "torchscript":
             torch.jit.trace(module, example).save(str(out))
         else:
@@ -247,21 +248,36 @@ def export_policy(
     return out
 
 
-@contextlib.contextmanager
-def _quiet_exporters():
-    """Without the tracer's notes on constants (the action bounds are meant to be ones)
-    and the ONNX exporter's progress lines."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export")]
-    levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.setLevel(level)
+def export_format(out: str | os.PathLike[str], format: str | None = None) -> str:
+    """The format to write ``out`` in: ``format``, which must agree with what the file's
+    suffix names (``.onnx``: ONNX; ``.pt``, ``.pth``, ``.ts``: TorchScript), or else the
+    suffix's; a ConfigError when they disagree or neither says.
+
+    Examples:
+        >>> export_format("policy.onnx"), export_format("policy.pt")
+        ('onnx', 'torchscript')
+        >>> export_format("policy.pt", "onnx")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: policy.pt names a TorchScript file, but the format...
+    """
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"unknown export format '{format}'; available: {', '.join(FORMATS)}")
+    path = Path(out)
+    named = SUFFIXES.get(path.suffix.lower())
+    if format is None and named is None:
+        raise ConfigError(
+            f"cannot tell the format of {out} from its name: end it in .onnx or .pt, "
+            "or use --format onnx|torchscript"
+        )
+    if format is not None and named is not None and named != format:
+        label = {"onnx": "an ONNX", "torchscript": "a TorchScript"}[named]
+        suffix = next(k for k, v in SUFFIXES.items() if v == format)
+        raise ConfigError(
+            f"{out} names {label} file, but the format is {format}: write "
+            f"{path.with_suffix(suffix)}, or use --format {named}"
+        )
+    return format or named
 
 
 def _export_onnx(
@@ -286,5 +302,6 @@ def _export_onnx(
         output_names=outputs,
         dynamic_shapes=(tuple({0: batch} for _ in example),),  # forward(*obs): one tuple
         dynamo=True,
+        external_data=False,  # one file: the weights inside it, not in policy.onnx.data
         verbose=False,
     )

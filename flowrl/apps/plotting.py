@@ -1,7 +1,7 @@
 """Learning curves: return against env steps and wall-clock, runs that differ only in seed
 drawn as their mean with a 95% confidence band.
 
-Example:
+Examples:
     >>> plot_runs(["runs/ppo_seed0", "runs/ppo_seed1"], "curves.png")  # doctest: +SKIP
     PosixPath('curves.png')
 """
@@ -45,7 +45,7 @@ def group_by_config(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, lis
     plot's title), and the runs whose algorithm and config differ only in ``seed``, by a
     label naming what sets their group apart (the title when nothing does).
 
-    Example:
+    Examples:
         >>> runs = {"a": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.1}},
         ...         "b": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}}}
         >>> group_by_config(runs)
@@ -75,7 +75,8 @@ def mean_and_band(
     curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The curves interpolated onto a shared x grid (up to where the shortest ends), their
-    mean and the half-width of a 95% confidence interval of the mean (0 for one curve)."""
+    mean and the half-width of a 95% confidence interval of the mean: Student's t with
+    n - 1 degrees of freedom, as a few seeds need (0 for one curve)."""
     end = min(x[-1] for x, _ in curves)
     start = max(x[0] for x, _ in curves)
     grid = np.linspace(start, end, points) if end > start else np.array([end])
@@ -83,7 +84,30 @@ def mean_and_band(
     mean = ys.mean(axis=0)
     if len(curves) == 1:
         return grid, mean, np.zeros_like(mean)
-    return grid, mean, 1.96 * ys.std(axis=0, ddof=1) / np.sqrt(len(curves))
+    n = len(curves)
+    return grid, mean, t_95(n - 1) * ys.std(axis=0, ddof=1) / np.sqrt(n)
+
+
+# Student's t at 0.975 (a two-sided 95% interval) for 1 to 30 degrees of freedom
+_T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)
+_T_95 += (2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064)
+_T_95 += (2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_95(df: int) -> float:
+    """Student's t quantile of a two-sided 95% interval with ``df`` degrees of freedom
+    (from a table up to 30, then the first terms of its expansion around 1.96).
+
+    Examples:
+        >>> t_95(1), t_95(2), round(t_95(100), 3)
+        (12.706, 4.303, 1.984)
+    """
+    if df < 1:
+        raise ValueError(f"a t interval needs at least 1 degree of freedom, got {df}")
+    if df <= len(_T_95):
+        return _T_95[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:

@@ -1,13 +1,13 @@
 """Sweeps on Ray Tune: any flowrl algorithm or plan file as a Tune trainable.
 
-:class:`FlowrlTrainable` is a class trainable with save and restore, so schedulers that
+``FlowrlTrainable`` is a class trainable with save and restore, so schedulers that
 checkpoint and clone trials (PBT) work; each trial also writes flowrl's own run files
 (result.jsonl, progress.csv, TensorBoard) under ``TRIAL_DIR/flowrl``. A trial asks Tune for
 one CPU plus its rollout workers' (``num_workers x num_cpus_per_worker``), so trials share
-the machine's CPUs as their configs need. :func:`sweep` runs a grid (and samples) and
+the machine's CPUs as their configs need. ``sweep`` runs a grid (and samples) and
 returns Tune's ResultGrid; ``flowrl tune`` is its command.
 
-Example:
+Examples:
     >>> from ray import tune
     >>> grid = sweep("ppo", {"lr": [1e-3, 3e-4]}, fixed={"num_workers": 0},
     ...              stop={"training_iteration": 2}, storage=Path("sweeps"))  # doctest: +SKIP
@@ -45,7 +45,7 @@ DISTRIBUTIONS = {
 
 
 class FlowrlTrainable(tune.Trainable):
-    """A flowrl :class:`~flowrl.run.algorithm.Algorithm` stepped by Tune: one ``train()`` per
+    """A flowrl ``Algorithm`` stepped by Tune: one ``train()`` per
     Tune iteration, its checkpoints Tune's."""
 
     def setup(self, config: dict[str, Any]) -> None:
@@ -119,9 +119,9 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
 
 def parse_space(items: Sequence[str]) -> dict[str, tuple[str, list[Any]]]:
     """``key=dist(a,b)`` items as ``{key: (dist, [a, b])}``, ``dist`` one of
-    :data:`DISTRIBUTIONS` and its arguments JSON values; a ConfigError names a bad one.
+    ``DISTRIBUTIONS`` and its arguments JSON values; a ConfigError names a bad one.
 
-    Example:
+    Examples:
         >>> parse_space(["lr=loguniform(1e-5, 1e-2)", "num_sgd_iter=choice(2, 4)"])
         {'lr': ('loguniform', [1e-05, 0.01]), 'num_sgd_iter': ('choice', [2, 4])}
     """
@@ -168,7 +168,7 @@ def sweep(
     under ``storage/name``. ``scheduler="pbt"`` runs Population Based Training over the
     grid's values every ``perturbation_interval`` iterations.
 
-    ``space`` holds ranges (:func:`parse_space`) that each trial draws from: at random,
+    ``space`` holds ranges (``parse_space``) that each trial draws from: at random,
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
     spec = get_algorithm(algo)

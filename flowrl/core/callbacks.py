@@ -1,4 +1,4 @@
-"""Hooks into training: subclass :class:`Callbacks`, override what you need, and name the
+"""Hooks into training: subclass ``Callbacks``, override what you need, and name the
 class in the config (``callbacks="my_module:MyCallbacks"``, ``--callbacks
 my_module:MyCallbacks``, or the class itself from Python).
 
@@ -9,7 +9,7 @@ iteration's result and each checkpoint. Numbers an episode hook puts in
 and ``_max`` over the episodes ``episode_return_mean`` is taken over, and so reach
 ``result.jsonl``, TensorBoard, MLflow and wandb.
 
-Example:
+Examples:
     >>> class CountCoins(Callbacks):
     ...     def on_episode_end(self, *, episode, info):
     ...         episode.custom_metrics["coins"] = info.get("coins", 0)
@@ -88,7 +88,7 @@ def env_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
     """Env ``index``'s info out of a vector env's (arrays, with ``_key`` masks saying
     which envs have ``key``).
 
-    Example:
+    Examples:
         >>> env_info({"coins": [1, 2], "_coins": [False, True]}, 1)
         {'coins': 2}
     """

@@ -1,10 +1,10 @@
 """Typed, validated algorithm configs.
 
-Each algorithm subclasses :class:`Config` (a dataclass). Every field is declared with
-:func:`param`: a default, a one-line doc and its allowed range. Construction validates and
-coerces every field and raises :class:`ConfigError` with a message that names the field.
+Each algorithm subclasses ``Config`` (a dataclass). Every field is declared with
+``param``: a default, a one-line doc and its allowed range. Construction validates and
+coerces every field and raises ``ConfigError`` with a message that names the field.
 
-Example:
+Examples:
     >>> Config(lr=1e-3).lr
     0.001
     >>> Config.from_dict({"num_workers": "3"}).num_workers
@@ -51,7 +51,7 @@ def param(
 ) -> Any:
     """Declare a config field with its doc and allowed range (``min_len``: the fewest
     items a list field takes; ``schedule``: a number or a schedule of numbers, see
-    :mod:`flowrl.core.schedules`)."""
+    ``flowrl.core.schedules``)."""
     meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
     if schedule:
         meta["schedule"] = True
@@ -214,10 +214,10 @@ def _default(f: dataclasses.Field) -> Any:
 @dataclasses.dataclass
 class Config:
     """Settings every algorithm shares. Subclasses add their own fields with
-    :func:`param`; one that only changes an inherited default says the new value alone
+    ``param``; one that only changes an inherited default says the new value alone
     (``lr: float = 1e-3``) and keeps the field's doc and range.
 
-    Example:
+    Examples:
         >>> @dataclasses.dataclass
         ... class MyConfig(Config):
         ...     lr: float = 1e-3
@@ -320,7 +320,7 @@ class Config:
 
     @classmethod
     def in_process(cls) -> dict[str, Any]:
-        """The overrides that keep a plan of this config out of Ray (see :attr:`uses_ray`)."""
+        """The overrides that keep a plan of this config out of Ray (see ``uses_ray``)."""
         return {"num_workers": 0}
 
     def __post_init__(self) -> None:
@@ -372,9 +372,9 @@ class Config:
 @dataclasses.dataclass
 class ActorCriticConfig(Config):
     """Settings of policies trained on advantages with a value baseline (see
-    :class:`flowrl.learning.policy.ActorCriticPolicy`).
+    ``flowrl.learning.policy.ActorCriticPolicy``).
 
-    Example:
+    Examples:
         >>> ActorCriticConfig(gamma=0.95).gamma
         0.95
     """
@@ -394,7 +394,7 @@ class ActorCriticConfig(Config):
 @dataclasses.dataclass
 class ClippedSurrogateConfig(Config):
     """Settings of a clipped surrogate objective with an optional adaptive KL penalty (see
-    :class:`flowrl.learning.policy.ClippedSurrogate`)."""
+    ``flowrl.learning.policy.ClippedSurrogate``)."""
 
     clip_param: float = param(0.2, "surrogate clip range around the old policy", gt=0)
     kl_coeff: float = param(0.0, "initial KL penalty weight (0: no KL term)", ge=0)

@@ -1,10 +1,10 @@
 """The shared state of one execution plan: counters, timers, learner info, source actor.
 
-Every iterator in a plan refers to one :class:`PlanContext`. Operators that join a plan
-(subclasses of :class:`flowrl.core.iter.Operator`) get it as ``self.context`` when the plan is
+Every iterator in a plan refers to one ``PlanContext``. Operators that join a plan
+(subclasses of ``flowrl.core.iter.Operator``) get it as ``self.context`` when the plan is
 built, so there are no module-level globals and two plans in one process never mix.
 
-Example:
+Examples:
     >>> ctx = PlanContext()
     >>> ctx.counters[STEPS_SAMPLED] += 200
     >>> with ctx.timer("sample"):
@@ -47,7 +47,7 @@ IDLE = "idle (no branch had an item)"  # an async union's naps, as a profile sho
 class TimerStat:
     """Wall-clock timer over a sliding window of the last ``window`` measurements.
 
-    Example:
+    Examples:
         >>> t = TimerStat()
         >>> with t:
         ...     pass
@@ -87,8 +87,8 @@ class PlanContext:
     ``gather_async`` and ``gather_sync``); ``worker`` is the local rollout worker when the
     context lives inside a worker actor (remote-side operators use it). ``checkpointables``
     are plan-owned objects (a replay buffer, say) with ``get_state``/``set_state`` that
-    checkpoints keep (see :meth:`register_checkpointable`). ``profiler`` records where the
-    plan's time goes (:mod:`flowrl.diagnostics.profiler`).
+    checkpoints keep (see ``register_checkpointable``). ``profiler`` records where the
+    plan's time goes (``flowrl.diagnostics.profiler``).
     """
 
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -106,7 +106,7 @@ class PlanContext:
         weight transfers, say: ``span(SYNC)``); its role is its label unless given. Does
         nothing when the plan is not profiled.
 
-        Example:
+        Examples:
             >>> with PlanContext().span("weight sync"):
             ...     pass
         """
@@ -118,14 +118,14 @@ class PlanContext:
         """Call ``fn`` when the plan closes, whether or not the operator that started
         something (a learner thread, say) was ever pulled again.
 
-        Example:
+        Examples:
             >>> ctx = PlanContext(); ctx.on_close(lambda: print("stopped")); ctx.close()
             stopped
         """
         self.closers.append(fn)
 
     def close(self) -> None:
-        """Run and forget the :meth:`on_close` functions (a rebuilt plan keeps the context)."""
+        """Run and forget the ``on_close`` functions (a rebuilt plan keeps the context)."""
         closers, self.closers = self.closers, []
         for fn in closers:
             fn()
@@ -139,7 +139,7 @@ class PlanContext:
         ``take_over(previous)`` where it has one (state that only means something in this
         process, such as a clock), else with ``set_state(previous.get_state())``.
 
-        Example:
+        Examples:
             >>> class Tally:
             ...     n = 0
             ...     def get_state(self): return {"n": self.n}
@@ -170,7 +170,7 @@ class PlanContext:
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state`'s output; the state of an operator that has not
+        """Restore ``get_state``'s output; the state of an operator that has not
         registered yet waits for it."""
         self.counters.clear()
         self.counters.update(state["counters"])

@@ -1,11 +1,11 @@
-"""Lazy dataflow iterators: :class:`LocalIterator` in one process, :class:`ParallelIterator`
+"""Lazy dataflow iterators: ``LocalIterator`` in one process, ``ParallelIterator``
 over Ray actors (one shard per actor).
 
 Transforms return new iterators and append themselves to the name, so ``print(plan)``
 shows the whole pipeline. Nothing runs until the last iterator of a chain is pulled; an
-iterator is built (and so consumed) once: use :meth:`LocalIterator.duplicate` to fan out.
+iterator is built (and so consumed) once: use ``LocalIterator.duplicate`` to fan out.
 
-Example:
+Examples:
     >>> it = LocalIterator.from_items([1, 2, 3, 4]).for_each(lambda x: x * 10).batch(2)
     >>> it.take(2)
     [[10, 20], [30, 40]]
@@ -56,13 +56,13 @@ _DRAIN_TIMEOUT_S = 60.0  # how long a closed gather_async waits for its requests
 
 
 class Operator:
-    """Base class of transforms that use the plan's shared :class:`PlanContext`.
+    """Base class of transforms that use the plan's shared ``PlanContext``.
 
     The context is bound when the plan is built (``self.context``); an operator instance
     belongs to one plan. Its public attributes are its settings and name it in
     ``print(plan)``; handles it holds (workers, buffers, callbacks) start with ``_``.
 
-    Example:
+    Examples:
         >>> class CountItems(Operator):
         ...     def __call__(self, item):
         ...         self.context.counters["items"] += 1
@@ -89,8 +89,8 @@ class Operator:
 
 
 class PlanNode:
-    """What the plan's graph (:mod:`flowrl.diagnostics.graph`) and profile
-    (:mod:`flowrl.diagnostics.profiler`) read from an iterator: the iterators it pulls
+    """What the plan's graph (``flowrl.diagnostics.graph``) and profile
+    (``flowrl.diagnostics.profiler``) read from an iterator: the iterators it pulls
     from, the function it applies, its label, what its time counts as (``role``), a queue
     or buffer a source takes its items from, and whether it is an internal step both skip
     (``hidden``)."""
@@ -114,7 +114,7 @@ class PlanNode:
 def walk(plan: PlanNode) -> list[Any]:
     """Every iterator ``plan`` pulls from, directly or not, each once, parents first.
 
-    Example:
+    Examples:
         >>> it = LocalIterator.from_items([1]).for_each(abs)
         >>> [node.label for node in walk(it)]
         ['LocalIterator[items]', 'for_each(abs)']
@@ -144,10 +144,48 @@ def _bind(fn: Any, context: PlanContext) -> None:
         fn.bind(context)
 
 
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` outside brackets and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i + len(sep)
+    return [*parts, text[start:]]
+
+
+def wrap_name(name: str, width: int = 88, indent: str = "") -> str:
+    """An iterator's name as lines of at most about ``width``: one stage (``.for_each(...)``)
+    a line, and the branches of a union or a ``Concurrently`` one a line, indented.
+
+    Examples:
+        >>> print(wrap_name("Source.for_each(Train()).filter(bool)", width=20))
+        Source
+            .for_each(Train())
+            .filter(bool)
+    """
+    if len(indent) + len(name) <= width:
+        return indent + name
+    dot = "." if name.startswith(".") else ""
+    stages = _split_top(name.removeprefix("."), ".")
+    if len(stages) > 1:
+        inner = indent + "    "
+        rest = [wrap_name("." + stage, width, inner) for stage in stages[1:]]
+        return "\n".join([wrap_name(dot + stages[0], width, indent), *rest])
+    head, paren, body = name.partition("(")
+    branches = _split_top(body[:-1], ", ") if paren and name.endswith(")") else []
+    if len(branches) < 2:
+        return indent + name
+    inner = indent + "    "
+    lines = [wrap_name(branch, width, inner) + "," for branch in branches]
+    return "\n".join([f"{indent}{head}(", *lines, f"{indent})"])
+
+
 class LocalIterator(PlanNode, Generic[T]):
     """A lazy, pull-based iterator over the items of one process.
 
-    Example:
+    Examples:
         >>> LocalIterator.from_items(range(6)).filter(lambda x: x % 2 == 0).take(3)
         [0, 2, 4]
     """
@@ -212,13 +250,17 @@ class LocalIterator(PlanNode, Generic[T]):
     def __repr__(self) -> str:
         return self.name
 
+    def __str__(self) -> str:
+        """The name, one stage a line once it is longer than a line (``print(plan)``)."""
+        return wrap_name(self.name)
+
     def close(self) -> None:
         """Stop pulling: close every iterator the chain built, not only those reached
         through this one's generator (a union's inputs too); a ``gather_async`` source
         waits for the requests it has in flight, so its actors are idle afterwards.
         Closing twice is harmless.
 
-        Example:
+        Examples:
             >>> it = LocalIterator.from_items([1, 2, 3]); next(it); it.close()
             1
         """
@@ -267,9 +309,9 @@ class LocalIterator(PlanNode, Generic[T]):
     def gate(self, is_open: Callable[[], bool]) -> LocalIterator[T]:
         """Pull from upstream only while ``is_open()`` is true; ``NotReady`` while it is
         false, without pulling. A source that sends requests when pulled (such as
-        :meth:`ParallelIterator.gather_async`) sends none while the gate is shut.
+        ``ParallelIterator.gather_async``) sends none while the gate is shut.
 
-        Example:
+        Examples:
             >>> shut_once = iter([True, False, True])
             >>> it = LocalIterator.from_items([1, 2]).gate(lambda: next(shut_once))
             >>> [next(it), next(it), next(it)]
@@ -352,7 +394,7 @@ class LocalIterator(PlanNode, Generic[T]):
 
 
 def _gated(is_open: Callable[[], bool], it: Iterator[T], ctx: PlanContext) -> Iterator[T]:
-    """:meth:`LocalIterator.gate`'s stream: NotReady, without pulling, while shut."""
+    """``LocalIterator.gate``'s stream: NotReady, without pulling, while shut."""
     _bind(is_open, ctx)
     while True:
         if not is_open():
@@ -377,7 +419,7 @@ def _combined(fn: Callable[[Any], Iterable[Any]] | None, it: Iterator[Any], ctx:
 
 
 def _batched(n: int, it: Iterator[T], ctx: PlanContext) -> Iterator[list[T]]:
-    """:meth:`LocalIterator.batch`'s stream: lists of ``n`` items."""
+    """``LocalIterator.batch``'s stream: lists of ``n`` items."""
     buf: list[T] = []
     for item in it:
         if item is NotReady:
@@ -395,7 +437,7 @@ def _duplicate_build(
     shared: dict[str, Iterator[T]],
     i: int,
 ) -> BuildFn:
-    """Copy ``i`` of :meth:`LocalIterator.duplicate`: the parent's items through queue
+    """Copy ``i`` of ``LocalIterator.duplicate``: the parent's items through queue
     ``i``; the first copy built builds the parent's stream (``shared``) for all."""
 
     def build(ctx: PlanContext, timeout: float | None) -> Iterator[T]:
@@ -432,7 +474,7 @@ def _union_weights(weights: Sequence[int | str] | None, n: int) -> list[int | st
 def _union_build(
     children: list[LocalIterator[Any]], weights: list[int | str], deterministic: bool
 ) -> BuildFn:
-    """:meth:`LocalIterator.union`'s stream: round robin by ``weights``, or async."""
+    """``LocalIterator.union``'s stream: round robin by ``weights``, or async."""
 
     def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
         non_blocking = [not deterministic or w == "*" for w in weights]
@@ -483,9 +525,9 @@ def _union_round(active: dict[int, Iterator[Any]], weights: list[int | str]):
 
 
 class ParallelIteratorWorker:
-    """Mixin for Ray actors that serve as the shards of a :class:`ParallelIterator`.
+    """Mixin for Ray actors that serve as the shards of a ``ParallelIterator``.
 
-    Example:
+    Examples:
         >>> class Counter(ParallelIteratorWorker):
         ...     def __init__(self):
         ...         super().__init__(lambda: iter(range(3)))
@@ -520,7 +562,7 @@ class _ItemShard(ParallelIteratorWorker):
 
 class Requests:
     """The requests a gather has in flight (ref -> (actor, time sent)), and their deadline:
-    with ``timeout_s``, every :meth:`wait` kills the actors whose requests passed it,
+    with ``timeout_s``, every ``wait`` kills the actors whose requests passed it,
     whether or not other requests are ready (a healthy worker must not keep a hung one
     alive), and a blocking wait wakes for the oldest request's deadline. A killed actor's
     request then resolves to an actor error, which the runner answers with a replacement.
@@ -591,7 +633,7 @@ class Requests:
 class ParallelIterator(PlanNode, Generic[T]):
     """An iterator split into shards, one per Ray actor; transforms run on the actors.
 
-    Example:
+    Examples:
         >>> it = ParallelIterator.from_items([1, 2, 3, 4], num_shards=2)  # doctest: +SKIP
         >>> sorted(it.for_each(lambda x: x + 1).gather_sync().take(4))  # doctest: +SKIP
         [2, 3, 4, 5]
@@ -633,7 +675,7 @@ class ParallelIterator(PlanNode, Generic[T]):
         request_timeout_s: float = 0.0,
         receives_from: Any = None,
     ) -> Any:
-        """Shards served by actors that mix in :class:`ParallelIteratorWorker`.
+        """Shards served by actors that mix in ``ParallelIteratorWorker``.
         ``before_requests(context)`` runs before every round of requests to the actors
         (ParallelRollouts sends weights the learner deferred with it). An actor whose
         request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the

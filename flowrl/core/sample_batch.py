@@ -3,7 +3,7 @@
 Batches cross processes through Ray's object store without copies (numpy arrays travel
 out of band). ``len(batch)`` is the number of rows, not the number of columns.
 
-Example:
+Examples:
     >>> b = SampleBatch(obs=np.zeros((4, 2)), rewards=np.ones(4))
     >>> len(b), float(b["rewards"].sum()), len(b[1:3])
     (4, 4.0, 2)
@@ -32,7 +32,7 @@ ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
 #: the recurrent state a step started from (recurrent policies' fragments)
 STATE_IN = "state_in"
-#: the recurrent state after a step, in :meth:`Policy.compute_actions`'s extras only
+#: the recurrent state after a step, in ``Policy.compute_actions``'s extras only
 STATE_OUT = "state_out"
 
 
@@ -116,12 +116,12 @@ class SampleBatch:
 
 
 class MultiAgentBatch:
-    """Rows of several policies from the same env steps: one :class:`SampleBatch` per
+    """Rows of several policies from the same env steps: one ``SampleBatch`` per
     policy id, and the number of env steps they came from. ``len()`` is the env steps (an
     env step of three agents is one env step and three rows), which is what
     ``train_batch_size`` and the step counters count.
 
-    Example:
+    Examples:
         >>> a, b = SampleBatch(obs=np.zeros((4, 2))), SampleBatch(obs=np.ones((2, 2)))
         >>> batch = MultiAgentBatch({"ppo": a, "dqn": b}, env_steps=4)
         >>> len(batch), len(batch["dqn"]), batch.policy_ids
@@ -192,7 +192,7 @@ class ArrayPool:
     overwritten. The pool keeps ``slots`` arrays per key, as the stages of a plan hold on
     to the last batch while the next one is made.
 
-    Example:
+    Examples:
         >>> pool = ArrayPool()
         >>> address = pool.empty("obs", (3, 2), np.float32).ctypes.data
         >>> pool.empty("obs", (2, 2), np.float32).ctypes.data == address  # not held: reused
@@ -242,7 +242,7 @@ class Fragment:
     """What one worker sampled, time-major (``[T, num_envs, ...]``), before flattening.
 
     ``valid[t, i]`` is False on the reset steps of NEXT_STEP autoreset (see
-    :mod:`flowrl.learning.postprocessing`); ``last_obs`` is the observation after the last
+    ``flowrl.learning.postprocessing``); ``last_obs`` is the observation after the last
     step, and ``last_state`` a recurrent policy's state after it. With a ``pool``, the valid
     rows are gathered into its arrays instead of fresh ones.
     """

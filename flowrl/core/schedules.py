@@ -5,10 +5,10 @@ held before the first and after the last (``--set 'lr=[[0, 3e-4], [1e6, 0]]'``).
 
 Schedules are stepped by the env steps sampled, which checkpoints keep, so a resumed run
 goes on where its schedule was. The learner takes each iteration's values as the iteration
-begins (:meth:`flowrl.learning.learner.Learner.set_env_steps`); results show them as
+begins (``flowrl.learning.learner.Learner.set_env_steps``); results show them as
 ``schedule/<name>``.
 
-Example:
+Examples:
     >>> lr = ((0.0, 3e-4), (1_000_000.0, 0.0))
     >>> scheduled(lr, 250_000), scheduled(lr, 2_000_000), scheduled(3e-4, 250_000)
     (0.000225, 0.0, 0.0003)

@@ -1,7 +1,7 @@
 """Aligned text tables of rows with the same keys: ``flowrl tune``'s trials, a profile's
 operators and the benchmarks' figures.
 
-Example:
+Examples:
     >>> print(format_table([{"name": "a", "steps/s": 1234.5}, {"name": "bb", "steps/s": 0.5}]))
     name  steps/s
     a     1,234
@@ -27,7 +27,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    """Print :func:`format_table` (nothing for no rows)."""
+    """Print ``format_table`` (nothing for no rows)."""
     if rows:
         print(format_table(rows))
 

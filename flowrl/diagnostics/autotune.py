@@ -18,7 +18,7 @@ and Ray costs a round trip per request, copies of fragments and weights, and its
 Every layout keeps the config's env steps per round (workers x envs x fragment length),
 so learning sees batches of the same size whatever the layout.
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
     >>> algo.layout.overrides()  # doctest: +SKIP
@@ -31,7 +31,7 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,18 +111,22 @@ def choose_layout(
     horizon_steps: int | None = None,
     seconds: float = 1.0,
     min_workers: int = 0,
-) -> tuple[Layout, Any]:
+    until: Callable[[dict[str, Any]], Any] | None = None,
+) -> tuple[Layout, Any, list[dict[str, Any]]]:
     """Measure the costs of ``spec``'s plan (or ``plan``) with ``config`` (its layout
     aside) and return the layout with the most env steps per second on ``cpus`` (default:
     the Ray cluster's when Ray runs, else this machine's), and the in-process run that
     measured learning when that layout is its own (it goes on training; else it is
-    stopped and None comes back). ``envs``: the envs per worker to try. With
+    stopped and None comes back), with the results that run produced (none when it was
+    stopped). ``until`` is the run's stop criterion: the measuring run stops once a result
+    meets it, and is then the run whatever the model predicts (it is done). ``envs``: the
+    envs per worker to try. With
     ``horizon_steps``, the time to start Ray counts against the layouts that need it,
     spread over that many env steps; ``min_workers`` 1 keeps every layout on Ray (a
-    cluster was named). :class:`~flowrl.Algorithm` calls it for
-    :meth:`~flowrl.Algorithm.auto` (``algorithm_cls`` runs the plan in-process).
+    cluster was named). ``Algorithm`` calls it for
+    ``auto`` (``algorithm_cls`` runs the plan in-process).
 
-    Example:
+    Examples:
         >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
         >>> print(algo.layout.reason)  # doctest: +SKIP
     """
@@ -139,8 +143,11 @@ def choose_layout(
         ),
         plan=plan,
     )
+    results: list[dict[str, Any]] = []
     try:
-        learn_s, learner_thread, weight_bytes, rate = measure_learning(run, seconds)
+        learn_s, learner_thread, weight_bytes, rate = measure_learning(
+            run, seconds, results=results, until=until
+        )
     except BaseException:
         run.stop()
         raise
@@ -155,10 +162,21 @@ def choose_layout(
         measured=(in_process, rate),
     )
     layout = best_layout(costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers)
+    if until is not None and until(results[-1]):
+        return _finished_while_measured(in_process, fragment, rate), run, results
     if (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
         run.stop()
-        run = None
-    return layout, run
+        return layout, None, []
+    return layout, run, results
+
+
+def _finished_while_measured(envs: int, fragment: int, rate: float) -> Layout:
+    """The layout of a measuring run that met its stop criterion: it is the run."""
+    reason = (
+        f"layout auto: in-process (no Ray) x {envs} envs x {fragment} steps; the run met "
+        "its stop criterion while its learning was measured"
+    )
+    return Layout(0, envs, fragment, rate, reason)
 
 
 def best_layout(
@@ -168,7 +186,7 @@ def best_layout(
 
     When Ray is not running yet, the layouts that need it pay for its start over
     ``horizon_steps`` env steps, or, with no budget given, over what the fastest
-    in-process layout samples in :data:`PAYBACK_S` seconds (a cheap env on a short run
+    in-process layout samples in ``PAYBACK_S`` seconds (a cheap env on a short run
     stays in-process; Ray must win back its start within half a minute)."""
     if horizon_steps is None:
         in_process = max(predict(costs, 0, envs, 1) for envs in costs.sample_s)
@@ -282,21 +300,32 @@ def measure_sampling(
     return sample_s, step_bytes
 
 
-def measure_learning(run: Any, seconds: float) -> tuple[float, bool, int, float]:
+def measure_learning(
+    run: Any,
+    seconds: float,
+    *,
+    results: list[dict[str, Any]] | None = None,
+    until: Callable[[dict[str, Any]], Any] | None = None,
+) -> tuple[float, bool, int, float]:
     """Learner seconds per env step sampled, whether a learner thread does it, the
     weights' bytes and the run's env steps per second, from ``run`` (an in-process
     Algorithm) trained for ``seconds`` and at least two iterations after a first one
-    (warm-up). Reads the plan's ``learn`` and ``apply`` timers: no profiler needed."""
+    (warm-up), or until a result meets ``until``. Appends each result to ``results``.
+    Reads the plan's ``learn`` and ``apply`` timers: no profiler needed."""
     timers, counters = run.plan.context.timers, run.plan.context.counters
+    results = [] if results is None else results
 
     def learned() -> float:
         return sum(timers[k].total_s for k in ("learn", "apply") if k in timers)
 
-    run.train()
+    def done() -> bool:
+        return until is not None and bool(until(results[-1]))
+
+    results.append(run.train())
     start, start_steps, start_learned = time.perf_counter(), counters[STEPS_SAMPLED], learned()
     iterations = 0
-    while time.perf_counter() - start < seconds or iterations < 2:
-        run.train()
+    while not done() and (time.perf_counter() - start < seconds or iterations < 2):
+        results.append(run.train())
         iterations += 1
     elapsed = time.perf_counter() - start
     steps = max(1, counters[STEPS_SAMPLED] - start_steps)

@@ -4,7 +4,7 @@ themselves (each keeps the iterators it pulls from; an operator names the queue 
 it hands items to, a source the one it takes them from). Printed as text, Mermaid or DOT,
 or drawn as a PNG (with matplotlib, the ``plot`` extra; notebooks show it inline).
 
-Example:
+Examples:
     >>> from flowrl.core.iter import LocalIterator
     >>> plan = LocalIterator.from_items([1, 2, 3]).for_each(abs).batch(2)
     >>> print(plan_graph(plan).to_text())
@@ -127,7 +127,7 @@ class PlanGraph:
 def plan_graph(plan: Any, *, title: str = "") -> PlanGraph:
     """The graph of the plan that ends in ``plan`` (a LocalIterator), without running it.
 
-    Example:
+    Examples:
         >>> from flowrl.core.iter import LocalIterator
         >>> a, b = LocalIterator.from_items([1]), LocalIterator.from_items([2])
         >>> graph = plan_graph(a.union(b))

@@ -1,7 +1,7 @@
 """Where a plan's time goes: each operator's own time, items and ``NotReady`` count, the
 depth of its queues, a learner thread's busy time, and one line naming the bottleneck.
 
-A plan is profiled when its context has a :class:`Profiler` (``Config(profile=True)``,
+A plan is profiled when its context has a ``Profiler`` (``Config(profile=True)``,
 ``flowrl train --profile``) before it is first pulled; otherwise no iterator is wrapped
 and profiling costs nothing. With it, every step of the plan is wrapped once when the plan
 is built, and each pull records the step's own time: its time minus that of the steps it
@@ -10,7 +10,7 @@ are timed as spans inside the step that makes them, and remote workers report ho
 they spent sampling and loading weights, so a driver that waits for workers busy loading
 weights counts that wait as weight sync, not sampling.
 
-Example:
+Examples:
     >>> from flowrl.core.iter import LocalIterator
     >>> it = LocalIterator.from_items(range(100), repeat=True).for_each(abs)
     >>> it.context.profiler = Profiler()  # before the first pull
@@ -160,8 +160,8 @@ def _short(label: str) -> str:
 
 
 class Profiler:
-    """Collects a plan's figures; :meth:`profile` reads them since the start, and
-    :meth:`window` since its last call (one result per iteration)."""
+    """Collects a plan's figures; ``profile`` reads them since the start, and
+    ``window`` since its last call (one result per iteration)."""
 
     def __init__(self) -> None:
         self.ops: dict[str, OpStat] = {}  # by the step's full name: stable over rebuilds

@@ -1,6 +1,6 @@
 """Action distributions, small and fast (no argument validation on the sampling hot path).
 
-Example:
+Examples:
     >>> d = Categorical(torch.zeros(2, 3))
     >>> d.sample().shape, round(float(d.entropy()[0]), 4)  # log(3)
     (torch.Size([2]), 1.0986)
@@ -108,7 +108,7 @@ class MultiCategorical:
     hold each one's unnormalised log-probabilities in turn; an action holds one choice per
     categorical, and its log-prob and entropy are the sums over them.
 
-    Example:
+    Examples:
         >>> d = MultiCategorical(torch.zeros(4, 5), nvec=(2, 3))
         >>> d.sample().shape, round(float(d.entropy()[0]), 4)  # log 2 + log 3
         (torch.Size([4, 2]), 1.7918)
@@ -134,7 +134,7 @@ class Bernoulli:
     """Independent binary choices (a MultiBinary action) with logits ``inputs[..., n]``;
     log-prob and entropy are sums over the ``n`` choices.
 
-    Example:
+    Examples:
         >>> d = Bernoulli(torch.zeros(3, 4))
         >>> d.mode().tolist()[0], round(float(d.entropy()[0]), 4)  # 4 log 2
         ([0, 0, 0, 0], 2.7726)
@@ -161,11 +161,11 @@ class Bernoulli:
 
 class Composite:
     """Independent distributions over the leaves of a Tuple or Dict action space
-    (:mod:`flowrl.learning.spaces`): ``inputs`` hold each leaf's inputs in turn, log-probs
+    (``flowrl.learning.spaces``): ``inputs`` hold each leaf's inputs in turn, log-probs
     and entropies are the sums over the leaves, and an action is a record of one value
     per leaf, as its bytes (``[B, itemsize]`` uint8), the form the data path carries.
 
-    Example:
+    Examples:
         >>> space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))))
         >>> cls, n = distribution_for(space)
         >>> d = cls(torch.zeros(4, n))

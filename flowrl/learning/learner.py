@@ -1,13 +1,13 @@
 """The learner: loss, optimisers, target networks, gradient clipping, non-finite checks and
 the one minibatch SGD loop.
 
-A learner trains a :class:`~flowrl.learning.policy.Policy`'s acting module in place (on the
-policy's device). An algorithm subclasses :class:`Learner` and supplies :meth:`~Learner.loss`;
+A learner trains a ``Policy``'s acting module in place (on the
+policy's device). An algorithm subclasses ``Learner`` and supplies ``loss``;
 one with several networks (SAC: actor, critics, temperature) also says which parameters
-each optimiser steps (:meth:`~Learner.optimized`) and returns one loss per optimiser. Rollout
+each optimiser steps (``optimized``) and returns one loss per optimiser. Rollout
 workers never build a learner (A3C's gradient workers do, for the loss alone).
 
-Example:
+Examples:
     >>> class Reinforce(Learner):
     ...     loss_columns = ("obs", "actions", "rewards")
     ...
@@ -68,7 +68,7 @@ def load_optimizer_state(optimizer: Any, state: dict, lr: float) -> None:
 def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
     """The mean of each statistic over several updates' ``stats``.
 
-    Example:
+    Examples:
         >>> mean_stats([{"loss": 1.0}, {"loss": 2.0}])
         {'loss': 1.5}
     """
@@ -84,7 +84,7 @@ def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
 @dataclass
 class Optimized:
     """Parameters one Adam optimiser steps, with its learning rate (a constant, or a
-    schedule of env steps: :mod:`flowrl.core.schedules`) and epsilon."""
+    schedule of env steps: ``flowrl.core.schedules``) and epsilon."""
 
     params: list[torch.Tensor]
     lr: Schedule
@@ -179,9 +179,9 @@ def non_finite_source(
 
 
 class Learner:
-    """Trains ``policy``'s acting module: subclasses supply :meth:`loss`.
+    """Trains ``policy``'s acting module: subclasses supply ``loss``.
 
-    Example:
+    Examples:
         >>> from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
         >>> import gymnasium as gym
         >>> policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig())
@@ -190,7 +190,7 @@ class Learner:
         ['model']
     """
 
-    #: The batch columns :meth:`loss` reads: the loop moves and slices only these for each
+    #: The batch columns ``loss`` reads: the loop moves and slices only these for each
     #: minibatch (all of the batch's columns when None).
     loss_columns: ClassVar[tuple[str, ...] | None] = None
     #: Minibatches are shuffled index sets of rows (or sequences) each pass; False: slices
@@ -208,11 +208,11 @@ class Learner:
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
         #: the run's env steps sampled when the current iteration began: the config's
-        #: schedules take their values there (:meth:`set_env_steps`)
+        #: schedules take their values there (``set_env_steps``)
         self.env_steps = 0.0
-        #: (online, target) pairs that :meth:`update_targets` moves together
+        #: (online, target) pairs that ``update_targets`` moves together
         self.targets: list[tuple[nn.Module, nn.Module]] = []
-        #: the adaptive KL penalty's weight, for losses that have one (:class:`AdaptiveKL`)
+        #: the adaptive KL penalty's weight, for losses that have one (``AdaptiveKL``)
         self.kl: AdaptiveKL | None = None
         _spend_read_only_warning()
 
@@ -235,15 +235,15 @@ class Learner:
         return self.policy.unroll(batch[OBS], state, starts, module=module)
 
     def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
-        """The action distribution and value estimates of a minibatch (:meth:`forward`)."""
+        """The action distribution and value estimates of a minibatch (``forward``)."""
         out = self.forward(batch)
         return self.policy.dist_cls(out.dist_inputs), out.value
 
     # -- what a subclass supplies ----------------------------------------------------------
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
         """The loss of a minibatch and a dict of detached statistics; with several
-        optimisers, one loss per optimiser name of :meth:`optimized`. A statistic with
-        one value per row (a TD error) comes back from :meth:`learn_on_batch` in row
+        optimisers, one loss per optimiser name of ``optimized``. A statistic with
+        one value per row (a TD error) comes back from ``learn_on_batch`` in row
         order."""
         raise NotImplementedError
 
@@ -256,7 +256,7 @@ class Learner:
         return {}
 
     def target_of(self, module: nn.Module) -> nn.Module:
-        """A frozen copy of ``module`` that :meth:`update_targets` moves towards it; keep
+        """A frozen copy of ``module`` that ``update_targets`` moves towards it; keep
         it in an attribute (checkpoints save the learner's modules by attribute)."""
         target = copy.deepcopy(module).requires_grad_(False)
         self.targets.append((module, target))
@@ -269,7 +269,7 @@ class Learner:
 
     @cached_property
     def optimizers(self) -> dict[str, Any]:
-        """One Adam per :meth:`optimized` entry (:func:`~flowrl.learning.optim.adam`),
+        """One Adam per ``optimized`` entry (``adam``),
         built on first use."""
         return {
             name: adam(o.params, scheduled(o.lr, self.env_steps), eps=o.eps)
@@ -279,7 +279,7 @@ class Learner:
     # -- schedules -----------------------------------------------------------------------
     def set_env_steps(self, env_steps: float) -> None:
         """Where the run is, for the config's schedules: an optimiser whose learning rate
-        is a schedule takes its value at ``env_steps``, and :meth:`scheduled` reads the
+        is a schedule takes its value at ``env_steps``, and ``scheduled`` reads the
         other schedulable settings (``entropy_coeff``) there, until the next call."""
         self.env_steps = float(env_steps)
         for name, o in self._optimized.items():
@@ -288,9 +288,9 @@ class Learner:
                     group["lr"] = scheduled(o.lr, env_steps)
 
     def scheduled(self, name: str) -> float:
-        """The config value ``name`` (a constant or a schedule) at :attr:`env_steps`.
+        """The config value ``name`` (a constant or a schedule) at ``env_steps``.
 
-        Example:
+        Examples:
             >>> loss = loss - self.scheduled("entropy_coeff") * entropy  # doctest: +SKIP
         """
         return scheduled(getattr(self.config, name), self.env_steps)
@@ -302,7 +302,7 @@ class Learner:
         """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0).
 
         The batch moves to the device once; minibatches are whole sequences (see
-        :attr:`sequence_length`), shuffled unless :attr:`shuffle` is False. Returns the
+        ``sequence_length``), shuffled unless ``shuffle`` is False. Returns the
         mean of each statistic, and per-row statistics in the batch's row order.
         """
         tensors, rows, seq = self._tensors(batch), len(batch), self.sequence_length
@@ -407,7 +407,7 @@ class Learner:
 
     # -- non-finite checks ---------------------------------------------------------------
     def check_finite_weights(self) -> None:
-        """Raise :class:`NonFiniteError` when a weight of any network the learner trains is
+        """Raise ``NonFiniteError`` when a weight of any network the learner trains is
         NaN or infinite (checkpoints call it, so a bad update never overwrites good
         weights on disk)."""
         weight = non_finite_weight(self._modules())

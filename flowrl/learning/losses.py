@@ -1,7 +1,7 @@
 """Loss terms that several algorithms share: the clipped surrogate objective with its
 adaptive KL coefficient (PPO, APPO), and explained variance.
 
-Example:
+Examples:
     >>> kl = AdaptiveKL(coeff=0.2, target=0.01)
     >>> kl.update(0.05), kl.update(0.001)  # overshoot: x1.5; far under: x0.5
     (0.30000000000000004, 0.15000000000000002)
@@ -21,7 +21,7 @@ from flowrl.learning.postprocessing import VALID
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean of ``x`` over the steps ``mask`` keeps (1.0 or True).
 
-    Example:
+    Examples:
         >>> float(masked_mean(torch.tensor([1.0, 2.0, 9.0]), torch.tensor([1.0, 1.0, 0.0])))
         1.5
     """
@@ -49,7 +49,7 @@ def clipped_surrogate(
     al. 2017), plus ``kl_coeff`` times the KL estimate while that weight is not 0, and
     its statistics; ``mean`` averages over the steps (a masked mean, say).
 
-    Example:
+    Examples:
         >>> loss, stats = clipped_surrogate(torch.zeros(4), torch.ones(4), clip=0.2)
         >>> float(loss), float(stats["kl"])
         (-1.0, 0.0)
@@ -70,7 +70,7 @@ def clipped_surrogate(
 class AdaptiveKL:
     """The KL penalty's weight, adapted after each trained batch as in the PPO paper: x1.5
     when the KL overshoots twice its target, x0.5 when it stays under half of it. A plan
-    adapts it with :class:`~flowrl.ops.UpdateKL`; a weight of 0 stays 0 (no KL term)."""
+    adapts it with ``UpdateKL``; a weight of 0 stays 0 (no KL term)."""
 
     def __init__(self, *, coeff: float, target: float) -> None:
         self.coeff, self.target = coeff, target
@@ -91,7 +91,7 @@ def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
     """``1 - Var(targets - predictions) / Var(targets)``: 1 for perfect value predictions,
     0 for predicting the mean, negative for worse (NaN when the targets are constant).
 
-    Example:
+    Examples:
         >>> explained_variance(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0]))
         1.0
         >>> explained_variance(np.full(3, 2.0), np.array([1.0, 2.0, 3.0]))

@@ -1,6 +1,6 @@
 """Torch models: MLPs for vector observations, the Nature CNN for image observations.
 
-Example:
+Examples:
     >>> space = gym.spaces.Box(-1, 1, (4,))
     >>> model = ActorCritic(space, gym.spaces.Discrete(2), hiddens=(64, 64))
     >>> logits, values, _ = model(torch.zeros(3, 4))
@@ -123,7 +123,7 @@ class SmallCNN(nn.Module):
     convolutions, the second with stride 2, and a linear layer to 256 features. uint8
     images are scaled to [0, 1]; others are taken as they are.
 
-    Example:
+    Examples:
         >>> SmallCNN((8, 8, 3))(torch.zeros(2, 8, 8, 3, dtype=torch.uint8)).shape
         torch.Size([2, 256])
     """
@@ -153,18 +153,18 @@ class SmallCNN(nn.Module):
 
 
 def image_encoder(shape: Sequence[int]) -> nn.Module:
-    """The Nature CNN for images of 36 pixels a side or more, else :class:`SmallCNN`."""
+    """The Nature CNN for images of 36 pixels a side or more, else ``SmallCNN``."""
     channels_last = shape[-1] < shape[0]
     side = min(shape[:2]) if channels_last else min(shape[1:])
     return NatureCNN(shape) if side >= 36 else SmallCNN(shape)
 
 
 class CompositeEncoder(nn.Module):
-    """A Dict or Tuple observation (:mod:`flowrl.learning.spaces`) as one feature vector:
-    a CNN for each image leaf, the other leaves flattened as :class:`Flatten` does,
+    """A Dict or Tuple observation (``flowrl.learning.spaces``) as one feature vector:
+    a CNN for each image leaf, the other leaves flattened as ``Flatten`` does,
     concatenated in the space's order.
 
-    Example:
+    Examples:
         >>> space = gym.spaces.Dict(
         ...     {"frame": gym.spaces.Box(0, 255, (8, 8, 1), np.uint8), "n": gym.spaces.Discrete(3)}
         ... )
@@ -197,13 +197,13 @@ class CompositeEncoder(nn.Module):
 
 def features(space: gym.Space) -> Flatten | CompositeEncoder:
     """Non-image observations as a feature vector of ``out_features``: a Dict or Tuple
-    through a :class:`CompositeEncoder`, any other space through :class:`Flatten`."""
+    through a ``CompositeEncoder``, any other space through ``Flatten``."""
     return CompositeEncoder(space) if is_composite(space) else Flatten(space)
 
 
 class ActorCritic(ActingModule):
     """Policy and value heads. Vector observations get two separate MLPs; images share a CNN,
-    and a ``trunk`` (your encoder, :mod:`flowrl.learning.registry`) replaces both.
+    and a ``trunk`` (your encoder, ``flowrl.learning.registry``) replaces both.
 
     ``forward(obs)`` returns the distribution inputs and the values. Box actions use a
     learned, state-independent log standard deviation.
@@ -242,7 +242,7 @@ class ActorCritic(ActingModule):
 
 def policy_head(action_space: gym.Space) -> tuple[int, nn.Parameter | None]:
     """The outputs of a policy head for ``action_space`` and, for Box actions, the learned
-    state-independent log standard deviation that :func:`with_log_std` appends to them."""
+    state-independent log standard deviation that ``with_log_std`` appends to them."""
     _, n_inputs = distribution_for(action_space)
     if not isinstance(action_space, gym.spaces.Box):
         return n_inputs, None
@@ -260,7 +260,7 @@ class RecurrentActorCritic(ActingModule):
     your ``trunk``) feed an LSTM cell whose output the policy and value heads read. The
     state is ``[B, 2, cell_size]`` (the LSTM's h and c).
 
-    Example:
+    Examples:
         >>> module = RecurrentActorCritic(
         ...     gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), hiddens=(16,), cell_size=8
         ... )
@@ -311,7 +311,7 @@ class RecurrentActorCritic(ActingModule):
 
     def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> ActingOutput:
         """The features of every step in one pass, the LSTM step by step, the heads in
-        one pass (see :meth:`ActingModule.unroll`)."""
+        one pass (see ``ActingModule.unroll``)."""
         batch, length = starts.shape
         x = self.trunk(obs).unflatten(0, (batch, length))
         fresh = self.initial_state(batch)
@@ -339,7 +339,7 @@ class ActorNetwork(ActingModule):
     """An actor alone: an MLP (ReLU) from vector observations to ``n_outputs``
     distribution inputs, no value head (SAC's actor).
 
-    Example:
+    Examples:
         >>> actor = ActorNetwork(gym.spaces.Box(-1, 1, (3,)), 2, hiddens=(16,))
         >>> actor(torch.zeros(5, 3)).dist_inputs.shape
         torch.Size([5, 2])
@@ -419,7 +419,7 @@ class TwinQ(nn.Module):
     ``forward(obs, actions)`` gives Q-values ``[2, B]``; Discrete actions: ``forward(obs)``
     gives the Q-values of every action, ``[2, B, n]``.
 
-    Example:
+    Examples:
         >>> q = TwinQ(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,)), hiddens=(64,))
         >>> q(torch.zeros(5, 3), torch.zeros(5, 1)).shape
         torch.Size([2, 5])
@@ -488,7 +488,7 @@ def check_obs_space(space: gym.Space) -> None:
 
 
 def vector_obs_size(space: gym.Space) -> int:
-    """The size of a non-image observation as features (:class:`Flatten`), or a
+    """The size of a non-image observation as features (``Flatten``), or a
     ConfigError for images and spaces flowrl does not take."""
     check_obs_space(space)
     if is_image_space(space) or is_composite(space):
@@ -504,7 +504,7 @@ class Flatten:
     """Observations ``[B, ...]`` as float features ``[B, vector_obs_size]``: Box and
     MultiBinary flattened, Discrete one-hot, MultiDiscrete one one-hot per entry.
 
-    Example:
+    Examples:
         >>> Flatten(gym.spaces.Discrete(3))(torch.tensor([2, 0])).tolist()
         [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
     """

@@ -2,18 +2,18 @@
 
 An acting module maps (normalised) observations to the inputs of the policy's action
 distribution and, where the algorithm has one, a value estimate. Rollout workers,
-evaluation, :func:`flowrl.load_policy` and exports hold it; the loss, optimisers, target
+evaluation, ``flowrl.load_policy`` and exports hold it; the loss, optimisers, target
 networks and any network only the loss reads (SAC's critics) belong to a
-:class:`~flowrl.learning.learner.Learner`, which trains the same module in place.
+``Learner``, which trains the same module in place.
 
-``forward(obs, state)`` returns an :class:`ActingOutput`. The interface is shaped for what
+``forward(obs, state)`` returns an ``ActingOutput``. The interface is shaped for what
 the acting side grows next:
 
 - recurrent models set ``recurrent = True``, return their first state (one tensor
-  ``[B, ...]``) from :meth:`ActingModule.initial_state` and the next one in
+  ``[B, ...]``) from ``ActingModule.initial_state`` and the next one in
   ``ActingOutput.state``; workers keep the state per env and reset it at episode starts,
   fragments record the state each step started from, and learners replay sequences from
-  it with :meth:`ActingModule.unroll`;
+  it with ``ActingModule.unroll``;
 - composite observation spaces reach ``forward`` as the nested dict or tuple of tensors the
   space has, and composite action spaces take one flat ``dist_inputs`` that a composite
   distribution splits;
@@ -22,7 +22,7 @@ the acting side grows next:
 - several policies in one run are several modules, one per policy id, each with its own
   weights.
 
-Example:
+Examples:
     >>> import gymnasium as gym
     >>> from flowrl.learning.models import ActorCritic
     >>> module = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hiddens=(8,))
@@ -52,9 +52,9 @@ class ActingOutput(NamedTuple):
 
 class ActingModule(nn.Module):
     """Base of the networks workers act with: ``forward(obs, state=None)`` returns an
-    :class:`ActingOutput`.
+    ``ActingOutput``.
 
-    Example:
+    Examples:
         >>> class Linear(ActingModule):
         ...     def __init__(self):
         ...         super().__init__()
@@ -80,8 +80,8 @@ class ActingModule(nn.Module):
         """A recurrent module over ``B`` sequences of ``L`` steps: ``obs`` holds their steps
         sequence by sequence (``[B * L, ...]``), ``state`` the state each starts from
         (``[B, ...]``), and ``starts[b, t]`` is True where step ``t`` begins a new
-        episode (the state is reset to :meth:`initial_state` there). Returns the outputs
-        of every step, ``[B * L, ...]``. By default, one :meth:`forward` per step."""
+        episode (the state is reset to ``initial_state`` there). Returns the outputs
+        of every step, ``[B * L, ...]``. By default, one ``forward`` per step."""
         batch, length = starts.shape
         steps = map_nest(lambda x: x.unflatten(0, (batch, length)), obs)
         fresh = self.initial_state(batch)

@@ -1,12 +1,12 @@
-"""Several policies in one run: a :class:`PolicyMap` of acting policies by id (what a
-multi-agent rollout worker holds) and a :class:`MultiLearner` that trains each trainable
-one on its own rows of a :class:`~flowrl.core.sample_batch.MultiAgentBatch`.
+"""Several policies in one run: a ``PolicyMap`` of acting policies by id (what a
+multi-agent rollout worker holds) and a ``MultiLearner`` that trains each trainable
+one on its own rows of a ``MultiAgentBatch``.
 
 Both answer what plans and workers ask of one policy and one learner (weights, state,
 ``learn_on_batch``, ``update_targets``, the KL weight), so a single-policy plan runs
-unchanged over several policies; statistics come back per policy (:class:`PolicyStats`).
+unchanged over several policies; statistics come back per policy (``PolicyStats``).
 
-Example:
+Examples:
     >>> import gymnasium as gym, numpy as np
     >>> from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
     >>> obs, act, config = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig()
@@ -52,7 +52,7 @@ class PolicyStats(dict):
     def flat(self) -> dict[str, Any]:
         """One level: ``policy/<id>/<name>``, as results have them.
 
-        Example:
+        Examples:
             >>> PolicyStats(a={"loss": 0.5}).flat()
             {'policy/a/loss': 0.5}
         """
@@ -95,7 +95,7 @@ class PolicyMap(dict):
 
 
 class PolicyKLs:
-    """The adaptive KL penalties of several learners (an :class:`AdaptiveKL` each),
+    """The adaptive KL penalties of several learners (an ``AdaptiveKL`` each),
     updated together from each policy's mean KL."""
 
     def __init__(self, kls: Mapping[str, AdaptiveKL]) -> None:
@@ -109,8 +109,8 @@ class PolicyKLs:
 class MultiLearner:
     """The learners of a multi-agent run by policy id, trained each on its own rows.
 
-    :meth:`learn_on_batch` takes a :class:`MultiAgentBatch` and trains every policy of it
-    that is trainable and has rows; statistics come back as :class:`PolicyStats`.
+    ``learn_on_batch`` takes a ``MultiAgentBatch`` and trains every policy of it
+    that is trainable and has rows; statistics come back as ``PolicyStats``.
     """
 
     def __init__(self, learners: Mapping[str, Learner]) -> None:

@@ -7,14 +7,14 @@ divided by the running std of the discounted return (as SB3's ``VecNormalize`` d
 keeps value targets near unit scale whatever the env's reward scale. Episode returns in the
 results stay the env's own.
 
-The statistics live in the policy's :class:`Normalizer`, so they travel with its weights
-(:meth:`~flowrl.learning.policy.Policy.get_weights`), are saved in checkpoints and applied when
+The statistics live in the policy's ``Normalizer``, so they travel with its weights
+(``get_weights``), are saved in checkpoints and applied when
 evaluating. Each rollout worker adds what it samples to its own copy and keeps the same
-additions apart (``unsent``); :meth:`~flowrl.rollout.worker.WorkerSet.collect_metrics` takes them
+additions apart (``unsent``); ``collect_metrics`` takes them
 from every worker once per iteration and merges them into the learner's copy, which the next
 weights carry back. Statistics are frozen while a fragment is sampled and updated at its end.
 
-Example:
+Examples:
     >>> rms = RunningMeanStd(())
     >>> rms.update(np.array([1.0, 2.0, 3.0]))
     >>> other = RunningMeanStd(())
@@ -107,7 +107,7 @@ class Normalizer:
     has statistics per floating-point Box leaf (``obs.<path>``); its images, integers and
     action mask stay as they are.
 
-    Example:
+    Examples:
         >>> from flowrl.core.config import Config
         >>> space = gym.spaces.Box(-10, 10, (2,))
         >>> norm = Normalizer(space, Config(normalize_observations=True))
@@ -219,7 +219,7 @@ class Normalizer:
         return out
 
     def merge(self, unsent: dict[str, np.ndarray]) -> None:
-        """Add another process's :meth:`take_unsent` (the learner merges the workers')."""
+        """Add another process's ``take_unsent`` (the learner merges the workers')."""
         for name, rms in self.stats.items():
             if f"{PREFIX}{name}_count" in unsent:
                 rms.merge(RunningMeanStd.from_state(unsent, f"{PREFIX}{name}_"))
@@ -243,6 +243,6 @@ class Normalizer:
 
 
 def split_state(weights: dict[str, np.ndarray]) -> tuple[dict, dict]:
-    """``(model weights, normalizer state)`` of a :meth:`Policy.get_weights` dict."""
+    """``(model weights, normalizer state)`` of a ``Policy.get_weights`` dict."""
     model = {k: v for k, v in weights.items() if not k.startswith(PREFIX)}
     return model, {k: v for k, v in weights.items() if k.startswith(PREFIX)}

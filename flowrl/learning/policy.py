@@ -1,13 +1,13 @@
 """Policy: what a rollout worker acts with. Its acting module
-(:mod:`flowrl.learning.module`), the action distribution, the observation normaliser, exploration
+(``flowrl.learning.module``), the action distribution, the observation normaliser, exploration
 and the postprocessing of sampled fragments; nothing that only learning needs (the loss,
-optimisers and target networks are a :class:`~flowrl.learning.learner.Learner`'s).
+optimisers and target networks are a ``Learner``'s).
 
-Algorithms subclass :class:`Policy` where they act or postprocess differently: an
+Algorithms subclass ``Policy`` where they act or postprocess differently: an
 epsilon-greedy Q-network, GAE advantages, sequences for V-trace. Weights travel as numpy
 arrays, so they cross Ray's object store without pickling torch tensors.
 
-Example:
+Examples:
     >>> import gymnasium as gym
     >>> from flowrl.core.config import Config
     >>> policy = Policy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), Config())
@@ -72,7 +72,7 @@ def split_action_mask(space: gym.Space) -> tuple[gym.Space, gym.Space | None]:
     without one): a Dict's ``action_mask`` entry is taken out, and a Dict left with one
     entry is that entry's space.
 
-    Example:
+    Examples:
         >>> board = gym.spaces.Box(0, 1, (9,))
         >>> mask = gym.spaces.MultiBinary(9)
         >>> split_action_mask(gym.spaces.Dict({"observation": board, "action_mask": mask}))
@@ -120,10 +120,10 @@ MASKED = -1e9
 
 def mask_inputs(inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Distribution inputs (logits or Q-values) with the invalid actions' entries (mask 0)
-    at :data:`MASKED`: no probability, never the greedy choice, out of every max. A row
+    at ``MASKED``: no probability, never the greedy choice, out of every max. A row
     whose mask allows nothing (a final observation's, say) is left as it is.
 
-    Example:
+    Examples:
         >>> masked = mask_inputs(torch.zeros(1, 3), torch.tensor([[1, 0, 1]]))
         >>> torch.softmax(masked, -1).tolist()
         [[0.5, 0.0, 0.5]]
@@ -141,7 +141,7 @@ def inference(method: Method) -> Method:
     already: the rollout loop turns it on once per fragment, and entering it costs about
     3 us, 1-2% of a CartPole rollout step.
 
-    Example:
+    Examples:
         >>> class MyPolicy(Policy):
         ...     @inference
         ...     def compute_actions(self, obs, *, explore=True): ...
@@ -218,7 +218,7 @@ class Policy:
     def make_module(self) -> ActingModule:
         """The acting module: flowrl's actor-critic (recurrent with ``use_lstm``), on your
         encoder when the config names one, or your whole module
-        (:mod:`flowrl.learning.registry`)."""
+        (``flowrl.learning.registry``)."""
         cfg, obs_space, action_space = self.config, self.input_space, self.action_space
 
         def default(trunk: nn.Module | None) -> ActingModule:
@@ -238,7 +238,7 @@ class Policy:
     def inputs(self, obs: Any) -> tuple[Any, torch.Tensor | None]:
         """What the acting module reads of a batch of observations, and the action mask
         (None without one). ``obs`` is a tensor as the data path holds it (a composite
-        space's records as bytes, :mod:`flowrl.learning.spaces`) or the space's nest."""
+        space's records as bytes, ``flowrl.learning.spaces``) or the space's nest."""
         if self.obs_layout is not None and torch.is_tensor(obs):
             obs = self.obs_layout.unpack_tensor(obs)
         return without_mask(obs) if self.masked else (obs, None)
@@ -248,7 +248,7 @@ class Policy:
     ) -> ActingOutput:
         """The acting module (or ``module``, a target copy of it) on ``obs`` (from
         ``state``, when it is recurrent), with the invalid actions of a masked
-        observation masked (:func:`mask_inputs`)."""
+        observation masked (``mask_inputs``)."""
         inputs, mask = self.inputs(obs)
         module = self.module if module is None else module
         out = module(inputs, state) if module.recurrent else module(inputs)
@@ -257,7 +257,7 @@ class Policy:
     def unroll(
         self, obs: Any, state: Any, starts: torch.Tensor, *, module: nn.Module | None = None
     ) -> ActingOutput:
-        """A recurrent module over sequences (:meth:`ActingModule.unroll`), masked."""
+        """A recurrent module over sequences (``ActingModule.unroll``), masked."""
         inputs, mask = self.inputs(obs)
         out = (self.module if module is None else module).unroll(inputs, state, starts)
         return self._masked(out, mask)
@@ -287,7 +287,7 @@ class Policy:
         """Actions for a batch of observations, with the distribution inputs and value
         estimates that gave them (and a recurrent module's next state, ``state_out``,
         from ``state``). The actions' log-probs are added per fragment by
-        :meth:`postprocess` (one vectorised pass instead of a gather per step)."""
+        ``postprocess`` (one vectorised pass instead of a gather per step)."""
         out = self.forward(self._as_tensor(obs), self._state_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
@@ -347,7 +347,7 @@ class Policy:
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
         """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
-        which an exported model (:mod:`flowrl.apps.inference`) traces; ``obs`` already
+        which an exported model (``flowrl.apps.inference``) traces; ``obs`` already
         normalised. A recurrent module's export also takes ``state`` and returns the
         actions and the next state."""
         out = self.forward(obs, state)
@@ -409,7 +409,7 @@ def bounds(space: gym.spaces.Box, like: torch.Tensor) -> tuple[torch.Tensor, tor
 
 class ActorCriticPolicy(Policy):
     """A policy whose fragments become GAE advantages and value targets (its config is an
-    :class:`~flowrl.core.config.ActorCriticConfig`)."""
+    ``ActorCriticConfig``)."""
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         last_values = self.compute_values(fragment.last_obs, fragment.last_state)

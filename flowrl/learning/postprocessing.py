@@ -5,7 +5,7 @@ an episode, the env's next step only resets it. That step's observation is the e
 final observation, so its value estimate is exactly what a truncated episode bootstraps
 from; the step itself is masked out (``valid == False``) and never learned from.
 
-Example:
+Examples:
     >>> r = np.ones((3, 1)); v = np.zeros((3, 1)); f = np.zeros((3, 1), bool)
     >>> adv, targets = compute_gae(r, v, f, f, np.zeros(1), gamma=1.0, lam=1.0)
     >>> adv[:, 0].tolist()
@@ -62,7 +62,7 @@ def add_advantages(
     fragment: Fragment, last_values: np.ndarray, *, gamma: float, lam: float
 ) -> Fragment:
     """GAE advantages and value targets added to a fragment's columns (returned, to
-    become training rows: :meth:`Fragment.to_batch` or :func:`chunk_sequences`).
+    become training rows: ``Fragment.to_batch`` or ``chunk_sequences``).
 
     ``last_values`` are the value estimates of ``fragment.last_obs``.
     """
@@ -131,7 +131,7 @@ def to_sequences(fragment: Fragment) -> SampleBatch:
     it zeros. ``valid`` marks the steps to learn from (not the reset steps of NEXT_STEP
     autoreset, not the bootstrap step). Sequences of several fragments concatenate.
 
-    Example:
+    Examples:
         >>> cols = {"obs": np.zeros((3, 2, 4)), "rewards": np.ones((3, 2))}
         >>> fragment = Fragment(cols, np.ones((3, 2), bool), last_obs=np.ones((2, 4)))
         >>> batch = to_sequences(fragment)
@@ -155,7 +155,7 @@ def chunk_sequences(fragment: Fragment, length: int) -> SampleBatch:
     the ``state_in`` column holds the state each step started from, which a learner reads
     at each sequence's first step.
 
-    Example:
+    Examples:
         >>> cols = {"obs": np.zeros((5, 2, 3)), "rewards": np.ones((5, 2))}
         >>> batch = chunk_sequences(Fragment(cols, np.ones((5, 2), bool), np.zeros((2, 3))), 3)
         >>> len(batch), batch["valid"].reshape(4, 3).tolist()[1]

@@ -7,15 +7,15 @@ Two contracts, told apart by the class:
   ``out_features`` attribute (a Dict or Tuple observation arrives as its nest of tensors,
   without the ``action_mask`` entry, which flowrl applies itself); flowrl puts the
   algorithm's heads on it (policy and value heads, dueling Q heads, SAC's actor head);
-- a **whole acting module** (a subclass of :class:`~flowrl.learning.module.ActingModule`):
+- a **whole acting module** (a subclass of ``ActingModule``):
   ``cls(observation_space, action_space, **model_config)`` returns the distribution's
   inputs (and a value, for the actor-critic algorithms) itself.
 
 The config records the model by name, so checkpoints, evaluation and exports find it again:
-a name given to :func:`register_model` (in this process; Ray workers get the class with
+a name given to ``register_model`` (in this process; Ray workers get the class with
 them), or ``module:Class``, which any process that can import the module finds.
 
-Example:
+Examples:
     >>> class Tiny(nn.Module):
     ...     def __init__(self, observation_space, width=16):
     ...         super().__init__()
@@ -60,7 +60,7 @@ def register_model(name: str, cls: type[nn.Module]) -> str:
 
 
 def registered_model(name: str) -> type[nn.Module] | None:
-    """The class :func:`register_model` stored under ``name``, if any."""
+    """The class ``register_model`` stored under ``name``, if any."""
     return _MODELS.get(name)
 
 

@@ -6,10 +6,10 @@ buffer like any other: a numpy record array with one field per leaf, nested as t
 is (a Tuple's fields are named ``"0"``, ``"1"``, ...). Everything that moves rows (slicing,
 concatenation, replay, sequences, Ray's object store, checkpoints) carries it as it is.
 Torch has no record type, so a batch of records goes to torch as its bytes
-(``[..., itemsize]`` uint8) and :meth:`RecordLayout.unpack_tensor` reads each leaf out as
+(``[..., itemsize]`` uint8) and ``RecordLayout.unpack_tensor`` reads each leaf out as
 a view of them; the fields are aligned, so no leaf is copied.
 
-Example:
+Examples:
     >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "n": gym.spaces.Discrete(3)})
     >>> layout = RecordLayout(space)
     >>> records = layout.pack({"pos": np.ones((4, 2), np.float32), "n": np.arange(4) % 3})
@@ -180,7 +180,7 @@ class RecordLayout:
         return np.ascontiguousarray(data).view(self.dtype).reshape(len(data))
 
     def build(self, values: list[Any]) -> Any:
-        """The space's nest with ``values`` at its leaves, in :attr:`leaves` order."""
+        """The space's nest with ``values`` at its leaves, in ``leaves`` order."""
         it = iter(values)
         return _build(self.space, it)
 

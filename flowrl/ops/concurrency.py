@@ -1,7 +1,7 @@
 """Running the branches of one plan side by side: Concurrently, and a learner thread fed
 by Enqueue and drained by Dequeue (sampling never waits for SGD).
 
-Example:
+Examples:
     >>> evens = LocalIterator.from_items([0, 2, 4])
     >>> odds = LocalIterator.from_items([1, 3, 5])
     >>> Concurrently([evens, odds], mode="round_robin", round_robin_weights=[1, 2]).take(6)
@@ -45,7 +45,7 @@ def Concurrently(
     ``round_robin``: deterministic turns, ``round_robin_weights[i]`` items from branch ``i``
     per turn (``"*"``: as many as are ready). ``async``: whichever branch has an item.
 
-    Example:
+    Examples:
         >>> Concurrently(
         ...     [store_op, train_op], output_indexes=[1], round_robin_weights=[1, 4]
         ... )  # doctest: +SKIP
@@ -98,14 +98,14 @@ class LearnerThread(threading.Thread):
     Batches arrive on a bounded ``inbox`` (at most ``inbox_size``: the plan feels
     back-pressure instead of memory growing); each gets ``num_sgd_iter`` passes of
     minibatch SGD, and ``(batch, learner stats)`` goes on the ``outbox``, as
-    :class:`~flowrl.ops.TrainOneStep` yields them. :meth:`get_weights` returns a consistent
-    snapshot (never half an optimiser step), :meth:`latest_weights` one the thread took
-    after an update (no wait for the update under way), :meth:`between_updates` runs a
+    ``TrainOneStep`` yields them. ``get_weights`` returns a consistent
+    snapshot (never half an optimiser step), ``latest_weights`` one the thread took
+    after an update (no wait for the update under way), ``between_updates`` runs a
     function on the policy between two updates, and ``version`` counts the updates. An
-    exception stops the thread; :meth:`check` then raises it in the caller as a
-    :class:`LearnerThreadError`.
+    exception stops the thread; ``check`` then raises it in the caller as a
+    ``LearnerThreadError``.
 
-    Example:
+    Examples:
         >>> learner = LearnerThread(workers.local_worker, inbox_size=4)  # doctest: +SKIP
         >>> batches.for_each(Enqueue(learner)); Dequeue(learner)  # doctest: +SKIP
     """
@@ -183,7 +183,7 @@ class LearnerThread(threading.Thread):
         """``fn`` made to run between two of the learner's updates (a target network
         copied in the main thread never reads half an optimiser step).
 
-        Example:
+        Examples:
             >>> update = learner.between_updates(policy.update_target)  # doctest: +SKIP
             >>> UpdateTargets(update, period=500)  # doctest: +SKIP
         """
@@ -214,7 +214,7 @@ class Enqueue(Operator):
     (the item yields ``NotReady``) and the next batch waits until it fits, so the plan
     samples at most one batch ahead of a busy learner.
 
-    Example:
+    Examples:
         >>> batches.for_each(Enqueue(learner))  # doctest: +SKIP
     """
 
@@ -258,10 +258,10 @@ class Enqueue(Operator):
 def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[SampleBatch, dict[str, Any]]]:
     """What a learner thread finished: ``(batch, stats)`` items, the batch's rows counted
     as env steps trained and the stats reported as the learner's; ``NotReady`` while there
-    is none. Closing the plan stops the thread (:class:`Enqueue` started it and registered
+    is none. Closing the plan stops the thread (``Enqueue`` started it and registered
     its stop with the plan, which runs even if this branch was never pulled).
 
-    Example:
+    Examples:
         >>> Dequeue(learner).take(1)  # doctest: +SKIP
     """
 
@@ -290,9 +290,9 @@ class BroadcastWeights(Operator):
     worker's items and ``min_env_steps`` of its env steps (rows). One ``ray.put`` per
     learner version serves every worker; a worker that already has the current version
     gets nothing. Sent before that worker's next sample request (see
-    :meth:`ParallelIterator.gather_async`).
+    ``ParallelIterator.gather_async``).
 
-    Example:
+    Examples:
         >>> rollouts.for_each(BroadcastWeights(workers, learner))  # doctest: +SKIP
     """
 

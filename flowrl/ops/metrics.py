@@ -1,6 +1,6 @@
 """StandardMetricsReporting: the training stream becomes one result dict per iteration.
 
-Example:
+Examples:
     >>> results = StandardMetricsReporting(train_op, workers, config)  # doctest: +SKIP
     >>> next(results)["episode_return_mean"]  # doctest: +SKIP
 """
@@ -36,7 +36,7 @@ from flowrl.rollout.worker import Episode, WorkerSet
 class OncePerIteration(Operator):
     """Passes an item through once an iteration's least time and env steps have elapsed.
 
-    Example:
+    Examples:
         >>> train_op.filter(OncePerIteration(min_time_s=1.0, min_env_steps=0))  # doctest: +SKIP
     """
 
@@ -64,7 +64,7 @@ class CollectMetrics(Operator):
     episodes the workers finished. Its window of recent episodes and the run's total time
     are its own state, kept by checkpoints (registered as ``"metrics"``).
 
-    Example:
+    Examples:
         >>> train_op.for_each(CollectMetrics(workers, smoothing_episodes=100))  # doctest: +SKIP
     """
 
@@ -148,7 +148,7 @@ def custom_metrics(episodes: Iterable[Any]) -> dict[str, float]:
     """``custom/<name>_mean``, ``_min`` and ``_max`` of what episode callbacks reported
     (a single-agent episode's third item), over the episodes that reported it.
 
-    Example:
+    Examples:
         >>> custom_metrics([(1.0, 5, {"coins": 2}), (2.0, 6, {"coins": 4}), (0.0, 3)])
         {'custom/coins_mean': 3.0, 'custom/coins_min': 2.0, 'custom/coins_max': 4.0}
     """
@@ -168,7 +168,7 @@ def agent_returns(episodes: Iterable[Any]) -> dict[str, float]:
     """The mean return of each agent (``agent/<id>/episode_return_mean``) and of each
     policy's agents (``policy/<id>/episode_return_mean``) over multi-agent episodes.
 
-    Example:
+    Examples:
         >>> from flowrl.rollout.multi_agent import AgentEpisode
         >>> returns = agent_returns([AgentEpisode(3.0, 2, {"a": 1.0, "b": 2.0}, {"p": 1.5})])
         >>> returns["agent/b/episode_return_mean"], returns["policy/p/episode_return_mean"]
@@ -189,7 +189,7 @@ def StandardMetricsReporting(
     """One result per iteration, an iteration lasting at least
     ``config.min_time_s_per_iteration`` and ``config.min_env_steps_per_iteration``.
 
-    Example:
+    Examples:
         >>> StandardMetricsReporting(train_op, workers, config)  # doctest: +SKIP
     """
     return train_op.filter(

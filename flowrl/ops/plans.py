@@ -1,6 +1,6 @@
 """Execution plans that several algorithms share, parametrised by what differs.
 
-Example:
+Examples:
     >>> print(replay_plan.__doc__.splitlines()[0])
     Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
 """
@@ -31,7 +31,7 @@ def replay_plan(
     targets; only the training branch reports. ``update_targets`` is the algorithm's own
     (hard copies every so many steps, or soft updates after every SGD step).
 
-    Example:
+    Examples:
         >>> from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
         >>> config = DQNConfig(learning_starts=100, min_env_steps_per_iteration=200)
         >>> workers = WorkerSet(policy_cls=DQNPolicy, learner_cls=DQNLearner, config=config)

@@ -1,6 +1,6 @@
 """Replay operators: StoreToReplayBuffer, Replay, UpdatePriorities, UpdateTargets.
 
-Example:
+Examples:
     >>> from flowrl.ops import Concurrently
     >>> buffer = ReplayBuffer(100)
     >>> store_op = LocalIterator.from_items([SampleBatch(obs=np.arange(4))], repeat=True)
@@ -41,7 +41,7 @@ class StoreToReplayBuffer(Operator):
     on. Adds to shards do not block; at most ``max_pending_adds`` are in flight. With
     ``checkpoint``, checkpoints of the plan keep the (local) buffer's contents.
 
-    Example:
+    Examples:
         >>> rollouts.for_each(StoreToReplayBuffer(buffer))  # doctest: +SKIP
     """
 
@@ -94,7 +94,7 @@ def Replay(
     shard has ``num_async`` sample requests in flight and batches come in completion
     order.
 
-    Example:
+    Examples:
         >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)  # doctest: +SKIP
     """
     name = f"Replay(batch_size={batch_size})"
@@ -117,7 +117,7 @@ class TrainingIntensity(Operator):
     env steps trained stay below ``intensity`` times env steps sampled, so a learner that
     could train faster leaves the CPU to sampling.
 
-    Example:
+    Examples:
         >>> from flowrl.core.context import PlanContext
         >>> gate = TrainingIntensity(2.0)
         >>> gate.bind(PlanContext())
@@ -144,7 +144,7 @@ class SamplingLead(Operator):
     learns per env step does not depend on how busy the machine is; a learner that keeps up
     never shuts it; ``lead=None`` never does.
 
-    Example:
+    Examples:
         >>> from flowrl.core.context import PlanContext
         >>> gate = SamplingLead(2.0, lead=100, learning_starts=1000)
         >>> gate.bind(PlanContext())
@@ -178,7 +178,7 @@ class UpdatePriorities(Operator):
     shards, a trained batch came from. Takes TrainOneStep's ``(batch, stats)`` with
     ``stats["td_error"]``.
 
-    Example:
+    Examples:
         >>> train_op.for_each(UpdatePriorities(buffer))  # doctest: +SKIP
     """
 
@@ -207,7 +207,7 @@ class MixInReplay(Operator):
     ``combine``: each batch comes out with, on average, ``replay_proportion`` batches
     replayed from the last ``capacity`` it saw (uniformly, seeded).
 
-    Example:
+    Examples:
         >>> mix = MixInReplay(capacity=4, replay_proportion=1.0)
         >>> [len(mix(SampleBatch(x=np.arange(n)))) for n in (1, 2, 3)]  # nothing to replay at first
         [1, 2, 2]

@@ -1,7 +1,7 @@
 """Sources and transforms of experience: ParallelRollouts, AggregatedRollouts,
 AsyncGradients, ConcatBatches, StandardizeFields.
 
-Example:
+Examples:
     >>> from flowrl import Config, Policy
     >>> config = Config(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=8)
     >>> workers = WorkerSet(policy_cls=Policy, config=config)
@@ -91,7 +91,7 @@ def ParallelRollouts(
     ``raw``: the ParallelIterator over the remote workers, to transform on the actors.
     With no remote workers the local worker samples in-process.
 
-    Example:
+    Examples:
         >>> ParallelRollouts(workers, mode="async", num_async=1).take(1)  # doctest: +SKIP
     """
     if mode not in ("bulk_sync", "async", "raw"):
@@ -120,7 +120,7 @@ def ParallelRollouts(
 
 
 class Aggregator(ParallelIteratorWorker):
-    """A Ray actor that takes fragments in for the plan (:func:`AggregatedRollouts`).
+    """A Ray actor that takes fragments in for the plan (``AggregatedRollouts``).
 
     With many rollout workers, the plan's process spends its time on each fragment: a
     request, a ``ray.wait`` and a ``ray.get``, its rows copied into a train batch, and a
@@ -172,14 +172,14 @@ def AggregatedRollouts(
     workers: WorkerSet, *, num_aggregators: int, min_batch_size: int, num_async: int = 2
 ) -> LocalIterator[SampleBatch]:
     """Batches of at least ``min_batch_size`` env steps from ``num_aggregators``
-    :class:`Aggregator` actors (worker ``i`` goes to aggregator ``i % num_aggregators``),
+    ``Aggregator`` actors (worker ``i`` goes to aggregator ``i % num_aggregators``),
     as they complete, counted as env steps sampled: what
     ``ParallelRollouts(workers, mode="async").combine(ConcatBatches(min_batch_size))``
     yields, with the fragments taken in off the plan's process. ``BroadcastWeights`` after
     it sends the weights to the aggregator an item came from, which passes them on.
     IMPALA's and APPO's ``num_aggregation_workers`` (``benchmarks/scaling.py``).
 
-    Example:
+    Examples:
         >>> AggregatedRollouts(  # doctest: +SKIP
         ...     workers, num_aggregators=2, min_batch_size=500
         ... ).for_each(BroadcastWeights(workers, learner))
@@ -213,7 +213,7 @@ class ComputeGradients(Operator):
     """Turns a batch into ``(gradients, info)`` on ``worker`` or, on a remote shard, on the
     rollout worker that runs it.
 
-    Example:
+    Examples:
         >>> ParallelRollouts(workers, mode="raw").for_each(ComputeGradients())  # doctest: +SKIP
     """
 
@@ -236,7 +236,7 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
     """Each remote worker samples and computes a gradient; gradients arrive as they
     complete, with ``context.current_actor`` set to their source (A3C).
 
-    Example:
+    Examples:
         >>> grads = AsyncGradients(workers)  # doctest: +SKIP
         >>> grads.for_each(ApplyGradients(workers, update_all=False))  # doctest: +SKIP
     """
@@ -258,11 +258,11 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
 
 class ConcatRound(Operator):
     """The fragments of one bulk_sync round as one batch, written into the memory of an
-    earlier round's batch once nothing holds that any more (see :class:`ArrayPool`): the
+    earlier round's batch once nothing holds that any more (see ``ArrayPool``): the
     workers wait for the next round meanwhile, and fresh memory for a Pong round (112 MB)
     cost 0.2-0.5 s of page faults on this project's VMs.
 
-    Example:
+    Examples:
         >>> shards.batch_across_shards().for_each(ConcatRound())  # doctest: +SKIP
     """
 
@@ -277,7 +277,7 @@ class ConcatBatches(Operator):
     """Buffers fragments; emits one batch once it holds at least ``min_batch_size`` steps.
     Use it with ``combine``.
 
-    Example:
+    Examples:
         >>> rollouts.combine(ConcatBatches(min_batch_size=4000))  # doctest: +SKIP
     """
 
@@ -301,7 +301,7 @@ class SelectExperiences(Operator):
     """Keeps the named policies' rows of each multi-agent batch (from the same env steps):
     a branch of a plan that trains some policies takes only theirs.
 
-    Example:
+    Examples:
         >>> rows = {"ppo": SampleBatch(x=np.ones(3)), "dqn": SampleBatch(x=np.ones(2))}
         >>> SelectExperiences(["ppo"])(MultiAgentBatch(rows, env_steps=3))
         MultiAgentBatch(3 env steps; ppo: 3 rows)
@@ -322,7 +322,7 @@ class SelectExperiences(Operator):
 class StandardizeFields(Operator):
     """Zero mean, unit variance on the named columns of each batch.
 
-    Example:
+    Examples:
         >>> batches.for_each(StandardizeFields(["advantages"]))  # doctest: +SKIP
     """
 

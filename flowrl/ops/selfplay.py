@@ -1,7 +1,7 @@
 """Self-play for two-player games: a pool of frozen snapshots of the trained policy, the
 opponent drawn from it, and win rates against a random player and the last snapshot.
 
-Example:
+Examples:
     >>> results = StandardMetricsReporting(train_op, workers, config)  # doctest: +SKIP
     >>> results = results.for_each(SelfPlay(workers, config, every=10))  # doctest: +SKIP
 """
@@ -31,7 +31,7 @@ class SelfPlay(Operator):
     ``selfplay/vs_random/...`` and ``selfplay/vs_snapshot/...`` (win, draw, loss, win or
     draw per seat, illegal moves). Checkpoints keep the pool.
 
-    Example:
+    Examples:
         >>> plan = ppo.execution_plan(workers, config)  # doctest: +SKIP
         >>> plan.for_each(SelfPlay(workers, config, every=5))  # doctest: +SKIP
     """

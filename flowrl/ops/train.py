@@ -1,7 +1,7 @@
 """Learning operators: TrainOneStep (minibatch SGD on the learner), ApplyGradients, and the
 periodic updates a plan shows as steps of its own: UpdateTargets and UpdateKL.
 
-Example:
+Examples:
     >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
     >>> train_op = batches.for_each(train)  # doctest: +SKIP
 """
@@ -33,7 +33,7 @@ def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
     """The learner statistics that go into results: per-row ones (a DQN's ``td_error``,
     for priorities) stay out.
 
-    Example:
+    Examples:
         >>> scalar_stats({"loss": 0.5, "td_error": np.zeros(3)})
         {'loss': 0.5}
     """
@@ -50,14 +50,14 @@ def steps_trained(policy_id: str) -> str:
 class TrainOneStep(Operator):
     """Learns on the local worker; the new weights go to the remote workers (one
     ``ray.put``, sent without waiting) before they next sample
-    (:meth:`WorkerSet.defer_weight_sync`). Counts env steps trained.
+    (``WorkerSet.defer_weight_sync``). Counts env steps trained.
 
     Passes on ``(batch, stats)``; per-row stats (a DQN's ``td_error``) stay out of the
-    results, which get the scalar ones. A :class:`MultiAgentBatch` trains each of its
+    results, which get the scalar ones. A ``MultiAgentBatch`` trains each of its
     trainable policies on its own rows (stats by policy id, rows counted per policy
     too).
 
-    Example:
+    Examples:
         >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
         >>> batches.for_each(train)  # doctest: +SKIP
     """
@@ -89,10 +89,10 @@ class TrainOneStep(Operator):
 
 class ApplyGradients(Operator):
     """Applies a ``(gradients, info)`` item on the local worker; the new weights go to all
-    remote workers before they next sample (``update_all``, as in :class:`TrainOneStep`),
+    remote workers before they next sample (``update_all``, as in ``TrainOneStep``),
     or at once to the worker the gradient came from.
 
-    Example:
+    Examples:
         >>> grads = AsyncGradients(workers)  # doctest: +SKIP
         >>> grads.for_each(ApplyGradients(workers, update_all=False))  # doctest: +SKIP
     """
@@ -123,7 +123,7 @@ class UpdateTargets(Operator):
     ``tau``, blends it in softly after every item (Polyak averaging). With ``policy_id``,
     the period counts that policy's rows trained (a branch of a multi-agent plan).
 
-    Example:
+    Examples:
         >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
     """
 
@@ -172,12 +172,12 @@ class UpdateTargets(Operator):
 
 class UpdateKL(Operator):
     """Adapts the KL penalty's weight from each trained batch's mean KL (the learner's
-    ``kl`` statistic), through ``update_fn`` (:meth:`flowrl.learning.losses.AdaptiveKL.update`), and
+    ``kl`` statistic), through ``update_fn`` (``flowrl.learning.losses.AdaptiveKL.update``), and
     reports the new weight as ``learner/kl_coeff``. Takes and passes on ``(batch, stats)``.
-    With several policies (:class:`PolicyStats`), ``update_fn`` takes and returns values by
+    With several policies (``PolicyStats``), ``update_fn`` takes and returns values by
     policy id (``MultiLearner.kl.update``), reported as ``policy/<id>/kl_coeff``.
 
-    Example:
+    Examples:
         >>> from flowrl.learning.losses import AdaptiveKL
         >>> kl = AdaptiveKL(coeff=0.2, target=0.01)
         >>> update = UpdateKL(kl.update)

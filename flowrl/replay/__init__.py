@@ -1,13 +1,13 @@
 """Experience replay: storage, sampling, and the Ray actors that shard it.
 
-- :mod:`flowrl.replay.buffer`: :class:`ReplayBuffer`, a ring buffer over numpy columns,
-  and the samplers on it (:class:`UniformSampler`, :class:`PrioritizedSampler`).
-- :mod:`flowrl.replay.segment_tree`: the sum and min trees prioritized sampling uses.
-- :mod:`flowrl.replay.actor`: :class:`ReplayActor`, one shard of a buffer in a Ray actor.
-- :mod:`flowrl.replay.replay_config`: :class:`ReplayConfig`, the settings off-policy algorithms
-  share, and :func:`make_replay`, the storage they describe.
+- ``flowrl.replay.buffer``: ``ReplayBuffer``, a ring buffer over numpy columns,
+  and the samplers on it (``UniformSampler``, ``PrioritizedSampler``).
+- ``flowrl.replay.segment_tree``: the sum and min trees prioritized sampling uses.
+- ``flowrl.replay.actor``: ``ReplayActor``, one shard of a buffer in a Ray actor.
+- ``flowrl.replay.replay_config``: ``ReplayConfig``, the settings off-policy algorithms
+  share, and ``make_replay``, the storage they describe.
 
-Example:
+Examples:
     >>> buffer = make_replay(ReplayConfig(num_workers=0, buffer_size=100))
     >>> type(buffer).__name__, buffer.capacity
     ('ReplayBuffer', 100)

@@ -1,13 +1,13 @@
 """ReplayActor: one shard of a replay buffer held by a Ray actor.
 
 A sharded buffer spreads storage and sampling over several processes (Ape-X's layout).
-Each shard owns a :class:`~flowrl.replay.ReplayBuffer`; the row indexes it hands out are
-global: ``local * num_shards + shard_index``, so :func:`shard_of` routes new priorities back
+Each shard owns a ``ReplayBuffer``; the row indexes it hands out are
+global: ``local * num_shards + shard_index``, so ``shard_of`` routes new priorities back
 to the shard a row came from, even after batches from several shards were concatenated.
-A shard is also the shard of a :class:`~flowrl.core.iter.ParallelIterator` whose every item is
-the shard itself, so :func:`flowrl.ops.Replay` samples shards through ``gather_async``.
+A shard is also the shard of a ``ParallelIterator`` whose every item is
+the shard itself, so ``flowrl.ops.Replay`` samples shards through ``gather_async``.
 
-Example:
+Examples:
     >>> make = lambda i: ReplayBuffer(100_000, seed=i)
     >>> shards = create_replay_actors(make, num_shards=2)  # doctest: +SKIP
     >>> rollouts.for_each(StoreToReplayBuffer(shards))  # doctest: +SKIP
@@ -69,10 +69,10 @@ class ReplayActor(ParallelIteratorWorker):
 
 class SampleShard:
     """On a replay actor: a sampled batch of its shard, or ``NotReady`` until the shard has
-    received ``learning_starts`` rows. It lives here, not in :mod:`flowrl.ops`, so a shard
+    received ``learning_starts`` rows. It lives here, not in ``flowrl.ops``, so a shard
     that unpickles it imports numpy and its buffer, not torch.
 
-    Example:
+    Examples:
         >>> shards = ParallelIterator.from_actors(replay_actors)  # doctest: +SKIP
         >>> shards.for_each(SampleShard(32, learning_starts=1000)).gather_async()  # doctest: +SKIP
     """
@@ -90,7 +90,7 @@ class SampleShard:
 
 class ReplayShards(list):
     """The ReplayActors of one sharded buffer (a list of actor handles) that can replace
-    the ones that died: :meth:`revive` recreates them, empty."""
+    the ones that died: ``revive`` recreates them, empty."""
 
     def __init__(
         self, make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
@@ -126,7 +126,7 @@ def create_replay_actors(
     """``num_shards`` ReplayActors; ``make_buffer(shard_index)`` builds each shard's buffer
     inside its actor (a 1M-row buffer is never pickled).
 
-    Example:
+    Examples:
         >>> make = lambda i: ReplayBuffer(50_000, seed=i)
         >>> shards = create_replay_actors(make, num_shards=4)  # doctest: +SKIP
     """

@@ -1,13 +1,13 @@
 """Replay storage: a fixed-capacity ring buffer over numpy columns, and samplers on it.
 
-Storage and sampling stay apart: :class:`ReplayBuffer` stores rows; a sampler picks them.
-:class:`UniformSampler` picks uniformly; :class:`PrioritizedSampler` (Schaul et al. 2016,
+Storage and sampling stay apart: ``ReplayBuffer`` stores rows; a sampler picks them.
+``UniformSampler`` picks uniformly; ``PrioritizedSampler`` (Schaul et al. 2016,
 https://arxiv.org/abs/1511.05952) picks rows with probability proportional to
 ``priority ** alpha`` and returns importance weights ``(N * P(i)) ** -beta`` normalised by
 their maximum (in the batch, or in the whole buffer). Columns keep their dtype: uint8
 frames stay uint8.
 
-Example:
+Examples:
     >>> buf = ReplayBuffer(1000, sampler=PrioritizedSampler(1000, alpha=0.6, beta=0.4))
     >>> _ = buf.add(SampleBatch(obs=np.zeros((8, 4), np.float32), rewards=np.ones(8)))
     >>> batch = buf.sample(4)
@@ -177,7 +177,7 @@ class ReplayBuffer:
 
     def add(self, batch: SampleBatch) -> np.ndarray:
         """Store the rows of ``batch`` (the oldest rows make room); returns their slots.
-        A :data:`PRIORITIES` column gives the rows' initial priorities."""
+        A ``PRIORITIES`` column gives the rows' initial priorities."""
         n = len(batch)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -248,10 +248,10 @@ class ReplayBuffer:
 class PolicyBuffers:
     """One replay buffer per policy of a multi-agent run, made by ``make(i)`` when the
     ``i``-th policy's first rows arrive (``i`` offsets its seed, so policies sample apart):
-    :meth:`add` takes a :class:`MultiAgentBatch` and :meth:`sample_after` returns one, with
+    ``add`` takes a ``MultiAgentBatch`` and ``sample_after`` returns one, with
     ``n`` rows of every policy whose buffer is ready.
 
-    Example:
+    Examples:
         >>> buffers = PolicyBuffers(lambda i: ReplayBuffer(100, seed=i))
         >>> rows = {"a": SampleBatch(x=np.arange(4)), "b": SampleBatch(x=np.arange(2))}
         >>> buffers.add(MultiAgentBatch(rows, env_steps=4))

@@ -1,7 +1,7 @@
 """ReplayConfig: the settings every replay-based (off-policy) algorithm shares, and the
 replay storage they describe.
 
-Example:
+Examples:
     >>> cfg = ReplayConfig(buffer_size=1000, train_batch_size=32, training_intensity=8.0)
     >>> cfg.replay_weight  # SGD steps per sampled round: 8 * 2 workers * 8 envs * 64 / 32
     256
@@ -28,7 +28,7 @@ from flowrl.replay.buffer import (
 class ReplayConfig(Config):
     """Replay buffer settings and the ratio of training to sampling.
 
-    Example:
+    Examples:
         >>> ReplayConfig(buffer_size=1000).buffer_size
         1000
     """
@@ -92,7 +92,7 @@ def make_replay(
     config: ReplayConfig, *, multi_agent: bool = False
 ) -> ReplayBuffer | PolicyBuffers | list[Any]:
     """A local buffer, or ``replay_shards`` replay actors; for a multi-agent run, a local
-    buffer per policy (:class:`PolicyBuffers`)."""
+    buffer per policy (``PolicyBuffers``)."""
     if multi_agent:
         if config.replay_shards:
             raise ConfigError("replay_shards does not take multi-agent batches yet; set it to 0")

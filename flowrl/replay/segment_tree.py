@@ -3,7 +3,7 @@
 The tree lives in one array of ``2 * capacity`` entries (capacity a power of two): leaf
 ``i`` is at ``capacity + i`` and node ``k`` covers nodes ``2k`` and ``2k + 1``.
 
-Example:
+Examples:
     >>> tree = SumTree(4)
     >>> tree.set(np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 3.0, 4.0]))
     >>> tree.total(), tree.find_prefix(np.array([0.5, 1.5, 9.9])).tolist()

@@ -8,7 +8,7 @@ An env is named by a string, so that configs, checkpoints and Ray workers can ca
   an env, imported by every process that builds one; a ``gymnasium.vector.VectorEnv``
   subclass or a function taking ``num_envs`` makes all of a worker's envs at once and is
   stepped as it is (NEXT_STEP autoreset), with no loop of flowrl's over its envs;
-- a name given to :func:`register_env` (the creator travels to Ray workers with them).
+- a name given to ``register_env`` (the creator travels to Ray workers with them).
 
 The config's ``env_config`` is passed to the creator (or to ``gymnasium.make``) as keyword
 arguments. A registered vectorised implementation (CartPole's numpy one, say) is used when
@@ -16,7 +16,7 @@ the env has one; otherwise a ``SyncVectorEnv`` of copies. Atari ids (``ALE/...``
 ale-py's native vector env with the standard preprocessing (84x84 grey frames, 4 stacked,
 frame skip 4).
 
-Example:
+Examples:
     >>> env = make_vector_env("CartPole-v1", num_envs=4, seed=0)
     >>> env.num_envs, env.single_action_space
     (4, Discrete(2))
@@ -46,9 +46,9 @@ _REGISTERED: dict[str, EnvCreator] = {}
 class EnvError(RuntimeError):
     """The env raised in ``step()`` on rollout worker ``worker_index`` (0: the local
     worker). A remote worker whose env raised is replaced, within the run's failure budget
-    (:class:`flowrl.run.runner.FailureBudget`); in this process nothing can be, and the run ends.
+    (``flowrl.run.runner.FailureBudget``); in this process nothing can be, and the run ends.
 
-    Example:
+    Examples:
         >>> str(EnvError("env CartPole-v1 (worker 2) raised ValueError: boom", 2))
         'env CartPole-v1 (worker 2) raised ValueError: boom'
     """
@@ -69,7 +69,7 @@ def register_env(name: str, creator: EnvCreator) -> str:
     creator itself (pickled with it, so one defined in a notebook works), not this
     process's gymnasium registry. Returns ``name``.
 
-    Example:
+    Examples:
         >>> register_env("short-cartpole", lambda: gym.make("CartPole-v1", max_episode_steps=50))
         'short-cartpole'
         >>> make_vector_env("short-cartpole", num_envs=2, seed=0).num_envs
@@ -84,7 +84,7 @@ def register_env(name: str, creator: EnvCreator) -> str:
 
 
 def registered_creator(name: str) -> EnvCreator | None:
-    """The creator :func:`register_env` stored under ``name``, if any."""
+    """The creator ``register_env`` stored under ``name``, if any."""
     return _REGISTERED.get(name)
 
 
@@ -93,7 +93,7 @@ def env_name(env: str | EnvCreator) -> str:
 
     A class or function that its module exports is named ``module:name``, which any
     process can import; any other (one defined in a notebook or a function) is registered
-    under its own name with :func:`register_env`.
+    under its own name with ``register_env``.
     """
     if isinstance(env, str):
         return env
@@ -142,7 +142,7 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
 
 
 def check_env_id(env: str) -> None:
-    """A ConfigError unless ``env`` names an env (see :func:`resolve_env`)."""
+    """A ConfigError unless ``env`` names an env (see ``resolve_env``)."""
     resolve_env(env)
 
 
@@ -187,10 +187,10 @@ def make_vector_env(
 
 class RecordObservations(gym.vector.VectorWrapper):
     """A vector env whose Dict or Tuple observations come as one record array per batch
-    (:mod:`flowrl.learning.spaces`), the form the data path carries; its spaces stay the
+    (``flowrl.learning.spaces``), the form the data path carries; its spaces stay the
     env's.
 
-    Example:
+    Examples:
         >>> env = make_vector_env("flowrl.rollout.toy_envs:MaskedChoice", num_envs=2, seed=0)
         >>> obs, _ = env.reset(seed=0)
         >>> obs.shape, obs.dtype.names
@@ -240,7 +240,7 @@ def make_recording_env(
 
     The env renders ``rgb_array`` frames: a creator gets ``render_mode="rgb_array"`` when
     it takes it, and must render so otherwise. Atari ids get the preprocessing of
-    :func:`make_vector_env` from gymnasium's wrappers, which see the full-colour screen.
+    ``make_vector_env`` from gymnasium's wrappers, which see the full-colour screen.
     """
     check_video_extra(env)
     target, kwargs = resolve_env(env), dict(env_config or {})
@@ -294,9 +294,9 @@ _ATARI_SINGLE = {"repeat_action_probability": 0.0, "max_num_frames_per_episode":
 
 def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> None:
     """A ConfigError naming the space unless flowrl's policies take both: observations of
-    :data:`~flowrl.learning.models.OBS_SPACES`, actions of
-    :data:`~flowrl.learning.distributions.ACTION_SPACES` (an algorithm may take fewer:
-    :meth:`Policy.check_action_space`)."""
+    ``OBS_SPACES``, actions of
+    ``ACTION_SPACES`` (an algorithm may take fewer:
+    ``Policy.check_action_space``)."""
     try:
         check_obs_space(obs_space)
     except ConfigError:
@@ -383,7 +383,7 @@ def creator_arguments(
     one-dict creator finds it in the dict). ``env_config`` that fits neither is a
     ConfigError, not a TypeError from deep inside a worker.
 
-    Example:
+    Examples:
         >>> def make(config):
         ...     return config["size"]
         >>> creator_arguments("grid", make, {"size": 3}, render=True)

@@ -1,8 +1,8 @@
-"""Episodes on a worker: the running returns of sampled fragments (:class:`EpisodeTracker`),
-whole evaluation episodes (:func:`run_episodes`), and rendering without a display for
-recorded ones (:func:`headless_rendering`).
+"""Episodes on a worker: the running returns of sampled fragments (``EpisodeTracker``),
+whole evaluation episodes (``run_episodes``), and rendering without a display for
+recorded ones (``headless_rendering``).
 
-Example:
+Examples:
     >>> tracker = EpisodeTracker(num_envs=1)
     >>> rewards, done = np.ones((3, 1)), np.array([[False], [True], [False]])
     >>> tracker.add(rewards, done, valid=np.ones((3, 1), bool))
@@ -56,10 +56,10 @@ class EpisodeTracker:
 
 
 class EpisodeHooks:
-    """The episode hooks of a worker's :class:`~flowrl.core.callbacks.Callbacks`: an
-    :class:`~flowrl.core.callbacks.EpisodeInfo` per env, started when the env begins an
+    """The episode hooks of a worker's ``Callbacks``: an
+    ``EpisodeInfo`` per env, started when the env begins an
     episode, stepped with the env's info, ended with its last; what the hooks reported of
-    each ended episode waits for :meth:`take`, in the order :class:`EpisodeTracker`
+    each ended episode waits for ``take``, in the order ``EpisodeTracker``
     records the episodes."""
 
     def __init__(self, callbacks: Callbacks, num_envs: int, worker_index: int) -> None:
@@ -131,7 +131,7 @@ class Memory:
     extras record that state (``state_in``); a step that only resets its env (NEXT_STEP
     autoreset) makes the next one begin an episode.
 
-    Example:
+    Examples:
         >>> memory = Memory(policy, policy.initial_state(8), starts, needs_reset)  # doctest: +SKIP
         >>> actions, extras = memory.compute_actions(obs)  # doctest: +SKIP
         >>> memory.stepped(terminated | truncated)  # doctest: +SKIP
@@ -171,7 +171,7 @@ def headless_rendering() -> Iterator[None]:
     """Environment variables for rendering without a display, set while recording and
     restored after (a variable the user set stays as it was).
 
-    Example:
+    Examples:
         >>> with headless_rendering():
         ...     os.environ["SDL_VIDEODRIVER"] != ""
         True

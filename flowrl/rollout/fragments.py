@@ -1,7 +1,7 @@
 """Writing sampled steps into a fragment's columns and finishing it, for the single-agent
 worker and the multi-agent sampler alike.
 
-Example:
+Examples:
     >>> pool, cols = ArrayPool(), {}
     >>> for t in range(3):
     ...     write_row(cols, pool, t, 3, [("rewards", np.ones(2, np.float32))])
@@ -62,8 +62,8 @@ def finish_fragment(
     where: str,
     last_state: np.ndarray | None = None,
 ) -> Fragment:
-    """A sampled fragment's columns as a :class:`Fragment`: non-finite env output is a
-    :class:`NonFiniteError` naming ``where``; ``raw_obs`` (the raw observations to learn
+    """A sampled fragment's columns as a ``Fragment``: non-finite env output is a
+    ``NonFiniteError`` naming ``where``; ``raw_obs`` (the raw observations to learn
     the statistics from) join the policy's normaliser after ``last_obs`` is normalised
     with the statistics the fragment was sampled with, and rewards are scaled."""
     what = non_finite_sample(cols, last_obs)

@@ -7,7 +7,7 @@ Only the Parallel API's duck type is used here (``possible_agents``, ``agents``,
 ``observation_space(agent)``, ``reset``, ``step``); PettingZoo itself is the
 ``multiagent`` extra.
 
-Example:
+Examples:
     >>> from flowrl.rollout.toy_multi_agent import IndependentCartPoles
     >>> lanes = AgentLanes(lambda: IndependentCartPoles(agents=2), num_envs=3,
     ...                    policy_of=lambda agent: "shared")  # fmt: skip
@@ -70,9 +70,9 @@ def lane_mapping(policy_of: PolicyOf) -> LaneMapping:
 def self_play(agent: str, copy: int, agents: list[str]) -> str:
     """The ``self_play`` mapping: in even env copies the policy ``main`` plays every
     seat; in odd ones it plays one seat (the first, then the second, ... from copy to
-    copy) against ``opponent``, a frozen snapshot (:class:`flowrl.ops.SelfPlay`).
+    copy) against ``opponent``, a frozen snapshot (``flowrl.ops.SelfPlay``).
 
-    Example:
+    Examples:
         >>> agents = ["player_1", "player_2"]
         >>> [self_play(a, copy, agents) for copy in (0, 1, 3) for a in agents]
         ['main', 'main', 'main', 'opponent', 'opponent', 'main']
@@ -95,10 +95,10 @@ class AgentEpisode(NamedTuple):
 def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ()) -> PolicyOf:
     """The agent -> policy id function of a config's ``policy_mapping``: ``shared`` (the
     one id of ``policy_ids`` when there is one, else ``"shared"``), ``independent`` (each
-    agent its own id), ``self_play`` (:func:`self_play`), a dict, or ``module:function``
+    agent its own id), ``self_play`` (``self_play``), a dict, or ``module:function``
     (of the agent, and optionally the env copy and the env's agents).
 
-    Example:
+    Examples:
         >>> policy_mapping("independent")("player_1"), policy_mapping("shared")("player_1")
         ('player_1', 'shared')
     """
@@ -137,7 +137,7 @@ def agent_env_maker(
     """A function making one copy of ``env`` when it is a multi-agent env, else None (a
     creator function is called once per process to tell). A Parallel-API env comes as it
     is, an AEC env that PettingZoo can make parallel through ``aec_to_parallel``, and a
-    turn-based AEC game as it is, for :class:`~flowrl.rollout.turns.TurnLanes` (the
+    turn-based AEC game as it is, for ``TurnLanes`` (the
     function's ``turn_based`` says so). With ``render``, copies render ``rgb_array``
     frames, or making one is a ConfigError."""
     target, kwargs = resolve_env(env), dict(env_config or {})
@@ -260,7 +260,7 @@ class AgentLanes(Lanes):
         #: each copy's running episode: its env steps and each agent's return
         self._length = [0] * num_envs
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
-        #: episodes finished since the last :meth:`take_episodes`, and the copy of each
+        #: episodes finished since the last ``take_episodes``, and the copy of each
         self.episodes: list[AgentEpisode] = []
         self.episode_copies: list[int] = []
 
@@ -346,7 +346,7 @@ def lane_action(actions: Any, i: int) -> Any:
 class AgentSampler:
     """Fragments of every policy of a multi-agent worker: each step, every policy acts
     for all its lanes in one batched forward pass (inactive lanes' actions are dropped),
-    and each policy's steps become a time-major :class:`Fragment` whose ``valid`` mask is
+    and each policy's steps become a time-major ``Fragment`` whose ``valid`` mask is
     the lanes' (an agent that left early has several inactive rows, not one)."""
 
     def __init__(self, lanes: AgentLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
@@ -457,7 +457,7 @@ def run_agent_episodes(
 
 
 def agent_episode(returns: dict[str, float], length: int, seats: Mapping[str, str]) -> AgentEpisode:
-    """An :class:`AgentEpisode` of each agent's return, its policy's being ``seats[agent]``."""
+    """An ``AgentEpisode`` of each agent's return, its policy's being ``seats[agent]``."""
     by_policy: dict[str, list[float]] = {}
     for agent, value in returns.items():
         by_policy.setdefault(seats[agent], []).append(value)

@@ -2,7 +2,7 @@
 observation. Tests, the notebooks and the benchmarks train on them; name one as
 ``flowrl.rollout.toy_envs:NAME`` (``--env`` on the command line).
 
-Example:
+Examples:
     >>> env = MaskedChoice()
     >>> obs, _ = env.reset(seed=0)
     >>> sorted(obs), int(obs["action_mask"].sum())
@@ -56,7 +56,7 @@ class MaskedChoice(_Drawn):
     With ``masked`` (the default) the observation is a Dict of the target (one-hot,
     ``observation``) and the allowed actions (``action_mask``, the convention flowrl
     masks by); without it the allowed actions are plain features beside the target, which
-    a policy sees but is not held to. :attr:`invalid_actions` counts the forbidden actions
+    a policy sees but is not held to. ``invalid_actions`` counts the forbidden actions
     taken in this process.
     """
 
@@ -140,7 +140,7 @@ class SleepyVectorEnv(gym.vector.VectorEnv):
     driver with it). Observations are 4 random floats, every step earns 1 and episodes
     last ``length`` steps; ``env_config={"step_s": 0.05}`` sets the sleep.
 
-    Example:
+    Examples:
         >>> env = SleepyVectorEnv(num_envs=2, step_s=0.0, length=2)
         >>> _ = env.reset(seed=0)
         >>> [env.step(np.zeros(2, np.int64))[3].tolist() for _ in range(3)]

@@ -1,7 +1,7 @@
 """Small multi-agent envs in PettingZoo's Parallel API (the ``multiagent`` extra:
 ``pip install "flowrl[multiagent]"``), for tests, notebooks and benchmarks.
 
-Example:
+Examples:
     >>> env = IndependentCartPoles(agents=2)
     >>> obs, infos = env.reset(seed=0)
     >>> sorted(obs), env.action_space("cartpole_0")

@@ -15,7 +15,7 @@ not valid). Every lane's last row is then the fragment's last step, and bootstra
 the observation of the lane's open row, as single-agent fragments do from ``last_obs``.
 Open rows carry over to the next fragment.
 
-Example:
+Examples:
     >>> from pettingzoo.classic import tictactoe_v3
     >>> turns = TurnLanes(tictactoe_v3.env, num_envs=2, policy_of=lambda agent: "shared")
     >>> turns.observation_spaces["shared"]["action_mask"]
@@ -59,9 +59,9 @@ Lane = tuple[str, int]  # (policy id, lane index)
 
 class TurnLanes(Lanes):
     """``num_envs`` copies of an AEC game, each agent of each copy a lane of the policy
-    ``policy_of(agent, copy)`` names. :meth:`sample` plays one move in every copy per
+    ``policy_of(agent, copy)`` names. ``sample`` plays one move in every copy per
     step (a finished game starts over in place) and returns each policy's fragment;
-    :attr:`illegal_moves` counts moves an action mask forbade."""
+    ``illegal_moves`` counts moves an action mask forbade."""
 
     def __init__(
         self, make_env: Callable[[], Any], *, num_envs: int, policy_of: Callable[..., str]
@@ -181,8 +181,8 @@ class TurnLanes(Lanes):
 
 
 class TurnSampler:
-    """:class:`TurnLanes` played by a worker's policies (what
-    :class:`~flowrl.rollout.multi_agent.AgentSampler` is to Parallel envs)."""
+    """``TurnLanes`` played by a worker's policies (what
+    ``AgentSampler`` is to Parallel envs)."""
 
     def __init__(self, lanes: TurnLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
         self.lanes, self.policies, self.where = lanes, policies, where
@@ -275,7 +275,7 @@ def match(
     game: its win, draw and loss rates over all of them, its rate of wins or draws in
     each seat (``win_or_draw_as_<agent>``), and its illegal moves.
 
-    Example:
+    Examples:
         >>> from pettingzoo.classic import tictactoe_v3
         >>> rates = match(tictactoe_v3.env, random_player(1), random_player(2), games=50)
         >>> round(rates["win"] + rates["draw"] + rates["loss"], 6), rates["illegal_moves"]
@@ -319,7 +319,7 @@ def play_turns(
     video_dir: str | None = None,
 ) -> list[AgentEpisode]:
     """``games`` games with each agent moved by the policy it maps to (in env copy 0),
-    written to ``video_dir`` when given (:func:`play_games`)."""
+    written to ``video_dir`` when given (``play_games``)."""
     env = make_env()
     agents = list(env.possible_agents)
     env.close()

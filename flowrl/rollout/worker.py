@@ -1,13 +1,13 @@
 """RolloutWorker (a vector env + a copy of the policy) and WorkerSet (local + N remote).
 
 A worker steps all its envs with one batched forward pass per step and returns
-post-processed :class:`SampleBatch` fragments. As a Ray actor it is also a shard of a
-:class:`~flowrl.core.iter.ParallelIterator` that yields one fragment per pull. A worker
+post-processed ``SampleBatch`` fragments. As a Ray actor it is also a shard of a
+``ParallelIterator`` that yields one fragment per pull. A worker
 holds the policy's acting module; the local worker also builds the
-:class:`~flowrl.learning.learner.Learner` that trains it (remote workers only when a plan
+``Learner`` that trains it (remote workers only when a plan
 asks them for gradients).
 
-Example:
+Examples:
     >>> from flowrl.core.config import Config
     >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
     >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
@@ -276,7 +276,7 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
-        policy reports about its acting (:meth:`Policy.metrics`) with, when profiling, its
+        policy reports about its acting (``Policy.metrics``) with, when profiling, its
         seconds sampling and loading weights so far, and the normalisation statistics
         added since the last call (for the learner to merge)."""
         if self.agents is not None:
@@ -294,7 +294,7 @@ class RolloutWorker(ParallelIteratorWorker):
         return episodes, metrics, unsent
 
     def merge_statistics(self, unsent: dict[str, Any]) -> None:
-        """Another worker's normalisation statistics (:meth:`get_metrics`) into this
+        """Another worker's normalisation statistics (``get_metrics``) into this
         worker's policies."""
         with self.lock:
             (self.policy if self.agents is not None else self.policy.normalizer).merge(unsent)
@@ -304,7 +304,7 @@ class RolloutWorker(ParallelIteratorWorker):
     def learner(self) -> Learner | MultiLearner:
         """The learner that trains this worker's policy, built on first use: rollout
         workers that only sample never build one. With several policies, a
-        :class:`MultiLearner` of the trainable ones."""
+        ``MultiLearner`` of the trainable ones."""
         if self.agents is not None:
             learners = {}
             for pid, policy in self.policy.items():
@@ -382,7 +382,7 @@ class RolloutWorker(ParallelIteratorWorker):
     def _evaluate_agents(
         self, episodes: int, *, explore: bool, seed: int, video_dir: str | None
     ) -> list[Episode]:
-        """:meth:`evaluate` on a multi-agent env: fresh copies, every policy acting as
+        """``evaluate`` on a multi-agent env: fresh copies, every policy acting as
         mapped (a turn-based game: one game at a time)."""
         cfg = self.config
         make_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
@@ -405,7 +405,7 @@ class RolloutWorker(ParallelIteratorWorker):
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None
     ) -> list[Episode]:
-        """:meth:`evaluate` with ``weights`` (an evaluation worker's one call)."""
+        """``evaluate`` with ``weights`` (an evaluation worker's one call)."""
         self.set_weights(weights)
         return self.evaluate(episodes, video_dir=video_dir)
 
@@ -429,9 +429,9 @@ def _answers(actor: Any, timeout_s: float = 30) -> bool:
 
 class WorkerSet:
     """One local worker (the learner, and the sampler when there are no remote workers)
-    and ``num_workers`` remote :class:`RolloutWorker` actors.
+    and ``num_workers`` remote ``RolloutWorker`` actors.
 
-    Example:
+    Examples:
         >>> from flowrl.core.config import Config
         >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
         >>> workers.remote_workers
@@ -479,7 +479,7 @@ class WorkerSet:
     @property
     def learner(self) -> Learner | MultiLearner:
         """The learner, on the local worker: what training operators update (with several
-        policies, a :class:`MultiLearner`)."""
+        policies, a ``MultiLearner``)."""
         return self.local_worker.learner
 
     @property
@@ -496,10 +496,10 @@ class WorkerSet:
         """The object ``make()`` built the first time a plan asked for ``name``.
 
         A plan is rebuilt after a dead rollout worker is replaced (see
-        :meth:`recreate_failed_workers`); what it gets from here, such as its replay
+        ``recreate_failed_workers``); what it gets from here, such as its replay
         buffer or replay actors, carries over to the new plan instead of starting empty.
 
-        Example:
+        Examples:
             >>> buffer = workers.keep("replay", lambda: ReplayBuffer(50_000))  # doctest: +SKIP
         """
         if name not in self._kept:
@@ -543,24 +543,24 @@ class WorkerSet:
 
     def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
         """Tell ``actors`` (all remote workers by default) that the run has sampled
-        ``steps`` env steps (:meth:`Policy.set_env_steps_sampled`), without waiting: a
+        ``steps`` env steps (``Policy.set_env_steps_sampled``), without waiting: a
         worker's next sample request comes after it."""
         for actor in self.remote_workers if actors is None else actors:
             actor.set_env_steps_sampled.remote(steps)
 
     def defer_weight_sync(self) -> None:
         """The local weights changed: send them to every remote worker, once, right before
-        the workers' next sample request (:meth:`flush_weights`). Updates that follow each
+        the workers' next sample request (``flush_weights``). Updates that follow each
         other with no sampling in between (DQN's SGD steps in one round) cost one send.
 
-        Example:
+        Examples:
             >>> workers.local_worker.learn_on_batch(batch)  # doctest: +SKIP
             >>> workers.defer_weight_sync()  # doctest: +SKIP
         """
         self._weights_deferred = bool(self.remote_workers)
 
     def flush_weights(self) -> bool:
-        """Send the weights deferred by :meth:`defer_weight_sync`, if any; returns whether
+        """Send the weights deferred by ``defer_weight_sync``, if any; returns whether
         it sent them. ParallelRollouts and AsyncGradients call it before each round of
         requests; call it yourself before sampling the remote workers directly."""
         if not self._weights_deferred:
@@ -634,7 +634,7 @@ class WorkerSet:
         ray.get([actor.ping.remote() for actor in actors])
 
     def revive_kept(self) -> dict[str, list[int]]:
-        """What plans kept and can revive itself (:class:`~flowrl.replay.ReplayShards`)
+        """What plans kept and can revive itself (``ReplayShards``)
         replaces its dead actors; returns the indexes replaced, by name."""
         revived = {}
         for name, kept in self._kept.items():

@@ -1,6 +1,6 @@
 """Algorithm: builds the workers and the execution plan, pulls one result per ``train()``.
 
-Example:
+Examples:
     >>> import tempfile
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
     >>> result = algo.train()
@@ -41,7 +41,7 @@ from flowrl.rollout.worker import WorkerSet
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
-from flowrl.run.runner import run
+from flowrl.run.runner import StopCriteria, run
 from flowrl.run.saving import Checkpointing
 from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm, policy_specs
 
@@ -90,7 +90,7 @@ def check_worker_cpus(config: Config, address: str | None = None) -> None:
     start worker processes while it waited. A cluster not joined yet is not checked.
     Sharing CPUs on purpose is a fractional ``num_cpus_per_worker``.
 
-    Example:
+    Examples:
         >>> check_worker_cpus(Config(num_workers=10_000))
         Traceback (most recent call last):
         ...
@@ -118,7 +118,7 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
     itself retries an unreachable address for many minutes); ``auto`` and ``ray://``
     addresses are left to Ray.
 
-    Example:
+    Examples:
         >>> check_reachable("127.0.0.1:1")
         Traceback (most recent call last):
         ...
@@ -138,8 +138,8 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None, **overrides):
     """The config of ``spec`` from a Config or a mapping, with ``overrides`` applied; an env
-    given as a class or function becomes its name (see :func:`flowrl.rollout.envs.env_name`). A
-    mapping's values go over the algorithm's preset for the env (:mod:`flowrl.run.presets`)
+    given as a class or function becomes its name (see ``flowrl.rollout.envs.env_name``). A
+    mapping's values go over the algorithm's preset for the env (``flowrl.run.presets``)
     unless they say ``preset=False``; a Config is taken as it is."""
     if isinstance(config, Mapping) and "env" in config:
         config = {**config, "env": env_name(config["env"])}
@@ -171,7 +171,7 @@ class Algorithm(Checkpointing):
     ``plan`` replaces the algorithm's execution plan with your own function
     ``plan(workers, config) -> LocalIterator[result dict]``.
 
-    Example:
+    Examples:
         >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=1)
         >>> algo.train()["env_steps_sampled"] > 0
         True
@@ -193,7 +193,7 @@ class Algorithm(Checkpointing):
                 'num_workers="auto" measures layouts by running the plan for a few seconds: '
                 "build with Algorithm.auto(...) (flowrl train does when no layout is set)"
             )
-        #: the layout :meth:`auto` chose, and why (None: the config's own)
+        #: the layout ``auto`` chose, and why (None: the config's own)
         self.layout: Layout | None = None
         self.config = build_config(self.spec, config, **overrides)
         check_env_id(self.config.env)
@@ -232,6 +232,9 @@ class Algorithm(Checkpointing):
             video_dir=self.config.evaluation_video_dir,
         )
         self.last_result: dict[str, Any] | None = None
+        #: results ``train`` returned before ``run`` took over (those of
+        #: ``auto``'s measuring run): ``run`` logs them first, in order
+        self.unreported: list[dict[str, Any]] = []
         self._torch_threads = torch.get_num_threads()  # stop() gives them back
         if self.config.learner_threads:  # on few cores, leave the rest to the workers
             torch.set_num_threads(self.config.learner_threads)
@@ -244,16 +247,20 @@ class Algorithm(Checkpointing):
         *,
         plan: Plan | None = None,
         address: str | None = None,
+        stop: StopCriteria | None = None,
         **overrides: Any,
     ) -> Algorithm:
-        """Measure the plan (:func:`~flowrl.diagnostics.autotune.choose_layout`: a few
+        """Measure the plan (``choose_layout``: a few
         seconds of sampling and learning in-process) and build the algorithm with the
-        fastest layout of workers and envs, which :attr:`layout` reports with the reason.
+        fastest layout of workers and envs, which ``layout`` reports with the reason.
         When the in-process run that measured learning is the choice, it is returned and
-        goes on from where it got. With a cluster ``address``, Ray joins it first and
+        goes on from where it got, its results so far in ``unreported`` (which
+        ``run`` logs first). ``stop`` is the run's ``StopCriteria`` (pass
+        the same to ``run``): the measuring run ends where a result meets it, and is
+        then the run. With a cluster ``address``, Ray joins it first and
         every layout has workers; an algorithm may ask for more (Ape-X: 2).
 
-        Example:
+        Examples:
             >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
             >>> print(algo.layout.reason)  # doctest: +SKIP
         """
@@ -263,17 +270,19 @@ class Algorithm(Checkpointing):
         values.pop("num_workers", None)
         if address:
             ensure_ray(address)
-        layout, run = choose_layout(
+        config = build_config(spec, values)
+        layout, run, results = choose_layout(
             spec,
-            build_config(spec, values),
+            config,
             algorithm_cls=cls,
             plan=plan,
             envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
             min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
+            until=stop.for_config(config).reason if stop is not None else None,
         )
         if run is None:
             run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
-        run.layout = layout
+        run.layout, run.unreported = layout, results
         return run
 
     def __repr__(self) -> str:
@@ -320,7 +329,7 @@ class Algorithm(Checkpointing):
         operator's share of wall-clock, items/s and NotReady count, queue depths and the
         bottleneck (``print(algo.profile())``). Needs ``profile=True``.
 
-        Example:
+        Examples:
             >>> algo = Algorithm("ppo", num_workers=0, profile=True)
             >>> _ = algo.train()
             >>> algo.profile().bottleneck().split(":")[0] in (
@@ -339,7 +348,7 @@ class Algorithm(Checkpointing):
         """The plan's operator graph (``print(algo.graph())``; ``to_mermaid()``,
         ``to_dot()``, ``to_png()``; notebooks draw it).
 
-        Example:
+        Examples:
             >>> algo = Algorithm("ppo", num_workers=0)
             >>> "TrainOneStep" in algo.graph().to_text()
             True
@@ -351,7 +360,7 @@ class Algorithm(Checkpointing):
         """Replace dead remote workers, those of ``broken_workers`` (indexes of workers
         whose env raised) and dead replay shards (recreated empty), and rebuild the plan;
         returns what was replaced. Counters, weights and what the plan took from
-        :meth:`WorkerSet.keep` (a replay buffer, say) carry over."""
+        ``WorkerSet.keep`` (a replay buffer, say) carry over."""
         failed = self.workers.recreate_failed_workers(broken_workers)
         new = [self.workers.remote_workers[i - 1] for i in failed]
         self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED], new)
@@ -375,9 +384,9 @@ class Algorithm(Checkpointing):
         return plan
 
     def run(self, **kwargs: Any) -> dict[str, Any]:
-        """Train until a stop criterion holds; see :func:`flowrl.run.runner.run` for the options.
+        """Train until a stop criterion holds; see ``flowrl.run.runner.run`` for the options.
 
-        Example:
+        Examples:
             >>> algo.run(stop=StopCriteria(reward=450), output_dir=Path("runs"))  # doctest: +SKIP
         """
         return run(self, **kwargs)

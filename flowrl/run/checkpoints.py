@@ -3,12 +3,12 @@
 A checkpoint is a directory holding ``checkpoint.json`` (algorithm, config, iteration and
 counters, as JSON) and ``algorithm_state.pt`` (weights, optimiser state, replay rows: only
 tensors and plain containers, read with ``torch.load(weights_only=True)``, so loading runs
-no code from the file; numpy arrays travel as tensors). :func:`write` fills a hidden
+no code from the file; numpy arrays travel as tensors). ``write`` fills a hidden
 temporary directory and renames it into place, so a kill at any moment leaves the old
-checkpoints and either all of the new one or none of it. :func:`latest` takes the newest
+checkpoints and either all of the new one or none of it. ``latest`` takes the newest
 checkpoint of a run that loads, and says which newer ones it skipped and why.
 
-Example:
+Examples:
     >>> import tempfile
     >>> run_dir = Path(tempfile.mkdtemp())
     >>> meta = {"algo": "ppo", "config": {}, "iteration": 3}

@@ -1,7 +1,7 @@
 """Evaluation while training: greedy episodes every ``evaluation_interval`` iterations.
 
 With Ray, the episodes run on an evaluation worker of their own (a remote
-:class:`~flowrl.rollout.worker.RolloutWorker` that never samples for training), so training goes
+``RolloutWorker`` that never samples for training), so training goes
 on meanwhile; an evaluation's results join the first training result after they arrive,
 with ``evaluation/iteration`` naming the iteration whose weights they scored. Without Ray
 the local worker runs them in place, between two iterations. A dead evaluation worker is
@@ -9,7 +9,7 @@ replaced and its evaluation started again; training never waits for it. With
 ``evaluation_video_dir``, each evaluation's episodes are written as MP4s under
 ``DIR/iteration_N`` (on the evaluation worker's node).
 
-Example:
+Examples:
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", num_workers=0, evaluation_interval=1, evaluation_episodes=2)
     >>> algo.train()["evaluation/episodes"]

@@ -1,7 +1,7 @@
 """The files a run writes: config.json, result.jsonl, progress.csv, TensorBoard events,
 summary.json.
 
-Example:
+Examples:
     >>> import tempfile
     >>> log = RunLogger(Path(tempfile.mkdtemp()) / "run")
     >>> log.write_json("config.json", {"algo": "ppo"})
@@ -49,7 +49,7 @@ def check_output_file(path: str | Path) -> Path:
     """``path`` as a file a command can write (its folder made where missing), checked
     before the command's work begins; a ConfigError names the path and the reason.
 
-    Example:
+    Examples:
         >>> check_output_file("/proc/plan.txt")
         Traceback (most recent call last):
         ...
@@ -101,7 +101,7 @@ class RunLogger:
     same scalars to TensorBoard (step = env steps sampled).
 
     A new run (``resume_iteration`` 0) needs an empty directory (see
-    :func:`check_new_run_dir`). A resumed one first cuts its logs back to the checkpoint's
+    ``check_new_run_dir``). A resumed one first cuts its logs back to the checkpoint's
     iteration (the rows logged after it, and a torn last line, go; TensorBoard purges
     the steps after ``resume_env_steps``), so every iteration appears once.
     """

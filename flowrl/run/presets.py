@@ -5,14 +5,14 @@ that family, when there is one, in place of the CartPole-sized defaults; anythin
 yourself (``--set``, a config file, keyword arguments) still wins, and ``preset=false``
 turns presets off. ``flowrl list ALGO --env ID`` shows what a run would use. Atari ids also
 get ale-py's standard preprocessing and the Nature CNN whatever the preset (see
-:mod:`flowrl.rollout.envs` and :mod:`flowrl.learning.models`).
+``flowrl.rollout.envs`` and ``flowrl.learning.models``).
 
 Each algorithm file lists its presets (``PRESETS``, in its spec); each names where its
 numbers come from. Where the source schedules a value (a
 linearly decaying learning rate, say), the preset takes its starting value: flowrl has no
 schedules yet.
 
-Example:
+Examples:
     >>> from flowrl.run.algorithm import get_algorithm
     >>> preset_for(get_algorithm("ppo"), "ALE/Pong-v5").values["clip_param"]
     0.1
@@ -34,7 +34,7 @@ ATARI, MUJOCO = "atari", "mujoco"
 class Preset:
     """An algorithm's settings for a family of envs (``ATARI``, ``MUJOCO``), and where
     they come from. An algorithm file lists its own in its
-    :class:`~flowrl.run.spec.AlgorithmSpec` (``presets=``)."""
+    ``AlgorithmSpec`` (``presets=``)."""
 
     family: str
     source: str

@@ -9,7 +9,7 @@ copying them. flowrl starts Ray with the limit at 512 KiB (a 500 KB reply: 1.4 m
 2.7 ms through the store); image fragments (megabytes) still go through the store, whose
 reads are zero-copy. Measured on a 2-core host: ``benchmarks/sampling.py``.
 
-Example:
+Examples:
     >>> init_ray(num_cpus=2, include_dashboard=False)  # doctest: +SKIP
 """
 
@@ -22,7 +22,7 @@ RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 512 * 1024}
 
 
 def init_ray(**kwargs: Any) -> Any:
-    """``ray.init(**kwargs)`` with flowrl's :data:`RAY_SYSTEM_CONFIG` when it starts a new
+    """``ray.init(**kwargs)`` with flowrl's ``RAY_SYSTEM_CONFIG`` when it starts a new
     local Ray (joining a running cluster with ``address`` takes that cluster's)."""
     import ray
 

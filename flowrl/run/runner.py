@@ -1,7 +1,7 @@
 """The training loop shared by the CLI and the Python API: stop criteria, logging,
 checkpoints, a progress bar, clean Ctrl-C, recovery from dead workers.
 
-Example:
+Examples:
     >>> import tempfile
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 from flowrl.core.config import Config
 from flowrl.core.context import (
-    ENV_STEPS_PER_S,
     EPISODE_RETURN_MEAN,
     ITERATION,
     STEPS_SAMPLED,
@@ -45,10 +44,12 @@ from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import Tracker
 
 logger = logging.getLogger(__name__)
+# what the progress bar keeps showing from the last result that had it
+_SHOWN = {"eval": EVAL_RETURN_MEAN, "win": "selfplay/vs_random/win"}  # SelfPlay's
 
 
 class Trainable(Protocol):
-    """What the loop drives: :class:`flowrl.Algorithm` (named here only by its shape, so
+    """What the loop drives: ``flowrl.Algorithm`` (named here only by its shape, so
     this module, which ``Algorithm.run`` calls, does not import it back)."""
 
     spec: AlgorithmSpec
@@ -56,6 +57,7 @@ class Trainable(Protocol):
     plan: Any
     evaluation: Evaluation
     last_result: dict[str, Any] | None
+    unreported: list[dict[str, Any]]
 
     @property
     def iteration(self) -> int: ...
@@ -71,7 +73,7 @@ class Trainable(Protocol):
 class StopCriteria:
     """Stop when any criterion is met: mean return, env steps, seconds, iterations.
     ``reward`` judges the training return, or with ``on_evaluation`` the evaluation
-    return (:mod:`flowrl.run.evaluation`), which :func:`run` picks when the config evaluates."""
+    return (``flowrl.run.evaluation``), which ``run`` picks when the config evaluates."""
 
     reward: float | None = None
     timesteps: int | None = None
@@ -85,7 +87,7 @@ class StopCriteria:
         return cls(reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps)
 
     def for_config(self, config: Config) -> StopCriteria:
-        """These criteria for a run of ``config``: :meth:`default_for` it when empty, judged
+        """These criteria for a run of ``config``: ``default_for`` it when empty, judged
         on the evaluation return when it evaluates."""
         stop = StopCriteria.default_for(config) if self.is_empty() else self
         return dataclasses.replace(stop, on_evaluation=config.evaluation_interval > 0)
@@ -134,8 +136,11 @@ def sigint_ignored() -> Iterator[None]:
 
 
 def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
+    """A bar over the env step budget (with its ETA) when the run has one, else a counter
+    of env steps; one rate (tqdm's, env steps per second)."""
     from tqdm import tqdm
 
+    counted = "{n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
     return tqdm(
         total=stop.timesteps,
         unit=" steps",
@@ -143,6 +148,7 @@ def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
         disable=not enabled,
         dynamic_ncols=True,
         mininterval=0.5,
+        bar_format="{l_bar}{bar}| " + counted if stop.timesteps else None,
     )
 
 
@@ -152,7 +158,7 @@ class FailureBudget:
     worker killed every few iterations is replaced for as long as the run lasts; one that
     dies on every try (a broken env) ends the run after ``burst`` replacements.
 
-    Example:
+    Examples:
         >>> budget = FailureBudget(burst=1, iterations_per_failure=2)
         >>> budget.spend(), budget.spend()
         (True, False)
@@ -233,7 +239,7 @@ def describe_error(error: BaseException) -> str:
     """An error in one line: its type, its own message (a Ray task error's cause, not the
     remote traceback) and the file and line that raised it.
 
-    Example:
+    Examples:
         >>> try:
         ...     {}["lr"]
         ... except KeyError as e:
@@ -259,11 +265,11 @@ def run(
     stop: StopCriteria | None = None,
     output_dir: Path | None = None,
     checkpoint_every: int = 0,
-    progress: bool = False,
+    progress: bool | None = None,
     failure_budget: FailureBudget | None = None,
     trackers: Sequence[Tracker] = (),
 ) -> dict[str, Any]:
-    """Train until a stop criterion holds (default: :meth:`StopCriteria.default_for`).
+    """Train until a stop criterion holds (default: ``StopCriteria.default_for``).
 
     With ``output_dir``, writes the run's files and checkpoints (every
     ``checkpoint_every`` iterations, and at the end). A fresh algorithm needs an empty
@@ -274,19 +280,21 @@ def run(
 
     A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
-    ``trackers`` (:mod:`flowrl.run.tracking`) get the config, every result and the summary.
+    ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary.
+    ``progress`` draws a progress bar on stderr (default: when stderr is a terminal).
     """
     stop = (stop or StopCriteria()).for_config(algo.config)
     budget = failure_budget or FailureBudget()
-    log = _start_logs(algo, output_dir, trackers)
-    bar = _progress_bar(stop, progress)
+    pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
+    log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
+    bar = _progress_bar(stop, sys.stderr.isatty() if progress is None else progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
-    best_eval, last_eval = -math.inf, None
+    best_eval, shown = -math.inf, {}
     last_checkpoint: Path | None = None
     error: Exception | None = None
     try:
         while stopped_by is None:
-            result = _train_with_recovery(algo, budget)
+            result = pending.pop(0) if pending else _train_with_recovery(algo, budget)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
             for tracker in trackers:
@@ -299,7 +307,7 @@ def run(
                     best_eval = result[EVAL_RETURN_MEAN]
                     scored = algo.evaluation.scored_weights
                     algo.save(output_dir / "checkpoints" / BEST, weights=scored)
-            last_eval = _show_progress(bar, result, result.get(EVAL_RETURN_MEAN, last_eval))
+            _show_progress(bar, stop, result, shown)
             stopped_by = stop.reason(result)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
@@ -318,16 +326,21 @@ def run(
     return summary
 
 
-def _show_progress(bar: Any, result: dict[str, Any], last_eval: float | None) -> float | None:
-    """Move the progress bar to the result's env steps and show its return, env steps per
-    second and the last evaluation's return; returns the latter."""
-    bar.update(result[STEPS_SAMPLED] - bar.n)
-    postfix = {"ret": f"{result[EPISODE_RETURN_MEAN]:.1f}"}
-    postfix["steps_s"] = f"{result[ENV_STEPS_PER_S]:.0f}"
-    if last_eval is not None:
-        postfix["eval"] = f"{last_eval:.1f}"
+def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: dict) -> None:
+    """Move the progress bar to the result's env steps (at most its total) and show the
+    return against the reward to reach, when there is one, and what ``shown`` keeps from
+    earlier results: the last evaluation's return and, in self-play, the last win rate
+    against a random player (a zero-sum game's return says nothing)."""
+    steps = result[STEPS_SAMPLED] if bar.total is None else min(result[STEPS_SAMPLED], bar.total)
+    bar.update(steps - bar.n)
+    target = f"/{stop.reward:g}" if stop.reward is not None else ""
+    shown.update({k: result[key] for k, key in _SHOWN.items() if key in result})
+    postfix = {} if "win" in shown else {"ret": f"{result[EPISODE_RETURN_MEAN]:.1f}"}
+    postfix |= {k: f"{v:.2f}" if k == "win" else f"{v:.1f}" for k, v in shown.items()}
+    where = "eval" if stop.on_evaluation else "ret"
+    if where in postfix:
+        postfix[where] += target
     bar.set_postfix(postfix)
-    return last_eval
 
 
 def run_meta(algo: Trainable) -> dict[str, Any]:
@@ -336,15 +349,16 @@ def run_meta(algo: Trainable) -> dict[str, Any]:
 
 
 def _start_logs(
-    algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker]
+    algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker], *, logged: int
 ) -> RunLogger | None:
     """The run's files (a fresh directory, or its logs cut back to the checkpoint) and
-    config.json; the trackers' start."""
+    config.json; the trackers' start. ``logged``: the iterations already in the logs (0
+    for a new run, whose first results may still be unreported)."""
     meta = run_meta(algo)
     log = None
     if output_dir is not None:
-        steps = algo.plan.context.counters[STEPS_SAMPLED]
-        log = RunLogger(output_dir, resume_iteration=algo.iteration, resume_env_steps=steps)
+        steps = algo.plan.context.counters[STEPS_SAMPLED] if logged else 0
+        log = RunLogger(output_dir, resume_iteration=logged, resume_env_steps=steps)
         log.write_json("config.json", meta)
     name = (
         Path(output_dir).name if output_dir is not None else f"{algo.spec.name}_{algo.config.env}"

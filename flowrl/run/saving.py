@@ -1,9 +1,9 @@
-"""Checkpointing an Algorithm: :meth:`~Checkpointing.save` writes what a restore needs
+"""Checkpointing an Algorithm: ``save`` writes what a restore needs
 (the policy's weights, the learner's state, the plan's counters and registered state),
-:meth:`~Checkpointing.restore` loads it, :meth:`~Checkpointing.from_checkpoint` rebuilds an
+``restore`` loads it, ``from_checkpoint`` rebuilds an
 algorithm from a checkpoint alone.
 
-Example:
+Examples:
     >>> import tempfile
     >>> from flowrl import Algorithm
     >>> algo = Algorithm("ppo", num_workers=0)
@@ -29,7 +29,7 @@ from flowrl.run.spec import get_algorithm
 
 
 class Checkpointing:
-    """What :class:`~flowrl.Algorithm` does with checkpoints."""
+    """What ``Algorithm`` does with checkpoints."""
 
     spec: Any
     config: Any
@@ -40,7 +40,7 @@ class Checkpointing:
     def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
         """Write a checkpoint directory (weights, optimiser, counters, config, and what the
         plan registered, such as a replay buffer) atomically; returns it. Non-finite
-        weights raise :class:`NonFiniteError` instead of being saved. ``weights`` (from
+        weights raise ``NonFiniteError`` instead of being saved. ``weights`` (from
         ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
         local = self.workers.local_worker
         with local.lock:  # not halfway through a learner thread's update
@@ -67,8 +67,8 @@ class Checkpointing:
         return written
 
     def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
-        """Load a checkpoint written by :meth:`save` (a path or a loaded
-        :class:`~flowrl.run.checkpoints.Checkpoint`) into this algorithm; a checkpoint of
+        """Load a checkpoint written by ``save`` (a path or a loaded
+        ``Checkpoint``) into this algorithm; a checkpoint of
         another algorithm or model size raises a CheckpointError."""
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = checkpoints.load(checkpoint)
@@ -105,7 +105,7 @@ class Checkpointing:
         change its config. ``in_process`` drops its rollout workers and other actors
         (replay shards), so Ray does not start: enough to evaluate it.
 
-        Example:
+        Examples:
             >>> path = "runs/dqn/checkpoints/checkpoint_000010"
             >>> Algorithm.from_checkpoint(path, in_process=True).evaluate(10)  # doctest: +SKIP
         """

@@ -1,6 +1,6 @@
 """AlgorithmSpec: what an algorithm file hands the runner (config, policy, learner, plan).
 
-Example:
+Examples:
     >>> from flowrl.algorithms.ppo import ALGORITHM
     >>> ALGORITHM.name, ALGORITHM.config_cls.__name__, ALGORITHM.learner_cls.__name__
     ('ppo', 'PPOConfig', 'PPOLearner')
@@ -39,7 +39,7 @@ class AlgorithmSpec:
     policy_cls: type[Policy]
     learner_cls: type[Learner]
     execution_plan: Plan
-    #: settings for env families (Atari, MuJoCo) a run starts from (:mod:`flowrl.run.presets`)
+    #: settings for env families (Atari, MuJoCo) a run starts from (``flowrl.run.presets``)
     presets: tuple[Preset, ...] = ()
     #: picks another (policy, learner) pair by the config (SAC's discrete variant)
     variant: Variant | None = None
@@ -77,7 +77,7 @@ def policy_specs(spec: AlgorithmSpec, config: Config) -> dict[str, PolicySpec]:
     algorithm's defaults and the run's sampling settings (env, workers, seed, ...).
     ``trainable: false`` declares a policy no learner trains.
 
-    Example:
+    Examples:
         >>> from flowrl.algorithms.ppo import ALGORITHM, PPOConfig
         >>> config = PPOConfig(policies={"ppo": {}, "dqn": {"algorithm": "dqn", "lr": 1e-4}})
         >>> specs = policy_specs(ALGORITHM, config)
@@ -163,12 +163,20 @@ def load_plan_file(ref: str) -> AlgorithmSpec:
 
 
 def _plan_file_hint() -> str:
-    """How a plan file names an algorithm's classes, with the first shipped algorithm."""
+    """How a plan file names an algorithm's classes, with the first shipped algorithm
+    (by the names its module gives them: ``PPOPolicy``, not the class it aliases)."""
     from flowrl.algorithms import NAMES
 
     spec = get_algorithm(NAMES[0])
+    module = sys.modules[spec.config_cls.__module__]
+    prefix = spec.config_cls.__name__.removesuffix("Config")
+
+    def name(cls: type) -> str:
+        names = [n for n, v in vars(module).items() if v is cls and n.startswith(prefix)]
+        return names[0] if names else cls.__name__
+
     imports = (
-        f"{spec.config_cls.__name__} as Config, {spec.policy_cls.__name__} as Policy, "
-        f"{spec.learner_cls.__name__} as Learner"
+        f"{name(spec.config_cls)} as Config, {name(spec.policy_cls)} as Policy, "
+        f"{name(spec.learner_cls)} as Learner"
     )
-    return f"to run with {spec.name}'s: from {spec.config_cls.__module__} import {imports}"
+    return f"to run with {spec.name}'s: from {module.__name__} import {imports}"

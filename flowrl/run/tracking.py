@@ -9,7 +9,7 @@ Weights & Biases (the ``tracking`` extra), beside the files it writes anyway.
 Metrics are a result's numbers, at step ``env_steps_sampled``; keys keep their slashes
 (``learner/entropy``, ``evaluation/episode_return_mean``), which both trackers group by.
 
-Example:
+Examples:
     >>> import tempfile
     >>> tracker = MLflowTracker(local_store(tempfile.mkdtemp()))
     >>> tracker.start("demo", {"algo": "ppo", "config": {"lr": 0.001}})
@@ -19,8 +19,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,7 +35,7 @@ NAMES = ("mlflow", "wandb")
 
 
 class Tracker(Protocol):
-    """What :func:`flowrl.run.runner.run` calls: once at the start, once per result, once at
+    """What ``flowrl.run.runner.run`` calls: once at the start, once per result, once at
     the end (also when training failed or was interrupted)."""
 
     def start(self, name: str, meta: dict[str, Any]) -> None: ...
@@ -69,6 +73,23 @@ def local_store(directory: str = "mlruns") -> str:
     return f"sqlite:///{path / 'mlflow.db'}"
 
 
+@contextlib.contextmanager
+def quiet_loggers(*names: str, level: int = logging.WARNING) -> Iterator[None]:
+    """Inside, the named libraries' loggers say only what is at ``level`` or worse and
+    their warnings are not shown (their progress lines are not the run's output)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(level)
+        try:
+            yield
+        finally:
+            for logger, before in zip(loggers, levels, strict=True):
+                logger.setLevel(before)
+
+
 class MLflowTracker:
     """One MLflow run per training run, in the experiment ``experiment``."""
 
@@ -87,7 +108,8 @@ class MLflowTracker:
     def start(self, name: str, meta: dict[str, Any]) -> None:
         mlflow = self._mlflow
         mlflow.set_tracking_uri(self.tracking_uri)
-        mlflow.set_experiment(self.experiment)
+        with quiet_loggers("mlflow", "alembic"):  # creating the store's tables, the experiment
+            mlflow.set_experiment(self.experiment)
         run = mlflow.start_run(run_name=name)
         self.run_id = run.info.run_id
         mlflow.log_params(params(meta))
