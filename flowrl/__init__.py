@@ -78,7 +78,7 @@ def __dir__() -> list[str]:
     return sorted({*__all__, "__version__"})
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ActingModule",

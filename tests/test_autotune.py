@@ -77,9 +77,11 @@ def test_cli_says_what_auto_chose_and_auto_is_trains_default(tmp_path, capsys):
     args = ["train", "ppo", "--num-workers", "auto", "--stop-iters", "1", "--no-progress"]
     assert main([*args, "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "flowrl: layout auto: " in out and "env steps/s predicted" in out
+    assert "flowrl: layout auto: " in out and "env steps/s" in out
     layout = json.loads((tmp_path / "run" / "summary.json").read_text())["layout"]
     assert layout["num_workers"] >= 0 and layout["reason"].startswith("layout auto: ")
+    rows = (tmp_path / "run" / "result.jsonl").read_text().splitlines()
+    assert [json.loads(row)["iteration"] for row in rows] == [1]  # the criterion, not 2 s
     unset = ["train", "ppo", "--stop-iters", "1", "--no-progress"]
     assert main([*unset, "--output", str(tmp_path / "default")]) == 0
     assert "flowrl: layout auto: " in capsys.readouterr().out
@@ -89,6 +91,24 @@ def test_cli_says_what_auto_chose_and_auto_is_trains_default(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["train", "ppo", "--num-workers", "many"])
     assert bad.value.code == 2 and "expected a number or auto" in capsys.readouterr().err
+
+
+def test_an_auto_layout_run_stops_at_its_budget_and_logs_every_iteration(tmp_path, capsys):
+    """The measuring run is the run's start: it stops at the criteria, and its iterations
+    are in the logs (it used to run on for seconds past --stop-timesteps, unlogged)."""
+    args = ["train", "ppo", "--env", "CartPole-v1", "--stop-timesteps", "10000"]
+    assert main([*args, "--no-progress", "--output", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("flowrl: measuring the fastest layout")
+    rows = [json.loads(r) for r in (tmp_path / "run" / "result.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    steps = [r["env_steps_sampled"] for r in rows]
+    assert steps[-1] >= 10_000 > steps[-2]  # stopped at the first result past the budget
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped_by"] == "timesteps" and summary["iterations"] == len(rows)
+    assert f"after {steps[-1]} env steps" in out
+    csv_rows = (tmp_path / "run" / "progress.csv").read_text().splitlines()
+    assert len(csv_rows) == len(rows) + 1
 
 
 def test_a_named_cluster_keeps_every_layout_on_ray():

@@ -227,3 +227,46 @@ def test_output_piped_into_head_is_not_an_error():
         f"'{FLOWRL}' list ppo | head -1", shell=True, capture_output=True, text=True, timeout=60
     )
     assert proc.stdout.startswith("ppo:") and "Traceback" not in proc.stderr
+
+
+def test_the_progress_bar_stops_at_its_total_and_shows_the_target(capsys):
+    from flowrl.run.runner import StopCriteria, _progress_bar, _show_progress
+
+    stop = StopCriteria(reward=450, timesteps=1000)
+    bar, shown = _progress_bar(stop, enabled=True), {}
+    for steps in (600, 1200):
+        _show_progress(bar, stop, {"env_steps_sampled": steps, "episode_return_mean": 20.0}, shown)
+    bar.close()
+    err = capsys.readouterr().err
+    assert bar.n == 1000 and "1.00k/1.00k" in err and "1.20k" not in err
+    assert "ret=20.0/450" in err and err.count("steps/s") >= 1 and "steps_s" not in err
+    game = StopCriteria(iters=3)
+    bar, shown = _progress_bar(game, enabled=True), {}
+    for win in (0.5, None):  # SelfPlay reports every few results; the last rate stays
+        result = {"env_steps_sampled": 10, "episode_return_mean": 0.0}
+        result |= {"selfplay/vs_random/win": win} if win is not None else {}
+        _show_progress(bar, game, result, shown)
+    bar.close()
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "win=0.50" in err and "ret=" not in err
+
+
+def test_the_package_shows_its_public_names_only():
+    import flowrl
+
+    names = dir(flowrl)
+    assert "StopCriteria" in names and "Algorithm" in names
+    assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(names)
+    from flowrl import StopCriteria
+
+    assert StopCriteria(iters=1).reason({"iteration": 1, "env_steps_sampled": 0}) == "iterations"
+
+
+def test_messages_count_in_the_singular():
+    from flowrl.apps.cli import _count
+
+    assert (_count(1, "run"), _count(2, "run"), _count(0, "episode")) == (
+        "1 run",
+        "2 runs",
+        "0 episodes",
+    )

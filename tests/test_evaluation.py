@@ -155,7 +155,7 @@ def test_videos_without_the_video_extra_are_a_config_error_before_training(
     monkeypatch, tmp_path, env, module, package
 ):
     monkeypatch.setitem(sys.modules, module, None)  # not installed, as importlib sees it
-    with pytest.raises(ConfigError, match=rf"needs {package}.*pip install 'flowrl\[video\]'"):
+    with pytest.raises(ConfigError, match=rf"needs {package}.*pip install 'flowrl-ray\[video\]'"):
         Algorithm("ppo", env=env, num_workers=0, evaluation_interval=1,
                   evaluation_video_dir=str(tmp_path))  # fmt: skip
     algo = Algorithm("ppo", env=env, num_workers=0)

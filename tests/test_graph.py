@@ -145,3 +145,17 @@ def test_a_user_plan_file_has_a_graph(tmp_path, capsys):
     dot = capsys.readouterr().out
     assert 'label="filter(<lambda>)"' in dot and "TrainOneStep" in dot
     assert dot.count("->") == 5  # source, filter, combine, train, OncePerIteration, metrics
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_print_plan_shows_one_stage_a_line(algo):
+    built = Algorithm(algo, num_workers=0)
+    try:
+        text = str(built.plan)
+    finally:
+        built.stop()
+    lines = text.splitlines()
+    assert len(lines) > 2 and max(map(len, lines)) <= 100
+    assert "".join(line.strip() for line in lines).replace(",", ", ").count("for_each") == (
+        repr(built.plan).count("for_each")
+    )

@@ -131,6 +131,34 @@ def test_export_command_writes_the_model(tmp_path, capsys):
     assert out.stat().st_size > 0 and "wrote the greedy policy" in capsys.readouterr().out
 
 
+def test_an_onnx_export_is_one_file_that_loads_alone_elsewhere(tmp_path):
+    import onnxruntime
+
+    path = checkpoint(tmp_path, "ppo", CASES["ppo-discrete"][1])
+    out = export_policy(path, tmp_path / "made" / "policy.onnx")
+    assert [p.name for p in out.parent.iterdir()] == ["policy.onnx"]  # no policy.onnx.data
+    moved = tmp_path / "elsewhere" / "policy.onnx"
+    moved.parent.mkdir()
+    out.rename(moved)
+    obs = np.zeros((3, 4), dtype=np.float32)
+    actions = onnxruntime.InferenceSession(str(moved)).run(None, {"obs": obs})[0]
+    assert actions.shape == (3,)
+
+
+def test_the_export_format_follows_the_file_name_and_a_mismatch_is_one_line(tmp_path, capsys):
+    path = checkpoint(tmp_path, "dqn", CASES["dqn"][1], train=False)
+    assert main(["export", str(path), "--out", str(tmp_path / "policy.pt")]) == 0
+    assert "(torchscript)" in capsys.readouterr().out
+    torch.jit.load(str(tmp_path / "policy.pt"))  # TorchScript, not ONNX in a .pt
+    bad = ["export", str(path), "--out", str(tmp_path / "p.pt"), "--format", "onnx"]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "p.pt names a TorchScript file" in err
+    assert main(["export", str(path), "--out", str(tmp_path / "policy.bin")]) == 2
+    assert "cannot tell the format" in capsys.readouterr().err
+    assert not (tmp_path / "p.pt").exists()
+
+
 def test_a_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_policy(tmp_path / "nothing")

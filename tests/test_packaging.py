@@ -1,5 +1,8 @@
-"""The built wheel: what it holds, what it asks to install, and that it works installed in
-a fresh venv (its dependencies seen from this one's site-packages, so nothing downloads)."""
+"""The release: ``python -m build`` makes the sdist and the wheel of the distribution
+``flowrl-ray`` (the import package and the command are ``flowrl``), ``twine check`` passes
+them, and the wheel holds what it should, asks for what it should, and runs the main
+command installed in a fresh venv (its dependencies seen from this one's site-packages, so
+nothing downloads)."""
 
 from __future__ import annotations
 
@@ -19,21 +22,47 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
+DIST = "flowrl_ray"  # the distribution's name in file names
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def dist(tmp_path_factory) -> Path:
+    """The sdist and the wheel (built from the sdist), as a release makes them."""
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
         check=True,
-    )  # fmt: skip
-    (path,) = out.glob("flowrl-*.whl")
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist) -> Path:
+    (path,) = dist.glob(f"{DIST}-{flowrl.__version__}-*.whl")
     return path
+
+
+def test_the_release_builds_and_passes_twine_check(dist):
+    (sdist,) = dist.glob(f"{DIST}-{flowrl.__version__}.tar.gz")
+    files = [str(sdist), *map(str, dist.glob("*.whl"))]
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *files], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2
+
+
+def test_the_changelog_has_the_release_of_this_version():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert f"\n## {flowrl.__version__} - " in text
+    unreleased = text.split("## Unreleased", 1)[1].split("\n## ", 1)[0]
+    assert not unreleased.strip(), "the changelog's Unreleased section is not cut into a release"
 
 
 def test_the_wheel_holds_the_license_the_typed_marker_and_the_algorithms(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    dist_info = f"flowrl-{flowrl.__version__}.dist-info"
+    dist_info = f"{DIST}-{flowrl.__version__}.dist-info"
     assert f"{dist_info}/licenses/LICENSE" in names
     assert "flowrl/py.typed" in names
     assert "flowrl/algorithms/ppo.py" in names
@@ -42,7 +71,8 @@ def test_the_wheel_holds_the_license_the_typed_marker_and_the_algorithms(wheel):
 
 def test_the_wheel_asks_for_the_extras_packages_only_with_their_extra(wheel):
     with zipfile.ZipFile(wheel) as z:
-        meta = email.message_from_bytes(z.read(f"flowrl-{flowrl.__version__}.dist-info/METADATA"))
+        meta = email.message_from_bytes(z.read(f"{DIST}-{flowrl.__version__}.dist-info/METADATA"))
+    assert meta["Name"] == "flowrl-ray"
     required = [r for r in meta.get_all("Requires-Dist") if "extra ==" not in r]
     names = {r.split(">")[0].split(";")[0].split("[")[0].strip() for r in required}
     assert {"ray", "torch", "numpy", "gymnasium"} <= names
@@ -77,5 +107,7 @@ def test_the_installed_wheel_runs_in_a_fresh_venv(wheel, tmp_path):
 
     assert run(str(flowrl_cmd), "--version").strip() == f"flowrl {flowrl.__version__}"
     assert "ppo" in run(str(flowrl_cmd), "list")
+    main_job = run(str(flowrl_cmd), "train", "ppo", "--env", "CartPole-v1", "--no-progress")
+    assert "flowrl: stopped by reward" in main_job, main_job
     where = run(str(python), "-c", "import flowrl.algorithms.ppo as m; print(m.__file__)")
     assert where.startswith(str(purelib)), where

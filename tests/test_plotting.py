@@ -47,7 +47,7 @@ def test_mean_and_band_on_a_shared_grid():
     grid, mean, band = mean_and_band([(x, np.array([0.0, 10.0])), (x, np.array([2.0, 12.0]))], 3)
     np.testing.assert_allclose(grid, [0, 5, 10])
     np.testing.assert_allclose(mean, [1, 6, 11])
-    np.testing.assert_allclose(band, 1.96 * np.sqrt(2) / np.sqrt(2))  # std of {a, a+2}: sqrt 2
+    np.testing.assert_allclose(band, 12.706 * np.sqrt(2) / np.sqrt(2))  # t(1); std of {a, a+2}
     _, _, alone = mean_and_band([(x, x)], 3)
     assert not alone.any()
 
@@ -76,3 +76,19 @@ def test_a_run_without_results_yet_is_one_line(tmp_path, capsys):
     log.close()
     assert main(["plot", str(tmp_path / "empty"), "--out", str(tmp_path / "x.png")]) == 2
     assert "has no result with episode_return_mean yet" in capsys.readouterr().err
+
+
+def test_the_band_is_students_t_interval_of_the_seeds_mean():
+    """With 2-3 seeds a normal band (1.96 standard errors) is 3-6x too narrow."""
+    from scipy import stats
+
+    from flowrl.apps.plotting import mean_and_band, t_95
+
+    for df in (1, 2, 3, 5, 10, 29, 30, 31, 60, 200):
+        assert abs(t_95(df) - stats.t.ppf(0.975, df)) < 2e-3 * stats.t.ppf(0.975, df)
+    x = np.array([0.0, 1.0])
+    curves = [(x, np.array([0.0, 1.0])), (x, np.array([0.0, 3.0])), (x, np.array([0.0, 2.0]))]
+    _, mean, band = mean_and_band(curves, points=2)
+    assert mean[-1] == 2.0
+    _, high = stats.t.interval(0.95, 2, loc=2.0, scale=stats.sem([1.0, 3.0, 2.0]))
+    assert abs(band[-1] - (high - 2.0)) < 1e-3

@@ -291,7 +291,7 @@ def _export_onnx(
         import onnx  # noqa: F401  (torch's exporter needs it)
     except ImportError:
         raise ConfigError(
-            'ONNX export needs the onnx package: pip install "flowrl[export]"'
+            'ONNX export needs the onnx package: pip install "flowrl-ray[export]"'
         ) from None
     batch = torch.export.Dim("batch", min=1)
     torch.onnx.export(

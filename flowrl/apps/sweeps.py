@@ -237,7 +237,7 @@ def optuna_search(seed: int | None) -> Any:
         import optuna  # noqa: F401  (OptunaSearch imports it only when built)
         from ray.tune.search.optuna import OptunaSearch
     except ImportError:
-        raise ConfigError("--search optuna needs optuna: pip install 'flowrl[tune]'") from None
+        raise ConfigError("--search optuna needs optuna: pip install 'flowrl-ray[tune]'") from None
     return OptunaSearch(metric=METRIC, mode="max", seed=seed)
 
 

@@ -173,8 +173,9 @@ def choose_layout(
 def _finished_while_measured(envs: int, fragment: int, rate: float) -> Layout:
     """The layout of a measuring run that met its stop criterion: it is the run."""
     reason = (
-        f"layout auto: in-process (no Ray) x {envs} envs x {fragment} steps; the run met "
-        "its stop criterion while its learning was measured"
+        f"layout auto: in-process (no Ray) x {envs} envs x {fragment} steps, "
+        f"~{rate:,.0f} env steps/s measured; the run met its stop criterion while its "
+        "learning was measured"
     )
     return Layout(0, envs, fragment, rate, reason)
 

@@ -211,7 +211,9 @@ def _draw(graph: PlanGraph) -> bytes:
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("drawing a plan needs matplotlib: pip install 'flowrl[plot]'") from None
+        raise ConfigError(
+            "drawing a plan needs matplotlib: pip install 'flowrl-ray[plot]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

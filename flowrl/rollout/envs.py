@@ -222,7 +222,7 @@ def check_video_extra(env: str) -> None:
     missing = [pkg for module, pkg in needed.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise ConfigError(
-            f"recording videos of {env} needs {', '.join(missing)}: pip install 'flowrl[video]'"
+            f"recording videos of {env} needs {', '.join(missing)}: pip install 'flowrl-ray[video]'"
         )
 
 
@@ -276,7 +276,7 @@ def make_recording_env(
         one.close()
         raise ConfigError(
             f"recording {env} needs a package that is not installed ({e}); "
-            'pip install "flowrl[video]"'
+            'pip install "flowrl-ray[video]"'
         ) from None
     except Exception as e:  # no OpenGL for MuJoCo, say
         one.close()

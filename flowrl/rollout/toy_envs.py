@@ -16,20 +16,34 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
-class StatelessCartPole(gym.ObservationWrapper):
+class StatelessCartPole(CartPoleEnv):
     """CartPole-v1 with the velocities hidden: the observation is the cart's position and
     the pole's angle only (RLlib's StatelessCartPole), so a policy has to remember the
-    last observations to balance the pole."""
+    last observations to balance the pole. An env of its own, not a wrapper, so it can be
+    made again from its class alone (gymnasium's ``check_env`` does); it truncates at
+    CartPole-v1's 500 steps."""
+
+    max_episode_steps = 500
 
     def __init__(self, render_mode: str | None = None) -> None:
-        super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
-        box = self.env.observation_space
-        self.observation_space = gym.spaces.Box(box.low[[0, 2]], box.high[[0, 2]], dtype=np.float32)
+        super().__init__(render_mode=render_mode)
+        high = self.observation_space.high[[0, 2]]
+        self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self._steps = 0
 
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        return observation[[0, 2]]
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        obs, info = super().reset(seed=seed, options=options)
+        self._steps = 0
+        return obs[[0, 2]], info
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self._steps += 1
+        truncated = truncated or self._steps >= self.max_episode_steps
+        return obs[[0, 2]], reward, terminated, truncated, info
 
 
 class _Drawn(gym.Env):

@@ -1,5 +1,5 @@
 """Small multi-agent envs in PettingZoo's Parallel API (the ``multiagent`` extra:
-``pip install "flowrl[multiagent]"``), for tests, notebooks and benchmarks.
+``pip install "flowrl-ray[multiagent]"``), for tests, notebooks and benchmarks.
 
 Examples:
     >>> env = IndependentCartPoles(agents=2)

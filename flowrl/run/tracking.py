@@ -98,7 +98,7 @@ class MLflowTracker:
             import mlflow
         except ImportError:
             raise ConfigError(
-                '--logger mlflow needs mlflow: pip install "flowrl[tracking]"'
+                '--logger mlflow needs mlflow: pip install "flowrl-ray[tracking]"'
             ) from None
         self._mlflow = mlflow
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or local_store()
@@ -132,7 +132,7 @@ class WandbTracker:
             import wandb
         except ImportError:
             raise ConfigError(
-                '--logger wandb needs wandb: pip install "flowrl[tracking]"'
+                '--logger wandb needs wandb: pip install "flowrl-ray[tracking]"'
             ) from None
         self._wandb = wandb
         self.project, self.directory = project, directory
