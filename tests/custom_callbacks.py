@@ -32,3 +32,25 @@ class CoinCallbacks(Callbacks):
         Path(path).parent.joinpath("checkpoints_seen.txt").open("a").write(
             json.dumps(str(Path(path).name)) + "\n"
         )
+
+
+class WordMetric(Callbacks):
+    """Reports a custom metric that is not a number."""
+
+    def on_episode_end(self, *, episode, info):
+        episode.custom_metrics["mood"] = "cheerful"
+
+
+class RaisingResult(Callbacks):
+    """The driver's result hook raises at the second iteration."""
+
+    def on_train_result(self, *, algorithm, result):
+        if result["iteration"] == 2:
+            raise KeyError("no_such_key")
+
+
+class RaisingCheckpoint(Callbacks):
+    """The checkpoint hook raises."""
+
+    def on_checkpoint(self, *, algorithm, path):
+        raise OSError("the backup disk is gone")

@@ -90,3 +90,42 @@ class RaiseOnce(RaiseAfter):
 
 for _cls in (NanReward, NanObservation, HangOnce, RaiseAfter, RaiseOnce):
     gym.register(f"{_cls.__name__}-v0", entry_point=f"{__name__}:{_cls.__name__}")
+
+
+def _raises_once(limit: int) -> type:
+    """A mixin for any env: its step() raises once the env has taken ``limit`` steps, in
+    the first env to reach it after :data:`RAISE_MARKER` was removed."""
+
+    class RaisesOnce:
+        def step(self, action):
+            self.total_steps = getattr(self, "total_steps", 0) + 1
+            if self.total_steps >= limit:
+                try:
+                    RAISE_MARKER.touch(exist_ok=False)
+                except FileExistsError:
+                    pass
+                else:
+                    raise ValueError("the simulator crashed")
+            return super().step(action)
+
+    return RaisesOnce
+
+
+def _parallel_base() -> type:
+    from flowrl.rollout.toy_multi_agent import IndependentCartPoles
+
+    return IndependentCartPoles
+
+
+def _game_base() -> type:
+    from pettingzoo.classic.tictactoe.tictactoe import raw_env
+
+    return raw_env
+
+
+class CartPolesRaiseOnce(_raises_once(1000), _parallel_base()):
+    """Two CartPoles (a Parallel env) whose step raises once."""
+
+
+class TicTacToeRaiseOnce(_raises_once(300), _game_base()):
+    """Tic-tac-toe (a turn-based AEC game) whose step raises once."""

@@ -118,3 +118,37 @@ def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and
 def test_the_command_line_refuses_callbacks_it_cannot_load(capsys):
     assert main(["train", "ppo", "--num-workers", "0", "--callbacks", "nope:Nope"]) == 2
     assert "cannot load callbacks nope:Nope" in capsys.readouterr().err
+
+
+QUICK_RUN = ["--env", "CartPole-v1", "--num-workers", "0", "--no-progress"]
+QUICK_RUN += ["--set", "train_batch_size=256", "num_envs_per_worker=2"]
+
+
+def rows_and_checkpoints(run_dir: Path) -> tuple[list[int], list[str]]:
+    lines = (run_dir / "result.jsonl").read_text().splitlines()
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    return [json.loads(line)["iteration"] for line in lines], names
+
+
+def test_a_custom_metric_that_is_not_a_number_is_one_line_naming_it(tmp_path, capsys):
+    args = ["train", "ppo", *QUICK_RUN, "--callbacks", "custom_callbacks:WordMetric"]
+    assert main([*args, "--stop-iters", "3", "--output", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "WordMetric.on_episode_end reported custom metric 'mood' = 'cheerful' (str)" in err[0]
+    rows, checkpoints = rows_and_checkpoints(tmp_path / "run")
+    assert checkpoints == [f"checkpoint_{len(rows):06d}"], (rows, checkpoints)
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_raising_driver_hook_keeps_the_row_of_its_iteration_and_the_summary(tmp_path, capsys):
+    args = ["train", "ppo", *QUICK_RUN, "--stop-iters", "4"]
+    hooked = [*args, "--callbacks", "custom_callbacks:RaisingResult"]
+    assert main([*hooked, "--output", str(tmp_path / "result")]) == 1
+    assert "RaisingResult.on_train_result raised KeyError" in capsys.readouterr().err
+    assert rows_and_checkpoints(tmp_path / "result") == ([1, 2], ["checkpoint_000002"])
+    hooked = [*args, "--callbacks", "custom_callbacks:RaisingCheckpoint"]
+    assert main([*hooked, "--output", str(tmp_path / "checkpoint")]) == 1
+    assert "RaisingCheckpoint.on_checkpoint raised OSError" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "checkpoint" / "summary.json").read_text())
+    assert summary["iterations"] == 4 and summary["checkpoint"].endswith("checkpoint_000004")

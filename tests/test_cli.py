@@ -157,6 +157,31 @@ def test_resume_continues_the_run(run_dir, tmp_path):
     assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
 
 
+def test_a_run_directory_has_one_writer_at_a_time(run_dir, tmp_path, capsys):
+    """Two --resume of one directory at once lost rows; the second is now refused in one
+    line while another process holds the directory, and goes on once it is free."""
+    import shutil
+
+    copy = tmp_path / "held"
+    shutil.copytree(run_dir, copy)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from flowrl.run.logger import hold_run_dir; "
+         f"h = hold_run_dir({str(copy)!r}); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["train", "ppo", "--resume", str(copy), "--stop-iters", "3", *QUICK]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"in use by another flowrl process (pid {holder.pid})" in err[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["train", "ppo", "--resume", str(copy), "--stop-iters", "3", *QUICK]) == 0
+    rows = [json.loads(line) for line in (copy / "result.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+
+
 @pytest.mark.parametrize("algo", ["impala", "appo", "apex"])
 def test_learner_thread_algorithms_train_resume_and_evaluate(algo, tmp_path):
     quick = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=200"]

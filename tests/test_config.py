@@ -78,7 +78,11 @@ def test_a_schedulable_value_is_a_number_or_points_of_env_steps():
     assert PPOConfig.from_dict(cfg.to_dict()) == cfg  # through config.json and back
     for value, message in (
         ([[0, 1e-3], [10, -1]], "lr must be >= 0"),  # a schedule may end on 0, not below
-        ([[5, 1e-3], [1, 1e-4]], "env steps from 0 that never go back"),
+        ([[0, 1e-3], [5, 1e-3], [1, 1e-4]], "env steps that never go back"),
+        ([[5, 1e-3], [10, 1e-4]], "starts at env step 0"),  # it says where it starts
+        ([[0, 1e-3], [1e400, 0]], "its steps finite"),  # was written as Infinity
+        ([[0, 0]], "lr must be > 0"),  # as the constant 0 is
+        ([[0, 0], [10, 1e-3]], "lr must be > 0"),
         ([1e-3, 1e-4], "a number or a schedule"),
         ([[0, 1e-3, 2]], "a number or a schedule"),
         (0, "lr must be > 0"),  # a constant keeps the field's range

@@ -102,7 +102,7 @@ def test_evaluate_video_writes_an_mp4_per_episode_whose_frames_show_it(tmp_path,
         ["evaluate", str(tmp_path / "ckpt"), "--episodes", "2", "--video", str(tmp_path / "v")]
     )
     assert code == 0
-    assert "videos of the 2 episodes in" in capsys.readouterr().out
+    assert "videos of 2 episodes in" in capsys.readouterr().out
     videos = sorted((tmp_path / "v").glob("*.mp4"))
     assert [v.name for v in videos] == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
     frames = read_frames(videos[0])

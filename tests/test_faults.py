@@ -633,3 +633,16 @@ def test_a_checkpoint_of_an_older_format_is_one_line_naming_both_versions(tmp_pa
         assert len(err) == 1 and expected in err[0], err
     with pytest.raises(CheckpointError, match="format version 1"):
         Algorithm.from_checkpoint(path)
+
+
+@pytest.mark.parametrize("env", ["CartPolesRaiseOnce", "TicTacToeRaiseOnce"])
+def test_a_multi_agent_env_that_raises_on_a_remote_worker_is_replaced(env, ray_session):
+    """A Parallel env and a turn-based game get what a single-agent env gets: the worker
+    whose env raised is replaced and training goes on."""
+    fault_envs.RAISE_MARKER.unlink(missing_ok=True)
+    config = {**QUICK, "num_workers": 2}
+    with Algorithm("ppo", env=f"fault_envs:{env}", **config) as algo:
+        summary = _run_until_restarted(algo, then_iters=2)
+        assert summary["stopped_by"] == "iterations"
+        assert algo.last_result["num_worker_restarts"] == 1
+    fault_envs.RAISE_MARKER.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flowrl import LocalIterator, MultiAgentBatch, SampleBatch
+from flowrl import Algorithm, LocalIterator, MultiAgentBatch, SampleBatch
 from flowrl.apps.cli import main
 from flowrl.ops import ConcatBatches, SelectExperiences
 
@@ -176,6 +176,17 @@ def test_policy_settings_and_mappings_are_checked_in_one_line():
         policy_mapping({"x": "p"})("y")
     assert policy_mapping("shared", ["main"])("anyone") == "main"
     assert policy_mapping("test_multi_agent:team_of")("cartpole_1") == "odd"
+    # a typo in a mapping trained a policy nobody configured; None trained a policy "None"
+    two = {"ppo": {}, "dqn": {"algorithm": "dqn"}}
+    with pytest.raises(ConfigError, match="policy 'DQN', which policies does not configure"):
+        Algorithm("ppo", env=POLES, num_workers=0, policies=two,
+                  policy_mapping={"cartpole_0": "ppo", "cartpole_1": "DQN"})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"from test_multi_agent:no_team\) gave agent"):
+        Algorithm("ppo", env=POLES, num_workers=0, policy_mapping="test_multi_agent:no_team")
+
+
+def no_team(agent):
+    """A mapping function that forgot to return."""
 
 
 def team_of(agent: str) -> str:

@@ -68,6 +68,9 @@ def test_tune_command_refuses_bad_input_in_one_line(capsys):
         (["tune", "ppo", "--space", "lr=uniform(-1,1)"], "lr"),  # out of lr's range
         (["tune", "ppo", "--grid", "lr=[0.1]", "--search", "optuna"], "give --space"),
         (["tune", "ppo", "--space", "lr=uniform(0.1,1)", "--scheduler", "pbt"], "give --grid"),
+        (["tune", "ppo", "--grid", "lr=[0.001,-1]"], "lr"),  # every value, not the first
+        (["tune", "ppo", "--space", "num_sgd_iter=uniform(1,5)"], "takes whole numbers"),
+        (["tune", "ppo", "--grid", "lr=[0.1]", "--num-workers", "512"], "each trial reserves"),
     ):
         assert main(args) == 2
         # Ray may still forward an earlier test's trial output (lines it tags "(actor pid=N)")
@@ -105,3 +108,22 @@ def test_an_optuna_search_of_four_trials_on_real_tune(ray_session, tmp_path, cap
     assert {int(row.split()[2]) for row in table} <= {1, 2, 3}
     state = list((tmp_path / "tune").glob("searcher-state-*.pkl"))
     assert state, "Tune saved the Optuna searcher's state beside the trials"
+
+
+@pytest.mark.slow
+def test_a_trial_that_fails_before_its_first_result_is_a_row_and_one_line(
+    ray_session, tmp_path, capsys
+):
+    """The second trial's env cannot be made: the first trial's row is still printed, the
+    failure is one line naming its cause, and no layout was given, so the trials run
+    in-process (2 workers and the trial itself would need 3 CPUs of 2: Ray waited
+    forever)."""
+    args = ["tune", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--output", str(tmp_path)]
+    args += ["--grid", 'env_config=[{}, {"no_such_argument": 1}]']
+    args += ["--set", "train_batch_size=256"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "trials run in-process" in captured.out and "2 trials, 1 failed" in captured.out
+    failures = [ln for ln in captured.err.splitlines() if ln.startswith("flowrl: trial ")]
+    assert len(failures) == 1 and "no_such_argument" in failures[0], captured.err[-2000:]
+    assert "AttributeError" not in captured.err

@@ -294,11 +294,13 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     after checking that the command names the same algorithm, env and directory."""
     from flowrl.run import checkpoints
     from flowrl.run.algorithm import Algorithm, get_algorithm
+    from flowrl.run.logger import hold_run_dir
 
     output = Path(args.resume)
     if args.output and Path(args.output).resolve() != output.resolve():
         raise ConfigError(f"--resume continues the run in {output}; drop --output {args.output}")
     ckpt = checkpoints.latest(output)
+    hold_run_dir(output).close()  # another process writing it: say so before loading
     saved_algo, saved_env = ckpt.meta["algo"], ckpt.meta["config"].get("env")
     if get_algorithm(args.algo).name != saved_algo:
         raise ConfigError(f"--resume {output} holds a {saved_algo} run, not {args.algo}")
@@ -395,9 +397,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from flowrl.apps.sweeps import parse_grid, parse_space, sweep, trial_rows
+    from flowrl.apps.sweeps import (
+        check_trials,
+        parse_grid,
+        parse_space,
+        sweep,
+        trial_error,
+        trial_rows,
+    )
+    from flowrl.diagnostics.autotune import ray_running
     from flowrl.rollout.envs import check_env_id
     from flowrl.run.algorithm import get_algorithm
+    from flowrl.run.ray_start import init_ray
 
     stop = _stop_criteria(args)
     grid, space = parse_grid(args.grid), parse_space(args.space)
@@ -411,16 +422,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"--perturbation-interval must be >= 1, got {args.perturbation_interval}")
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
+    said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)  # before Ray
     config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
-    for key, (dist, bounds) in space.items():  # a range's ends are values the key takes
-        for value in bounds if dist != "randint" else bounds[:1]:
-            spec.config_cls.from_dict({**fixed, key: value})
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
     print(
         f"flowrl: sweeping {spec.name} on {config.env} over {', '.join([*grid, *space])}"
         f"{' with Optuna' if args.search == 'optuna' else ''}; writing to {output}"
     )
+    if said:
+        print(f"flowrl: {said}")
+    if not ray_running():  # trials report in the table, not through Ray's forwarded output
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # nor Tune's progress boxes
+        init_ray(
+            num_cpus=os.cpu_count() or 1,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     results = sweep(
         args.algo,
         grid,
@@ -436,6 +455,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     rows = trial_rows(results, [*grid, *space])
     print_table(rows)
+    for row, result in zip(rows, results, strict=True):
+        if result.error is not None:
+            print(
+                f"flowrl: trial {row['trial']} failed: {trial_error(result.error)}", file=sys.stderr
+            )
     failed = sum(1 for row in rows if row["error"])
     trials = _count(len(rows), "trial")
     print(f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'}")
@@ -465,7 +489,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if key.startswith(("agent/", "policy/")):
             print(f"  {key.rsplit('/', 1)[0]}: episode_return_mean {value:.2f}")
     if args.video:
-        print(f"flowrl: {_count(res['episodes'], 'video')} of the episodes in {args.video}")
+        n = res["episodes"]
+        print(
+            f"flowrl: {'a video' if n == 1 else 'videos'} of {_count(n, 'episode')} in {args.video}"
+        )
     return 0
 
 

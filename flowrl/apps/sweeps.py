@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,9 +27,10 @@ from ray import tune
 
 from flowrl.core.config import ConfigError
 from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
-from flowrl.run.algorithm import Algorithm, get_algorithm
+from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.logger import RunLogger
 from flowrl.run.runner import run_meta
+from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
 METRIC = EPISODE_RETURN_MEAN
@@ -148,6 +150,57 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[str, list[Any]]]:
     return space
 
 
+def check_trials(
+    spec: Any,
+    fixed: dict[str, Any],
+    grid: Mapping[str, list[Any]],
+    space: Mapping[str, tuple[str, list[Any]]],
+    cpus: float,
+) -> str | None:
+    """Before Ray starts: every grid value and both ends of every range must be values the
+    config takes (a float range for a whole-number key is refused: ``randint`` or ``choice``
+    draws those), and every trial must fit on ``cpus`` (one CPU for the trial and its
+    workers'). Where nothing chose the workers, trials run in-process (``fixed`` gets
+    ``num_workers=0``) and the returned line says so; a trial that cannot fit is a
+    ConfigError, not a sweep Ray waits on forever.
+
+    Examples:
+        >>> from flowrl.algorithms.ppo import ALGORITHM
+        >>> check_trials(ALGORITHM, {"num_workers": 2}, {"lr": [1e-3]}, {}, cpus=2)
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: each trial reserves 3 CPUs (1 + 2 workers x 1), ...
+    """
+    defaults = spec.config_cls()
+    for key, values in grid.items():
+        for value in values:
+            spec.config_cls.from_dict({**fixed, key: value})
+    for key, (dist, bounds) in space.items():
+        default = getattr(defaults, key)
+        if isinstance(default, int) and not isinstance(default, bool) and "uniform" in dist:
+            raise ConfigError(
+                f"--space {key}={dist}(...) draws fractions, but {key} takes whole numbers: "
+                f"use randint({', '.join(map(str, bounds))}) or choice(...)"
+            )
+        for value in bounds if dist != "randint" else [bounds[0], bounds[1] - 1]:
+            spec.config_cls.from_dict({**fixed, key: value})
+    said = None
+    if "num_workers" not in {*fixed, *grid, *space, *preset_values(spec, fixed)}:
+        fixed["num_workers"] = 0
+        said = "trials run in-process, one CPU each (--num-workers N gives each N workers)"
+    config = spec.config_cls.from_dict(fixed)
+    workers = max(grid.get("num_workers", [config.num_workers]))
+    need = 1 + workers * config.num_cpus_per_worker
+    if need > cpus:
+        fit = int((cpus - 1) // config.num_cpus_per_worker)
+        raise ConfigError(
+            f"each trial reserves {need:g} CPUs (1 + {workers} workers x "
+            f"{config.num_cpus_per_worker:g}), but this machine has {cpus:g}: set "
+            f"--num-workers {fit} or fewer (0: trials in-process)"
+        )
+    return said
+
+
 def sweep(
     algo: str,
     grid: Mapping[str, list[Any]],
@@ -221,13 +274,10 @@ def sweep(
             verbose=0,
         ),
     )
-    tune_log = logging.getLogger("ray.tune.tune")  # "wrote the results to <path>" at the end
-    level = tune_log.level
-    tune_log.setLevel(logging.WARNING)
-    try:
+    # Tune's own report of a failed trial is its whole traceback (trial_error says it in a
+    # line), and "wrote the results to <path>" at the end
+    with quiet_loggers("ray.tune", "ray.train", level=logging.CRITICAL):
         return tuner.fit()
-    finally:
-        tune_log.setLevel(level)
 
 
 def optuna_search(seed: int | None) -> Any:
@@ -241,22 +291,41 @@ def optuna_search(seed: int | None) -> Any:
     return OptunaSearch(metric=METRIC, mode="max", seed=seed)
 
 
+def trial_error(error: BaseException) -> str:
+    """A failed trial's error in one line: what the trial itself raised (a Ray error's
+    cause, or the last exception line of a trial actor that died while it was made).
+
+    Examples:
+        >>> trial_error(ValueError("lr must be > 0"))
+        'ValueError: lr must be > 0'
+    """
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):
+        error = cause
+    raised = re.findall(r"^([\w.]*(?:Error|Exception|Interrupt)): (.*)$", str(error), re.M)
+    if raised and raised[-1][0] != type(error).__name__:  # a traceback's last line
+        name, text = raised[-1]
+        return f"{name.rsplit('.', 1)[-1]}: {text.strip()}"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any]]:
     """One row per trial: its swept values, iterations, env steps, last and best return."""
     rows = []
     for result in grid:
-        metrics = result.metrics or {}
+        metrics, config = result.metrics or {}, result.config or {}  # none: failed at once
         history = result.metrics_dataframe
         best = history[METRIC].max() if history is not None and METRIC in history else None
         rows.append(
             {
                 "trial": metrics.get("trial_id", "?"),
-                **{key: result.config.get(key) for key in keys},
+                **{key: config.get(key) for key in keys},
                 "iterations": metrics.get("training_iteration"),
                 "env_steps": metrics.get(STEPS_SAMPLED),
                 METRIC: metrics.get(METRIC),
                 "best": best,
-                "error": type(result.error).__name__ if result.error else "",
+                "error": trial_error(result.error).split(":")[0] if result.error else "",
             }
         )
     return rows

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,43 @@ class Callbacks:
 
     def on_checkpoint(self, *, algorithm: Any, path: Path) -> None:
         """The driver wrote a checkpoint to ``path``."""
+
+
+class CallbackError(RuntimeError):
+    """A hook of the run's ``Callbacks`` raised, or reported what cannot be reported."""
+
+
+def checked_metrics(callbacks: Callbacks, metrics: dict[str, Any]) -> dict[str, float]:
+    """An episode's custom metrics as floats; a CallbackError names the metric and the
+    hook that reported what is not a number. A NaN is no value: the results' mean, min
+    and max leave it out.
+
+    Examples:
+        >>> checked_metrics(Callbacks(), {"coins": 3})
+        {'coins': 3.0}
+        >>> checked_metrics(Callbacks(), {"coins": "3"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.callbacks.CallbackError: Callbacks.on_episode_end reported custom metric ...
+    """
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise CallbackError(
+                f"{type(callbacks).__name__}.on_episode_end reported custom metric {name!r} "
+                f"= {value!r:.40} ({type(value).__name__}): a custom metric is a number"
+            )
+    return {name: float(value) for name, value in metrics.items()}
+
+
+def run_hook(callbacks: Callbacks, hook: str, **kwargs: Any) -> None:
+    """``callbacks.<hook>(**kwargs)``; what it raises comes back as a CallbackError that
+    names the class and the hook (its cause the hook's own exception)."""
+    try:
+        getattr(callbacks, hook)(**kwargs)
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        reason = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+        raise CallbackError(f"{type(callbacks).__name__}.{hook} raised {reason}") from e
 
 
 def load_callbacks(spec: Any) -> Callbacks | None:

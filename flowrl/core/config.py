@@ -152,8 +152,9 @@ def _split_list(name: str, text: str) -> list[str]:
 
 def _to_schedule(name: str, value: Any, meta: Mapping[str, Any]) -> Schedule:
     """A schedulable field's value: a number, or ``[[env_steps, value], ...]`` (JSON text
-    too) with env steps from 0 that never go back; each point's value in the field's range
-    (a schedule may end on a ``gt`` bound: ``lr`` decaying to 0)."""
+    too) with finite env steps from 0 that never go back; each point's value in the
+    field's range (a schedule starts where the constant may, and may decay to a ``gt``
+    bound: ``lr`` to 0)."""
     if isinstance(value, str):
         with contextlib.suppress(json.JSONDecodeError):
             value = json.loads(value)
@@ -171,10 +172,13 @@ def _to_schedule(name: str, value: Any, meta: Mapping[str, Any]) -> Schedule:
             raise ConfigError(expected)
         points.append((pair[0], pair[1]))
     steps = [s for s, _ in points]
-    if steps[0] < 0 or any(b < a for a, b in itertools.pairwise(steps)):
-        raise ConfigError(f"{name}'s schedule needs env steps from 0 that never go back: {steps}")
+    if steps[0] != 0 or not all(map(math.isfinite, steps)):
+        raise ConfigError(f"{name}'s schedule starts at env step 0, its steps finite: {steps}")
+    if any(b < a for a, b in itertools.pairwise(steps)):
+        raise ConfigError(f"{name}'s schedule needs env steps that never go back: {steps}")
+    _check_range(name, points[0][1], meta)  # it starts where a constant may be
     bounds = {**meta, "ge": meta.get("ge") if meta.get("gt") is None else meta["gt"], "gt": None}
-    for _, v in points:
+    for _, v in points[1:]:
         _check_range(name, v, bounds)
     return tuple(points)
 

@@ -146,17 +146,21 @@ class CollectMetrics(Operator):
 
 def custom_metrics(episodes: Iterable[Any]) -> dict[str, float]:
     """``custom/<name>_mean``, ``_min`` and ``_max`` of what episode callbacks reported
-    (a single-agent episode's third item), over the episodes that reported it.
+    (a single-agent episode's third item), over the episodes that reported a number for it
+    (a NaN is no value).
 
     Examples:
         >>> custom_metrics([(1.0, 5, {"coins": 2}), (2.0, 6, {"coins": 4}), (0.0, 3)])
         {'custom/coins_mean': 3.0, 'custom/coins_min': 2.0, 'custom/coins_max': 4.0}
+        >>> custom_metrics([(1.0, 5, {"rate": float("nan")}), (2.0, 6, {"rate": 0.5})])
+        {'custom/rate_mean': 0.5, 'custom/rate_min': 0.5, 'custom/rate_max': 0.5}
     """
     by_name: dict[str, list[float]] = {}
     for ep in episodes:
         if len(ep) == 3:
             for name, value in ep[2].items():
-                by_name.setdefault(name, []).append(float(value))
+                if not math.isnan(value):
+                    by_name.setdefault(name, []).append(float(value))
     out = {}
     for name, values in by_name.items():
         out.update({f"custom/{name}_mean": _mean(values), f"custom/{name}_min": min(values),

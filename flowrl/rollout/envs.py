@@ -61,6 +61,16 @@ class EnvError(RuntimeError):
         return self.message
 
 
+def step_env(env: Any, actions: Any) -> Any:
+    """``env.step(actions)``; what the env raises comes back as an EnvError (its cause the
+    env's own exception) whose worker the rollout worker names, so a remote worker whose
+    env raised is replaced whatever the kind of env (a multi-agent env or a game too)."""
+    try:
+        return env.step(actions)
+    except Exception as e:
+        raise EnvError(f"the env raised {type(e).__name__}: {e}", -1) from e
+
+
 def register_env(name: str, creator: EnvCreator) -> str:
     """Make ``creator`` trainable as ``env=name`` in this process and on its Ray workers.
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.core.callbacks import Callbacks, EpisodeInfo, env_info
+from flowrl.core.callbacks import Callbacks, EpisodeInfo, checked_metrics, env_info, run_hook
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 
 # (return, length), and what the callbacks reported of it when the run has callbacks
@@ -69,7 +69,7 @@ class EpisodeHooks:
 
     def _start(self, env_index: int) -> EpisodeInfo:
         episode = EpisodeInfo(env_index=env_index, worker_index=self.worker_index)
-        self.callbacks.on_episode_start(episode=episode)
+        run_hook(self.callbacks, "on_episode_start", episode=episode)
         return episode
 
     def step(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray, infos: dict) -> None:
@@ -82,10 +82,10 @@ class EpisodeHooks:
             episode, info = self.episodes[i], env_info(infos, i)
             episode.length += 1
             episode.total_reward += float(rewards[i])
-            self.callbacks.on_episode_step(episode=episode, info=info)
+            run_hook(self.callbacks, "on_episode_step", episode=episode, info=info)
             if done[i]:
-                self.callbacks.on_episode_end(episode=episode, info=info)
-                self._ended.append(dict(episode.custom_metrics))
+                run_hook(self.callbacks, "on_episode_end", episode=episode, info=info)
+                self._ended.append(checked_metrics(self.callbacks, episode.custom_metrics))
 
     def take(self) -> list[dict[str, float]]:
         """What the hooks reported of each episode that ended since the last call."""

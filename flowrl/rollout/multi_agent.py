@@ -18,10 +18,11 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -44,6 +45,7 @@ from flowrl.rollout.envs import (
     creator_arguments,
     makes_vector_envs,
     resolve_env,
+    step_env,
 )
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment, write_row
@@ -111,6 +113,8 @@ def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ())
         return self_play
     if isinstance(mapping, Mapping):
         table = dict(mapping)
+        for agent, pid in table.items():
+            _check_policy_id(pid, agent, policy_ids)
 
         def mapped(agent: str) -> str:
             if agent not in table:
@@ -125,7 +129,29 @@ def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ())
         raise ConfigError(f"cannot import {module_name} for policy_mapping: {e}") from None
     if not callable(function):
         raise ConfigError(f"policy_mapping {mapping} is not a function")
-    return function
+
+    @functools.wraps(function)  # its signature too: lane_mapping reads how it is called
+    def checked(agent: str, *more: Any) -> str:
+        pid = function(agent, *more)
+        _check_policy_id(pid, agent, policy_ids, f" (from {mapping})")
+        return pid
+
+    return checked
+
+
+def _check_policy_id(pid: Any, agent: str, policy_ids: Sequence[str], source: str = "") -> None:
+    """A ConfigError unless ``pid`` is a policy id (a str) the config's ``policies`` has
+    (when it names any): a typo must not train a policy nobody configured."""
+    if not isinstance(pid, str) or not pid:
+        raise ConfigError(
+            f"policy_mapping{source} gave agent {agent!r} the policy {pid!r}: "
+            "a policy id is a non-empty str"
+        )
+    if policy_ids and pid not in policy_ids:
+        raise ConfigError(
+            f"policy_mapping{source} sends agent {agent!r} to policy {pid!r}, which policies "
+            f"does not configure (it has {', '.join(sorted(policy_ids))})"
+        )
 
 
 _AGENT_ENVS: dict[str, str] = {}  # env and its config -> "parallel", "turns" or ""
@@ -304,7 +330,7 @@ class AgentLanes(Lanes):
             acting = {
                 agent: lane_action(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]
             }
-            obs, rew, term, trunc, _ = env.step(acting)
+            obs, rew, term, trunc, _ = step_env(env, acting)
             returns = self._returns[copy]
             for pid, i, agent in lanes:
                 if agent in obs:

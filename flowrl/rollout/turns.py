@@ -43,6 +43,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
+from flowrl.rollout.envs import step_env
 from flowrl.rollout.episodes import write_video
 from flowrl.rollout.fragments import finish_fragment
 from flowrl.rollout.multi_agent import (
@@ -141,7 +142,7 @@ class TurnLanes(Lanes):
             self._open[pid, lane] = row
             if masks is not None and not masks[j].reshape(-1)[int(actions[j])]:
                 self.illegal_moves += 1
-            self.envs[copy].step(lane_action(env_actions, j))
+            step_env(self.envs[copy], lane_action(env_actions, j))
             self._moves[copy] += 1
 
     def _fragment(self, pid: str, policy: Any, where: str) -> Fragment:

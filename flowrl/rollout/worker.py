@@ -198,7 +198,10 @@ class RolloutWorker(ParallelIteratorWorker):
                     batch=batch, worker_index=self.worker_index
                 )
         else:
-            fragments = self.agents.sample(self.config.rollout_fragment_length)
+            try:
+                fragments = self.agents.sample(self.config.rollout_fragment_length)
+            except EnvError as e:  # the env's own fault: this worker is replaced
+                raise self._env_error(e.__cause__).with_traceback(e.__traceback__) from e.__cause__
             batch = MultiAgentBatch(
                 {  # a policy all of whose agents sat the fragment out has no rows
                     pid: self.policy[pid].postprocess(f)

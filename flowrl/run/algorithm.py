@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from flowrl.core.callbacks import load_callbacks
+from flowrl.core.callbacks import load_callbacks, run_hook
 from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.core.iter import LocalIterator, NotReady
@@ -303,9 +303,9 @@ class Algorithm(Checkpointing):
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
+                self.last_result = result  # the run logs it even when a hook raises
                 if self.callbacks is not None:
-                    self.callbacks.on_train_result(algorithm=self, result=result)
-                self.last_result = result
+                    run_hook(self.callbacks, "on_train_result", algorithm=self, result=result)
                 return result
 
     def _step_schedules(self) -> dict[str, float]:

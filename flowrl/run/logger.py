@@ -12,8 +12,10 @@ Examples:
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,40 @@ def _probe_writable(directory: Path) -> None:
     probe.unlink()
 
 
+LOCK = ".flowrl.lock"  # held by the process that writes a run directory
+
+
+def hold_run_dir(output_dir: Path) -> Any:
+    """An exclusive lock on ``output_dir`` (its lock file, open), held until closed: one
+    process writes a run directory at a time. A ConfigError when another holds it.
+
+    Examples:
+        >>> import tempfile
+        >>> run_dir = Path(tempfile.mkdtemp())
+        >>> held = hold_run_dir(run_dir)
+        >>> hold_run_dir(run_dir)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: run directory ... is in use by another flowrl process ...
+        >>> held.close()
+    """
+    handle = open(Path(output_dir) / LOCK, "a+")  # noqa: SIM115  (held while the run writes)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        pid = handle.read().strip() or "?"
+        handle.close()
+        raise ConfigError(
+            f"run directory {output_dir} is in use by another flowrl process (pid {pid}): "
+            "wait for it to end, or choose another --output"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
 def _whole_records(path: Path, last_iteration: int) -> list[str]:
     """The lines of result.jsonl that parse (a torn last line does not) and belong to
     iterations up to ``last_iteration``."""
@@ -114,6 +150,7 @@ class RunLogger:
             check_new_run_dir(self.output_dir)
         else:
             self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = hold_run_dir(self.output_dir)  # before any file is rewritten
         self._purge_step = resume_env_steps + 1 if resume_iteration else None
         jsonl_path = self.output_dir / "result.jsonl"
         kept = _whole_records(jsonl_path, resume_iteration)
@@ -171,3 +208,4 @@ class RunLogger:
         self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        self._lock.close()  # the directory is free for the next writer

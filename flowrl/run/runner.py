@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flowrl.core.callbacks import CallbackError
 from flowrl.core.config import Config
 from flowrl.core.context import (
     EPISODE_RETURN_MEAN,
@@ -313,6 +314,7 @@ def run(
         stopped_by = "interrupted"
     except Exception as e:  # keep what was learned, then let the caller see the error
         stopped_by, error = "error", e
+        result = _log_unlogged(algo, result, log, trackers)
     finally:
         bar.close()
     with sigint_ignored():
@@ -324,6 +326,21 @@ def run(
     if error is not None:
         raise error
     return summary
+
+
+def _log_unlogged(
+    algo: Trainable, logged: dict[str, Any] | None, log: RunLogger | None, trackers: Sequence
+) -> dict[str, Any] | None:
+    """After an error: the algorithm's last result when it is not ``logged`` (it was made,
+    then a hook raised), logged so the run's rows match its iterations; returns it."""
+    result = algo.last_result
+    if result is None or result is logged:
+        return logged
+    for tracker in trackers:
+        tracker.log(result)
+    if log is not None:
+        log.log(result)
+    return result
 
 
 def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: dict) -> None:
@@ -399,11 +416,14 @@ def _finish(
             trace = "".join(traceback.format_exception(error))
             (log.output_dir / "error.txt").write_text(trace)
     if log is not None:
+        path = checkpoint_dir(log.output_dir, algo.iteration)
         try:
-            last_checkpoint = algo.save(checkpoint_dir(log.output_dir, algo.iteration))
+            last_checkpoint = algo.save(path)
         except NonFiniteError as e:  # the last good checkpoint stays the latest
             logger.error("final checkpoint not written: %s", e)
             error = error or e
+        except CallbackError as e:  # written; then on_checkpoint raised
+            last_checkpoint, error = path, error or e
         summary["checkpoint"] = str(last_checkpoint) if last_checkpoint else None
         log.write_json("summary.json", summary)
         log.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from flowrl.core.callbacks import run_hook
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.learning.policy import Weights
 from flowrl.run import checkpoints
@@ -63,7 +64,7 @@ class Checkpointing:
         }
         written = checkpoints.write(path, state, meta)
         if self.callbacks is not None:
-            self.callbacks.on_checkpoint(algorithm=self, path=written)
+            run_hook(self.callbacks, "on_checkpoint", algorithm=self, path=written)
         return written
 
     def restore(self, checkpoint: str | os.PathLike[str] | Checkpoint) -> None:
