@@ -45,3 +45,10 @@ class WrongWidth(TinyEncoder):
     def __init__(self, observation_space: gym.Space) -> None:
         super().__init__(observation_space, width=8)
         self.out_features = 9
+
+
+class TooWideActorCritic(LinearActorCritic):
+    """A whole acting module whose logits are one wider than the actions."""
+
+    def __init__(self, observation_space, action_space):
+        super().__init__(observation_space, gym.spaces.Discrete(int(action_space.n) + 1))

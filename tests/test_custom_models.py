@@ -90,3 +90,11 @@ def test_a_registered_model_reaches_the_ray_workers(ray_session):
 def test_a_model_flowrl_cannot_use_is_one_clear_line(model, message):
     with pytest.raises(ConfigError, match=message):
         Algorithm("ppo", env="CartPole-v1", model=model, num_workers=0)
+
+
+def test_a_model_whose_outputs_do_not_fit_the_actions_is_one_line_naming_it():
+    """It used to reach the env as actions CartPole cannot take: an EnvError naming the env,
+    after three pointless worker restarts."""
+    with pytest.raises(ConfigError, match=r"model custom_models:TooWideActorCritic gives 3 "):
+        Algorithm("ppo", env="CartPole-v1", model="custom_models:TooWideActorCritic",
+                  num_workers=0)  # fmt: skip

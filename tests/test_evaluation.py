@@ -164,3 +164,16 @@ def test_videos_without_the_video_extra_are_a_config_error_before_training(
             algo.evaluate(1, video_dir=str(tmp_path))
     finally:
         algo.stop()
+
+
+def test_videos_to_a_place_that_cannot_be_written_are_one_line_naming_it(tmp_path, capsys):
+    """It said the env "cannot render frames here"."""
+    from flowrl.apps.cli import main
+
+    with pytest.raises(ConfigError, match="cannot write videos to /proc/videos"):
+        Algorithm("ppo", env="CartPole-v1", num_workers=0, evaluation_interval=1,
+                  evaluation_video_dir="/proc/videos")  # fmt: skip
+    with Algorithm("ppo", env="CartPole-v1", num_workers=0) as algo:
+        path = algo.save(tmp_path / "ckpt")
+    assert main(["evaluate", str(path), "--episodes", "1", "--video", "/proc/videos"]) == 2
+    assert "cannot write videos to /proc/videos" in capsys.readouterr().err

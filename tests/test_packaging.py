@@ -78,6 +78,9 @@ def test_the_wheel_asks_for_the_extras_packages_only_with_their_extra(wheel):
     assert {"ray", "torch", "numpy", "gymnasium"} <= names
     assert not names & {"opencv-python-headless", "moviepy", "mlflow", "wandb", "onnx"}
     assert meta["License-Expression"] == "Apache-2.0"
+    extras = [r.split(";") for r in meta.get_all("Requires-Dist") if ";" in r]
+    notebook = {name.split(">")[0] for name, marker in extras if "notebook" in marker}
+    assert {"jupyterlab", "nbconvert", "ipykernel"} <= notebook, notebook  # a front end
     assert "Programming Language :: Python :: 3.11" in meta.get_all("Classifier")
 
 
@@ -107,7 +110,8 @@ def test_the_installed_wheel_runs_in_a_fresh_venv(wheel, tmp_path):
 
     assert run(str(flowrl_cmd), "--version").strip() == f"flowrl {flowrl.__version__}"
     assert "ppo" in run(str(flowrl_cmd), "list")
-    main_job = run(str(flowrl_cmd), "train", "ppo", "--env", "CartPole-v1", "--no-progress")
-    assert "flowrl: stopped by reward" in main_job, main_job
+    # the main job's command (tests/test_docs.py runs it to the end)
+    main_job = ["train", "ppo", "--env", "CartPole-v1", "--no-progress", "--stop-iters", "2"]
+    assert "flowrl: stopped by iterations" in run(str(flowrl_cmd), *main_job)
     where = run(str(python), "-c", "import flowrl.algorithms.ppo as m; print(m.__file__)")
     assert where.startswith(str(purelib)), where

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from flowrl.core.config import ConfigError
+from flowrl.learning.distributions import distribution_for
 from flowrl.learning.module import ActingModule
 from flowrl.learning.spaces import RecordLayout, is_composite, records_tensor
 
@@ -97,7 +98,9 @@ def build_module(
     cls = resolve_model(config.model)
     try:
         if issubclass(cls, ActingModule):
-            return cls(observation_space, action_space, **config.model_config)
+            module = cls(observation_space, action_space, **config.model_config)
+            _check_dist_inputs(config.model, module, observation_space, action_space)
+            return module
         encoder = cls(observation_space, **config.model_config)
     except TypeError as e:
         raise ConfigError(f"model {config.model}: {e}") from None
@@ -109,13 +112,36 @@ def build_module(
     return default(encoder)
 
 
+def _sample_obs(observation_space: gym.Space) -> Any:
+    """One sample observation as the module gets it: a batch of one (a nest of tensors
+    for a composite space)."""
+    if is_composite(observation_space):
+        layout = RecordLayout(observation_space)
+        return layout.unpack_tensor(records_tensor(layout.pack_one(observation_space.sample())))
+    return torch.as_tensor(observation_space.sample()[None])
+
+
+def _check_dist_inputs(
+    name: str, module: ActingModule, observation_space: gym.Space, action_space: gym.Space
+) -> None:
+    """One forward pass of a whole acting module on a sample observation: it must give as
+    many distribution inputs as the action space's distribution takes (else the env gets
+    actions it cannot take, and the error names the env, not the model)."""
+    wanted = distribution_for(action_space)[1]
+    state = module.initial_state(1) if module.recurrent else None
+    with torch.no_grad():
+        out = module(_sample_obs(observation_space), state)
+    width = tuple(out.dist_inputs.shape)[-1:]
+    if width != (wanted,):
+        raise ConfigError(
+            f"model {name} gives {width[0] if width else 'no'} distribution inputs per "
+            f"observation; {action_space} actions take {wanted}"
+        )
+
+
 def _check_features(name: str, encoder: nn.Module, observation_space: gym.Space) -> None:
     """One forward pass on a sample observation: its features must be [1, out_features]."""
-    if is_composite(observation_space):  # the nest of tensors the module gets
-        layout = RecordLayout(observation_space)
-        obs = layout.unpack_tensor(records_tensor(layout.pack_one(observation_space.sample())))
-    else:
-        obs = torch.as_tensor(observation_space.sample()[None])
+    obs = _sample_obs(observation_space)
     with torch.no_grad():
         shape = tuple(encoder(obs).shape)
     if shape != (1, encoder.out_features):

@@ -28,7 +28,9 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -225,6 +227,31 @@ def as_records(vec: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
     return RecordObservations(vec) if is_composite(vec.single_observation_space) else vec
 
 
+def probe_writable(directory: str | os.PathLike[str]) -> None:
+    """Make ``directory`` where missing and write (and remove) a file in it: OSError
+    when that cannot be done."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / ".flowrl-write-test"
+    probe.write_text("")
+    probe.unlink()
+
+
+def check_video_dir(video_dir: str | os.PathLike[str]) -> None:
+    """A ConfigError naming ``video_dir`` when videos cannot be written there.
+
+    Examples:
+        >>> check_video_dir("/proc/videos")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: cannot write videos to /proc/videos: ...
+    """
+    try:
+        probe_writable(video_dir)
+    except OSError as e:
+        raise ConfigError(f"cannot write videos to {video_dir}: {e.strerror or e}") from None
+
+
 def check_video_extra(env: str) -> None:
     """A ConfigError unless the ``video`` extra's packages that recording ``env`` needs are
     installed: moviepy for every env, OpenCV for Atari's preprocessing."""
@@ -276,6 +303,11 @@ def make_recording_env(
             f"env {env} cannot be recorded: it renders no rgb_array frames (render_mode "
             f"{one.render_mode!r}; let its creator take render_mode='rgb_array')"
         )
+    try:
+        check_video_dir(video_dir)
+    except ConfigError:
+        one.close()
+        raise
     try:
         one.reset(seed=seed)
         one.render()  # a renderer's missing package (pygame) fails here, not mid-episode

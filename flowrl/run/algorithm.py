@@ -32,6 +32,7 @@ from flowrl.diagnostics.profiler import Profile, Profiler
 from flowrl.rollout.envs import (
     check_env_id,
     check_spaces,
+    check_video_dir,
     check_video_extra,
     env_name,
     make_vector_env,
@@ -203,6 +204,7 @@ class Algorithm(Checkpointing):
             raise ConfigError(str(e)) from None
         if self.config.evaluation_video_dir:  # before training, not at the first evaluation
             check_video_extra(self.config.env)
+            check_video_dir(self.config.evaluation_video_dir)
         if address and not self.config.uses_ray:
             raise ConfigError(
                 f"address={address} joins a Ray cluster, but this config runs in-process "

@@ -21,6 +21,7 @@ from typing import Any
 
 from flowrl.core.config import ConfigError
 from flowrl.core.context import ITERATION
+from flowrl.rollout.envs import probe_writable
 from flowrl.run.tracking import metrics, step_of
 
 
@@ -42,7 +43,7 @@ def check_new_run_dir(output_dir: Path) -> None:
             f"--resume {output_dir}, or choose another --output"
         )
     try:
-        _probe_writable(output_dir)
+        probe_writable(output_dir)
     except OSError as e:
         raise ConfigError(f"cannot write to output directory {output_dir}: {e.strerror}") from None
 
@@ -61,19 +62,10 @@ def check_output_file(path: str | Path) -> Path:
     if out.is_dir():
         raise ConfigError(f"cannot write {out}: it is a directory; name a file")
     try:
-        _probe_writable(out.parent)
+        probe_writable(out.parent)
     except OSError as e:
         raise ConfigError(f"cannot write {out}: {e.strerror or e}") from None
     return out
-
-
-def _probe_writable(directory: Path) -> None:
-    """Make ``directory`` where missing and write (and remove) a file in it: OSError
-    when that cannot be done."""
-    directory.mkdir(parents=True, exist_ok=True)
-    probe = directory / ".flowrl-write-test"
-    probe.write_text("")
-    probe.unlink()
 
 
 LOCK = ".flowrl.lock"  # held by the process that writes a run directory

@@ -294,7 +294,7 @@ def run(
     last_checkpoint: Path | None = None
     error: Exception | None = None
     try:
-        while stopped_by is None:
+        while stopped_by is None or pending:  # every result made is logged
             result = pending.pop(0) if pending else _train_with_recovery(algo, budget)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
@@ -309,7 +309,7 @@ def run(
                     scored = algo.evaluation.scored_weights
                     algo.save(output_dir / "checkpoints" / BEST, weights=scored)
             _show_progress(bar, stop, result, shown)
-            stopped_by = stop.reason(result)
+            stopped_by = stopped_by or stop.reason(result)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
     except Exception as e:  # keep what was learned, then let the caller see the error
