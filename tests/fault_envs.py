@@ -129,3 +129,20 @@ class CartPolesRaiseOnce(_raises_once(1000), _parallel_base()):
 
 class TicTacToeRaiseOnce(_raises_once(300), _game_base()):
     """Tic-tac-toe (a turn-based AEC game) whose step raises once."""
+
+
+class CartPolesWithAStranger(_parallel_base()):
+    """Two CartPoles whose step rewards an agent that is not among its possible agents."""
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        return obs, {**rewards, "stranger": 1.0}, terminated, truncated, infos
+
+
+class CartPolesThatForget(_parallel_base()):
+    """Two CartPoles whose step leaves an acting agent without its observation."""
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        obs.pop("cartpole_1", None)
+        return obs, rewards, terminated, truncated, infos

@@ -484,3 +484,23 @@ def test_the_ported_rllib_two_trainer_workflow_trains_both_policies(tmp_path):
     assert main([*run, "--no-progress", "--output", str(tmp_path / "run")]) == 0
     rows = [json.loads(r) for r in (tmp_path / "run" / "result.jsonl").read_text().splitlines()]
     assert "policy/ppo_policy/policy_loss" in rows[-1] and "policy/dqn_policy/loss" in rows[-1]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ("CartPolesWithAStranger", "gave agent 'stranger', which is not among its possible"),
+        ("CartPolesThatForget", "left agent 'cartpole_1' without an observation"),
+    ],
+)
+def test_an_env_that_breaks_the_parallel_api_is_one_line_naming_the_agent(env, message):
+    """The stranger's reward was dropped and the forgotten agent acted on its last
+    observation, silently."""
+    from flowrl import ConfigError
+
+    algo = Algorithm("ppo", env=f"fault_envs:{env}", num_workers=0)
+    try:
+        with pytest.raises(ConfigError, match=message):
+            algo.train()
+    finally:
+        algo.stop()

@@ -279,6 +279,7 @@ class AgentLanes(Lanes):
         for pid, lanes in self.lanes.items():
             for i, (copy, agent) in enumerate(lanes):
                 self._of_copy[copy].append((pid, i, agent))
+        self._agents = [frozenset(agent for _, _, agent in lanes) for lanes in self._of_copy]
         self.obs = {pid: self._empty_obs(pid) for pid in self.policy_ids}
         #: which lanes act at the next step
         self.active = {pid: np.zeros(len(lanes), bool) for pid, lanes in self.lanes.items()}
@@ -331,6 +332,7 @@ class AgentLanes(Lanes):
                 agent: lane_action(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]
             }
             obs, rew, term, trunc, _ = step_env(env, acting)
+            check_agents(env, self._agents[copy], obs, rew)
             returns = self._returns[copy]
             for pid, i, agent in lanes:
                 if agent in obs:
@@ -358,6 +360,26 @@ class AgentLanes(Lanes):
         """The episodes finished since the last call."""
         episodes, self.episodes, self.episode_copies = self.episodes, [], []
         return episodes
+
+
+def check_agents(env: Any, known: frozenset[str], obs: dict, rewards: dict) -> None:
+    """A ConfigError naming the env and the agent when a step gives an observation or a
+    reward to an agent not among the ``known`` possible agents (its reward would be
+    dropped), or leaves an agent that still acts (in ``env.agents``) without an
+    observation (its last one would be acted on again)."""
+    stray = sorted((obs.keys() | rewards.keys()) - known)
+    name = env.metadata.get("name", type(env).__name__)
+    if stray:
+        raise ConfigError(
+            f"env {name} gave agent {stray[0]!r}, which is not among its possible_agents "
+            f"({', '.join(sorted(known))}), an observation or a reward"
+        )
+    blind = [agent for agent in env.agents if agent not in obs]
+    if blind:
+        raise ConfigError(
+            f"env {name} left agent {blind[0]!r} without an observation, though it still "
+            "acts (it is in env.agents)"
+        )
 
 
 def lane_action(actions: Any, i: int) -> Any:
