@@ -13,6 +13,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 
+from flowrl.rollout.toy_envs import MaskedChoice
+
 #: Exists once an env has hung: the first worker's env hangs, its replacement does not.
 HANG_MARKER = Path(tempfile.gettempdir()) / f"flowrl_hang_marker_{os.getuid()}"
 #: Exists once a RaiseOnce env has raised: the first one to reach its limit raises.
@@ -146,3 +148,29 @@ class CartPolesThatForget(_parallel_base()):
         obs, rewards, terminated, truncated, infos = super().step(actions)
         obs.pop("cartpole_1", None)
         return obs, rewards, terminated, truncated, infos
+
+
+class HalfAllowed(MaskedChoice):
+    """MaskedChoice whose mask is a float Box, one of its entries 0.5."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        spaces = dict(self.observation_space.spaces)
+        spaces["action_mask"] = gym.spaces.Box(0.0, 1.0, spaces["action_mask"].shape, np.float32)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def _draw(self):
+        obs = super()._draw()
+        mask = obs["action_mask"].astype(np.float32)
+        mask[mask.argmax()] = 0.5
+        return {**obs, "action_mask": mask}
+
+
+class NothingAllowed(MaskedChoice):
+    """MaskedChoice whose mask allows nothing from its fifth step on, mid-episode."""
+
+    def _draw(self):
+        obs = super()._draw()
+        if getattr(self, "t", 0) >= 5:
+            obs["action_mask"] = np.zeros_like(obs["action_mask"])
+        return obs

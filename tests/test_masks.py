@@ -160,3 +160,32 @@ def test_a_multidiscrete_mask_holds_each_sub_action_to_its_own_choices():
     )
     actions, _ = policy.compute_actions(obs)
     assert set(actions[:, 0].tolist()) == {1} and set(actions[:, 1].tolist()) == {0, 2}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ("HalfAllowed", "gave an action_mask holding 0.5: a mask entry is 0"),
+        ("NothingAllowed", "gave an action_mask that allows no action at a step whose"),
+    ],
+)
+def test_a_mask_that_is_not_0_or_1_or_allows_nothing_is_one_line(env, message, tmp_path, capsys):
+    """An empty mask where the env takes the action made the policy act unmasked, and 0.5
+    in an int mask read as 0, silently (docs/models.md says what a mask holds)."""
+    from flowrl.apps.cli import main
+
+    args = ["train", "ppo", "--env", f"fault_envs:{env}", "--num-workers", "0", "--no-progress"]
+    assert main([*args, "--stop-iters", "2", "--output", str(tmp_path / "run")]) in (1, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and f"fault_envs:{env}" in err[0], err
+
+
+def test_a_float_an_integer_mask_cannot_hold_is_refused_where_records_are_packed():
+    """A Parallel env's observations are packed by flowrl: 0.5 into an int8 mask read 0."""
+    from flowrl.learning.spaces import RecordLayout
+
+    space = gym.spaces.Dict({"action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
+    layout = RecordLayout(space)
+    layout.pack({"action_mask": np.array([[0.0, 1.0, 1.0]], np.float32)})  # whole: fine
+    with pytest.raises(ValueError, match=r"action_mask holds 0\.5, which its space's int8"):
+        layout.pack({"action_mask": np.array([[0.5, 1.0, 0.0]], np.float32)})

@@ -115,6 +115,18 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
+def _check_whole(values: Any, stored: np.ndarray, path: tuple) -> None:
+    """A ValueError when float ``values`` lost their fractions on the way into the integer
+    field ``stored`` (an env's 0.5 in an int8 action mask would read as 0)."""
+    if not np.array_equal(np.asarray(values), stored):
+        bad = np.asarray(values)[np.asarray(values) != stored].flat[0].item()
+        name = "/".join(map(str, path))
+        raise ValueError(
+            f"the observation's {name} holds {bad!r}, which its space's {stored.dtype} "
+            "cannot hold"
+        )
+
+
 class RecordLayout:
     """How the samples of a composite ``space`` lie in a record array, with the conversions
     between the two: nests of arrays (what gymnasium's vector envs return) to records and
@@ -136,7 +148,10 @@ class RecordLayout:
         if out is None:
             out = self.empty((len(get(nest, self.leaves[0].path)),))
         for leaf in self.leaves:
-            field(out, leaf.path)[...] = get(nest, leaf.path)
+            values, target = get(nest, leaf.path), field(out, leaf.path)
+            target[...] = values
+            if np.asarray(values).dtype.kind == "f" and target.dtype.kind in "iub":
+                _check_whole(values, target, leaf.path)
         return out
 
     def pack_one(self, sample: Any) -> np.ndarray:

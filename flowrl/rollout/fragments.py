@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import OBS, REWARDS, TERMINATEDS, TRUNCATEDS, ArrayPool, Fragment
 from flowrl.learning.learner import NonFiniteError
 from flowrl.learning.policy import Policy
-from flowrl.learning.spaces import float_columns
+from flowrl.learning.spaces import ACTION_MASK, float_columns
 
 
 def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
@@ -31,6 +32,38 @@ def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str 
     if not all(np.isfinite(part).all() for part in floats):
         return "observation"
     return None
+
+
+def check_action_masks(cols: dict[str, np.ndarray], valid: np.ndarray, where: str) -> None:
+    """A fragment's action masks, once per fragment: each entry is 0 (not allowed) or 1
+    (allowed), and every step whose action the env takes (``valid``) allows one. A mask
+    with nothing allowed is fine only where the action is not taken: an episode's final
+    observation, which a game's mask leaves empty. A ConfigError names the env otherwise
+    (a policy would act unmasked, or read 0.5 as either).
+
+    Examples:
+        >>> obs = np.zeros((1, 2), dtype=[("action_mask", np.int8, (3,))])
+        >>> obs["action_mask"][0, 0] = [0, 1, 1]  # the second env's mask is empty
+        >>> check_action_masks({OBS: obs}, np.array([[True, False]]), "env X")  # not taken
+        >>> check_action_masks({OBS: obs}, np.array([[True, True]]), "env X")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: env X gave an action_mask that allows no action ...
+    """
+    obs = cols[OBS]
+    if obs.dtype.names is None or ACTION_MASK not in obs.dtype.names:
+        return
+    masks = obs[ACTION_MASK].reshape(*obs.shape, -1)
+    binary = (masks == 0) | (masks == 1)
+    if not binary.all():
+        raise ConfigError(
+            f"{where} gave an action_mask holding {masks[~binary][0].item()!r}: a mask entry is "
+            "0 (not allowed) or 1 (allowed)"
+        )
+    if (valid & ~masks.any(-1)).any():
+        raise ConfigError(
+            f"{where} gave an action_mask that allows no action at a step whose action it takes"
+        )
 
 
 def write_row(
@@ -69,6 +102,7 @@ def finish_fragment(
     what = non_finite_sample(cols, last_obs)
     if what is not None:
         raise NonFiniteError(f"{where} returned a non-finite {what}")
+    check_action_masks(cols, valid, where)
     norm = policy.normalizer
     last = norm.observations(last_obs)  # before the statistics change
     if raw_obs is not None:
