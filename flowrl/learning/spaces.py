@@ -122,8 +122,7 @@ def _check_whole(values: Any, stored: np.ndarray, path: tuple) -> None:
         bad = np.asarray(values)[np.asarray(values) != stored].flat[0].item()
         name = "/".join(map(str, path))
         raise ValueError(
-            f"the observation's {name} holds {bad!r}, which its space's {stored.dtype} "
-            "cannot hold"
+            f"the observation's {name} holds {bad!r}, which its space's {stored.dtype} cannot hold"
         )
 
 
