@@ -93,6 +93,8 @@ def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.chdir(tmp_path)  # MLflow's local store goes to ./mlruns
+    # mlflow.set_tracking_uri (the tracking doctest's) sets this for the whole process
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "run"
     args = ["ppo", "--env", "custom_envs:CoinCorridor", "--num-workers", "2"]
     args += ["--callbacks", "custom_callbacks:CoinCallbacks", "--stop-iters", "2"]

@@ -109,8 +109,9 @@ class MLflowTracker:
         mlflow = self._mlflow
         mlflow.set_tracking_uri(self.tracking_uri)
         with quiet_loggers("mlflow", "alembic"):  # creating the store's tables, the experiment
-            mlflow.set_experiment(self.experiment)
-        run = mlflow.start_run(run_name=name)
+            experiment = mlflow.set_experiment(self.experiment)
+        # this store's experiment, not one mlflow remembers from another tracking URI
+        run = mlflow.start_run(run_name=name, experiment_id=experiment.experiment_id)
         self.run_id = run.info.run_id
         mlflow.log_params(params(meta))
 
