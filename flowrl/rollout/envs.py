@@ -280,6 +280,7 @@ def make_recording_env(
     ``make_vector_env`` from gymnasium's wrappers, which see the full-colour screen.
     """
     check_video_extra(env)
+    check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
     target, kwargs = resolve_env(env), dict(env_config or {})
     fps = None
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
@@ -303,11 +304,6 @@ def make_recording_env(
             f"env {env} cannot be recorded: it renders no rgb_array frames (render_mode "
             f"{one.render_mode!r}; let its creator take render_mode='rgb_array')"
         )
-    try:
-        check_video_dir(video_dir)
-    except ConfigError:
-        one.close()
-        raise
     try:
         one.reset(seed=seed)
         one.render()  # a renderer's missing package (pygame) fails here, not mid-episode

@@ -368,18 +368,21 @@ def check_agents(env: Any, known: frozenset[str], obs: dict, rewards: dict) -> N
     dropped), or leaves an agent that still acts (in ``env.agents``) without an
     observation (its last one would be acted on again)."""
     stray = sorted((obs.keys() | rewards.keys()) - known)
-    name = env.metadata.get("name", type(env).__name__)
     if stray:
         raise ConfigError(
-            f"env {name} gave agent {stray[0]!r}, which is not among its possible_agents "
+            f"env {_env_name(env)} gave agent {stray[0]!r}, which is not among its possible_agents "
             f"({', '.join(sorted(known))}), an observation or a reward"
         )
     blind = [agent for agent in env.agents if agent not in obs]
     if blind:
         raise ConfigError(
-            f"env {name} left agent {blind[0]!r} without an observation, though it still "
+            f"env {_env_name(env)} left agent {blind[0]!r} without an observation, though it still "
             "acts (it is in env.agents)"
         )
+
+
+def _env_name(env: Any) -> str:
+    return env.metadata.get("name", type(env).__name__)
 
 
 def lane_action(actions: Any, i: int) -> Any:
