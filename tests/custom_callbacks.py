@@ -54,3 +54,12 @@ class RaisingCheckpoint(Callbacks):
 
     def on_checkpoint(self, *, algorithm, path):
         raise OSError("the backup disk is gone")
+
+
+class SlowEpisodeEnd(Callbacks):
+    """An episode hook slower than the test's ``sample_timeout_s``."""
+
+    def on_episode_end(self, *, episode, info):
+        import time
+
+        time.sleep(3)

@@ -174,3 +174,32 @@ class NothingAllowed(MaskedChoice):
         if getattr(self, "t", 0) >= 5:
             obs["action_mask"] = np.zeros_like(obs["action_mask"])
         return obs
+
+
+class ShortMask(MaskedChoice):
+    """MaskedChoice whose mask is one entry short from its fifth step on."""
+
+    def _draw(self):
+        obs = super()._draw()
+        if getattr(self, "t", 0) >= 5:
+            obs["action_mask"] = obs["action_mask"][:-1]
+        return obs
+
+
+class OutOfBounds(MaskedChoice):
+    """MaskedChoice whose target feature reads 2 (its space allows [0, 1])."""
+
+    def _draw(self):
+        obs = super()._draw()
+        obs["observation"] = obs["observation"] * 2
+        return obs
+
+
+class TicTacToeShortMask(_game_base()):
+    """Tic-tac-toe (a turn-based game) whose masks are one entry short from move 3 on."""
+
+    def observe(self, agent):
+        obs = super().observe(agent)
+        if sum(1 for v in self.board.squares if v) >= 3:
+            obs = {**obs, "action_mask": obs["action_mask"][:-1]}
+        return obs

@@ -127,6 +127,57 @@ def test_a_killed_checkpoint_write_leaves_the_old_checkpoint_whole(ppo_run, monk
     assert ckpt.meta["iteration"] == 3
 
 
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # a checkpoint is ~40 KB
+from flowrl.apps.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_names_the_checkpoint_it_could_not_write_and_leaves_none_of_it(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["train", "ppo", "--num-workers", "0", "--stop-iters", "3", "--checkpoint-every", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, *args, "--output", str(run_dir), "--no-progress"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("flowrl: error: CheckpointWriteError: checkpoint ")
+    assert "checkpoint_000001 not written (" in line and "MB free there)" in line
+    assert line.endswith(f"traceback in {run_dir / 'error.txt'}")
+    assert not list((run_dir / "checkpoints").iterdir()), "nothing half-written is left"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "error" and summary["checkpoint"] is None
+    assert iterations(run_dir) == [1], "the row of the iteration is kept"
+
+
+def test_resume_removes_what_a_killed_checkpoint_write_left(ppo_run):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    ckpts = ppo_run / "checkpoints"
+    (ckpts / f".checkpoint_000004.tmp-{gone}").mkdir()  # killed while writing
+    (ckpts / "checkpoint_000003").rename(ckpts / f".checkpoint_000003.old-{gone}")  # mid-swap
+    with Algorithm.from_checkpoint(ppo_run) as algo:
+        run(algo, stop=StopCriteria(iters=4), output_dir=ppo_run)
+    names = sorted(p.name for p in ckpts.iterdir())
+    assert names == [f"checkpoint_00000{i}" for i in (1, 2, 3, 4)], names
+    assert iterations(ppo_run) == [1, 2, 3, 4]
+
+
+def test_a_file_the_disk_cannot_hold_is_reported_and_the_run_goes_on(tmp_path, caplog):
+    from flowrl.run.runner import _write_or_say
+
+    full = tmp_path / "error.txt"
+    full.symlink_to("/dev/full")  # every write: ENOSPC
+    _write_or_say(full, "Traceback ...")
+    assert "error.txt not written: [Errno 28] No space left on device" in caplog.text
+    assert not full.exists() and not full.is_symlink()
+
+
 def test_checkpoints_load_without_unpickling_code(tmp_path):
     class Payload:
         def __reduce__(self):
@@ -252,6 +303,22 @@ def test_a_hung_worker_is_restarted_and_the_run_goes_on(algo_name, ray_session):
         assert algo.last_result["num_worker_restarts"] == 1
     assert fault_envs.HANG_MARKER.exists(), "an env hung"
     fault_envs.HANG_MARKER.unlink(missing_ok=True)
+
+
+def test_a_worker_killed_for_a_slow_callback_names_the_timeout_the_env_and_the_callbacks(
+    ray_session,
+):
+    from flowrl.run.runner import _train_with_recovery
+
+    config = {**QUICK, "num_workers": 1, "sample_timeout_s": 1.0}
+    slow = "custom_callbacks:SlowEpisodeEnd"
+    algo = Algorithm("ppo", env="CartPole-v1", callbacks=slow, **config)
+    with algo, pytest.raises(RuntimeError) as failed:
+        _train_with_recovery(algo, FailureBudget(burst=1))
+    message = str(failed.value)
+    assert "the last: RolloutWorker gave no answer in 1 s, so it was killed" in message
+    assert "env CartPole-v1 or the episode hooks of custom_callbacks:SlowEpisodeEnd" in message
+    assert "sample_timeout_s=1" in message and "ActorDiedError" not in message
 
 
 def test_an_iteration_with_a_restart_counts_the_restart_time(ray_session):

@@ -167,6 +167,8 @@ def test_a_multidiscrete_mask_holds_each_sub_action_to_its_own_choices():
     [
         ("HalfAllowed", "gave an action_mask holding 0.5: a mask entry is 0"),
         ("NothingAllowed", "gave an action_mask that allows no action at a step whose"),
+        ("ShortMask", "(env 0's action_mask has shape (5,) where its space declares (6,))"),
+        ("TicTacToeShortMask", "action_mask has shape (8,), where its space declares (9,)"),
     ],
 )
 def test_a_mask_that_is_not_0_or_1_or_allows_nothing_is_one_line(env, message, tmp_path, capsys):
@@ -189,3 +191,16 @@ def test_a_float_an_integer_mask_cannot_hold_is_refused_where_records_are_packed
     layout.pack({"action_mask": np.array([[0.0, 1.0, 1.0]], np.float32)})  # whole: fine
     with pytest.raises(ValueError, match=r"action_mask holds 0\.5, which its space's int8"):
         layout.pack({"action_mask": np.array([[0.5, 1.0, 0.0]], np.float32)})
+
+
+def test_an_observation_outside_its_space_is_said_once_and_learned_from(caplog):
+    """Bounds are often loose, so flowrl does not refuse such an env (nor clip what it
+    returns), but no longer accepts it silently either."""
+    with Algorithm("ppo", env="fault_envs:OutOfBounds", num_workers=0) as algo:
+        algo.train()
+        algo.train()
+    said = [r.getMessage() for r in caplog.records]
+    said = [m for m in said if "outside its observation_space" in m]
+    assert len(said) == 1, said
+    assert said[0].startswith("env fault_envs:OutOfBounds (worker 0) gave an observation")
+    assert "(observation[" in said[0] and "] = 2 outside [0, 1]); flowrl learns from it" in said[0]

@@ -339,7 +339,7 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.run.algorithm import get_algorithm
-    from flowrl.run.logger import check_new_run_dir
+    from flowrl.run.logger import ERROR_FILE, check_new_run_dir
     from flowrl.run.presets import preset_for
     from flowrl.run.runner import describe_error, run
     from flowrl.run.tracking import make_trackers
@@ -382,8 +382,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except Exception as e:
-        where = output / "error.txt"
-        print(f"flowrl: error: {describe_error(e)}; traceback in {where}", file=sys.stderr)
+        where = output / ERROR_FILE
+        saved = f"traceback in {where}" if where.is_file() else f"no traceback: {where} not written"
+        print(f"flowrl: error: {describe_error(e)}; {saved}", file=sys.stderr)
         return 1
     finally:
         algo.stop()

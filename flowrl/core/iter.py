@@ -571,6 +571,20 @@ class Requests:
     def __init__(self, name: str, timeout_s: float | None) -> None:
         self.name, self.timeout_s = name, timeout_s
         self.pending: dict[Any, tuple[Any, float]] = {}
+        self.killed: set[Any] = set()  # the requests of actors killed for lateness
+
+    def get(self, refs: Any) -> Any:
+        """``ray.get`` of answered requests. The actor error of one whose actor this
+        gather killed says so (``timed_out``), for the run's error to name the cause."""
+        import ray
+
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as e:
+            if self.killed.intersection(refs if isinstance(refs, list) else [refs]):
+                late = f"{self.name} gave no answer in {self.timeout_s:g} s"
+                e.timed_out = f"{late}, so it was killed"
+            raise
 
     def send(self, actor: Any) -> Any:
         """Ask ``actor`` for its next item; returns the request's ref."""
@@ -619,6 +633,7 @@ class Requests:
             for other, (same, _) in self.pending.items():  # its other requests fail with it
                 if same is actor:
                     self.pending[other] = (actor, math.inf)
+                    self.killed.add(other)
 
     def drain(self) -> None:
         """Let the requests in flight finish (for at most the drain or request timeout),
@@ -758,7 +773,6 @@ class ParallelIterator(PlanNode, Generic[T]):
 
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
-        import ray
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[list[Any]]:
             self._start()
@@ -773,7 +787,7 @@ class ParallelIterator(PlanNode, Generic[T]):
                     if len(ready) < len(refs):
                         yield NotReady
                         continue
-                items, refs = ray.get(refs), None
+                items, refs = requests.get(refs), None
                 if any(item is _END for item in items):
                     return
                 yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
@@ -804,7 +818,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         it produced, so whatever the plan sent that actor meanwhile (new weights, say)
         reaches it first. ``context.current_actor`` is the actor of the current item.
         """
-        import ray
 
         if num_async < 1:
             raise ValueError(f"num_async must be >= 1, got {num_async}")
@@ -828,7 +841,7 @@ class ParallelIterator(PlanNode, Generic[T]):
                         yield NotReady
                         continue
                     actor, _ = requests.pending.pop(ready[0])
-                    item = ray.get(ready[0])
+                    item = requests.get(ready[0])
                     if item is _END:
                         continue
                     resubmit = actor

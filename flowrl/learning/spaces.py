@@ -126,6 +126,21 @@ def _check_whole(values: Any, stored: np.ndarray, path: tuple) -> None:
         )
 
 
+def _put(target: np.ndarray, values: Any, leaf: Leaf) -> None:
+    """``values`` into a leaf's field; a ValueError names the leaf when their shape is not
+    the one its space declares (an action mask one entry short, say)."""
+    try:
+        target[...] = values
+    except (ValueError, TypeError):
+        shape = np.shape(values)[len(np.shape(values)) - len(leaf.shape) :]
+        if shape == leaf.shape:
+            raise
+        raise ValueError(
+            f"the observation's {leaf.name} has shape {np.shape(values)}, where its space "
+            f"declares {leaf.shape} per step"
+        ) from None
+
+
 class RecordLayout:
     """How the samples of a composite ``space`` lie in a record array, with the conversions
     between the two: nests of arrays (what gymnasium's vector envs return) to records and
@@ -148,7 +163,7 @@ class RecordLayout:
             out = self.empty((len(get(nest, self.leaves[0].path)),))
         for leaf in self.leaves:
             values, target = get(nest, leaf.path), field(out, leaf.path)
-            target[...] = values
+            _put(target, values, leaf)
             if np.asarray(values).dtype.kind == "f" and target.dtype.kind in "iub":
                 _check_whole(values, target, leaf.path)
         return out
@@ -157,7 +172,7 @@ class RecordLayout:
         """One sample of the space (its nest, no batch axis) as records ``[1]``."""
         out = self.empty((1,))
         for leaf in self.leaves:
-            field(out, leaf.path)[0] = get(sample, leaf.path)
+            _put(field(out, leaf.path)[0], get(sample, leaf.path), leaf)
         return out
 
     def stack(self, samples: list[Any]) -> Any:

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import ACTION_SPACES, distribution_for
 from flowrl.learning.models import OBS_SPACES, check_obs_space
-from flowrl.learning.spaces import RecordLayout, is_composite
+from flowrl.learning.spaces import RecordLayout, get, is_composite, leaf_spaces
 
 EnvCreator = Callable[..., gym.Env]
 
@@ -71,6 +72,25 @@ def step_env(env: Any, actions: Any) -> Any:
         return env.step(actions)
     except Exception as e:
         raise EnvError(f"the env raised {type(e).__name__}: {e}", -1) from e
+
+
+def misshapen_observation(env: Any) -> str | None:
+    """After a vector env's step failed: the first of its envs' observations with a part
+    whose shape is not its space's (gymnasium's own error, from stacking them, names
+    neither), described; None when all fit or the env keeps no per-env observations."""
+    base = getattr(env, "unwrapped", env)
+    observations = getattr(base, "_env_obs", None)
+    space = getattr(base, "single_observation_space", None)
+    if observations is None or space is None:
+        return None
+    parts = leaf_spaces(space) if is_composite(space) else [((), space)]
+    for i, obs in enumerate(observations):
+        for path, leaf in parts:
+            shape = np.shape(get(obs, path)) if obs is not None else None
+            if leaf.shape is not None and shape is not None and shape != leaf.shape:
+                name = ".".join(path) or "observation"
+                return f"env {i}'s {name} has shape {shape} where its space declares {leaf.shape}"
+    return None
 
 
 def register_env(name: str, creator: EnvCreator) -> str:

@@ -11,16 +11,20 @@ Examples:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import OBS, REWARDS, TERMINATEDS, TRUNCATEDS, ArrayPool, Fragment
 from flowrl.learning.learner import NonFiniteError
 from flowrl.learning.policy import Policy
-from flowrl.learning.spaces import ACTION_MASK, float_columns
+from flowrl.learning.spaces import ACTION_MASK, field, float_columns, is_composite, leaf_spaces
+
+logger = logging.getLogger(__name__)
 
 
 def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
@@ -32,6 +36,44 @@ def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str 
     if not all(np.isfinite(part).all() for part in floats):
         return "observation"
     return None
+
+
+def outside_bounds(obs: np.ndarray, space: gym.Space) -> str | None:
+    """The first value of a fragment's raw observations that lies outside the bounds of
+    its ``Box`` space (or of a ``Box`` leaf of a composite one), described; None when all
+    lie inside. Leaves whose bounds are infinite or span their dtype are not looked at.
+
+    Examples:
+        >>> space = gym.spaces.Box(-1.0, 1.0, (2,))
+        >>> outside_bounds(np.array([[0.5, 3.0]], np.float32), space)
+        'observation[1] = 3 outside [-1, 1]'
+    """
+    if isinstance(space, gym.spaces.Box):
+        leaves = [((), space)]
+    else:
+        leaves = leaf_spaces(space) if is_composite(space) else []
+    for path, leaf in leaves:
+        if not isinstance(leaf, gym.spaces.Box) or _unbounded(leaf):
+            continue
+        values = field(obs, path) if path else obs
+        values = values.reshape(-1, *leaf.shape)
+        out = (values < leaf.low) | (values > leaf.high)
+        if out.any():
+            n, *at = np.argwhere(out)[0]
+            name = (".".join(path) or "observation") + (
+                f"[{', '.join(map(str, at))}]" if at else ""
+            )
+            low, high = leaf.low[tuple(at)], leaf.high[tuple(at)]
+            return f"{name} = {values[(n, *at)]:.4g} outside [{low:.4g}, {high:.4g}]"
+    return None
+
+
+def _unbounded(box: gym.spaces.Box) -> bool:
+    """Whether ``box`` bounds nothing its dtype can hold (floats: infinite bounds)."""
+    if box.dtype.kind == "f":
+        return bool(np.isinf(box.low).all() and np.isinf(box.high).all())
+    info = np.iinfo(box.dtype) if box.dtype.kind in "iu" else None
+    return info is None or bool((box.low <= info.min).all() and (box.high >= info.max).all())
 
 
 def check_action_masks(cols: dict[str, np.ndarray], valid: np.ndarray, where: str) -> None:
@@ -63,6 +105,26 @@ def check_action_masks(cols: dict[str, np.ndarray], valid: np.ndarray, where: st
     if (valid & ~masks.any(-1)).any():
         raise ConfigError(
             f"{where} gave an action_mask that allows no action at a step whose action it takes"
+        )
+
+
+_WARNED: set[str] = set()  # where an observation outside its space was said (once each)
+
+
+def _warn_outside_bounds(obs: np.ndarray, policy: Policy, where: str) -> None:
+    """Say once per env and policy that an observation lay outside the space the env
+    declares: flowrl learns from it as it is (bounds are often loose; the env's author
+    decides), as gymnasium's own env checker only warns."""
+    if where in _WARNED:
+        return
+    what = outside_bounds(obs, policy.observation_space)
+    if what is not None:
+        _WARNED.add(where)
+        logger.warning(
+            "%s gave an observation outside its observation_space (%s); flowrl learns from "
+            "it as it is (said once)",
+            where,
+            what,
         )
 
 
@@ -103,6 +165,7 @@ def finish_fragment(
     if what is not None:
         raise NonFiniteError(f"{where} returned a non-finite {what}")
     check_action_masks(cols, valid, where)
+    _warn_outside_bounds(cols[OBS] if raw_obs is None else raw_obs, policy, where)
     norm = policy.normalizer
     last = norm.observations(last_obs)  # before the statistics change
     if raw_obs is not None:

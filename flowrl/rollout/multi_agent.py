@@ -42,6 +42,7 @@ from flowrl.core.sample_batch import (
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import (
+    EnvError,
     creator_arguments,
     makes_vector_envs,
     resolve_env,
@@ -242,10 +243,17 @@ class Lanes:
             for pid, space in self.observation_spaces.items()
         }
 
-    def pack(self, pid: str, obs: Any) -> np.ndarray:
-        """One agent's observation as policy ``pid``'s rows hold it (a record when composite)."""
+    def pack(self, pid: str, obs: Any, agent: str = "") -> np.ndarray:
+        """One agent's observation as policy ``pid``'s rows hold it (a record when composite);
+        one that does not fit the space is the env's fault (an EnvError naming ``agent``)."""
         layout = self._layouts[pid]
-        return np.asarray(obs) if layout is None else layout.pack_one(obs)[0]
+        if layout is None:
+            return np.asarray(obs)
+        try:
+            return layout.pack_one(obs)[0]
+        except ValueError as e:
+            misfit = ValueError(f"{e} (agent {agent})")
+            raise EnvError(f"the env raised ValueError: {misfit}", -1) from misfit
 
     def close(self) -> None:
         for env in self.envs:
@@ -298,8 +306,8 @@ class AgentLanes(Lanes):
         space = self.observation_spaces[pid]
         return np.zeros((n, *space.shape), space.dtype)
 
-    def _observe(self, pid: str, lane: int, obs: Any) -> None:
-        self.obs[pid][lane] = self.pack(pid, obs)
+    def _observe(self, pid: str, lane: int, obs: Any, agent: str) -> None:
+        self.obs[pid][lane] = self.pack(pid, obs, agent)
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Start every copy (copy ``i`` seeded ``seed + i``); each policy's observations."""
@@ -312,7 +320,7 @@ class AgentLanes(Lanes):
         for pid, lane, agent in self._of_copy[copy]:
             self.active[pid][lane] = agent in observations
             if agent in observations:
-                self._observe(pid, lane, observations[agent])
+                self._observe(pid, lane, observations[agent], agent)
 
     def step(self, actions: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ...]:
         """One step of every copy with each policy's actions (one per lane; inactive
@@ -336,7 +344,7 @@ class AgentLanes(Lanes):
             returns = self._returns[copy]
             for pid, i, agent in lanes:
                 if agent in obs:
-                    self._observe(pid, i, obs[agent])
+                    self._observe(pid, i, obs[agent], agent)
                 if agent in rew:
                     rewards[pid][i] = rew[agent]
                     returns[agent] = returns.get(agent, 0.0) + float(rew[agent])

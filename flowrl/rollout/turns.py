@@ -101,9 +101,9 @@ class TurnLanes(Lanes):
                 row.update({REWARDS: reward, TERMINATEDS: terminated, TRUNCATEDS: truncated})
                 self._finished[pid, lane].append(row)
             if not (terminated or truncated):
-                return pid, lane, self.pack(pid, obs)
+                return pid, lane, self.pack(pid, obs, agent)
             if row is not None:  # the game's end: its final observation, not learned from
-                self._finished[pid, lane].append({OBS: self.pack(pid, obs), "_final": True})
+                self._finished[pid, lane].append({OBS: self.pack(pid, obs, agent), "_final": True})
             env.step(None)
 
     def _finish_game(self, copy: int) -> None:

@@ -50,6 +50,7 @@ from flowrl.rollout.envs import (
     EnvError,
     make_recording_env,
     make_vector_env,
+    misshapen_observation,
     register_env,
     registered_creator,
 )
@@ -239,7 +240,7 @@ class RolloutWorker(ParallelIteratorWorker):
                     )
                 except Exception as e:  # the env's own fault: this worker is replaced
                     # (with the env's traceback, so the error's last frame is the env's line)
-                    raise self._env_error(e).with_traceback(e.__traceback__) from e
+                    raise self._env_error(e, env).with_traceback(e.__traceback__) from e
                 row = (
                     (OBS, obs),
                     (ACTIONS, actions),
@@ -272,9 +273,11 @@ class RolloutWorker(ParallelIteratorWorker):
         self._episodes.add(rewards, done, valid)
         return fragment
 
-    def _env_error(self, error: Exception) -> EnvError:
+    def _env_error(self, error: Exception, env: Any = None) -> EnvError:
         text = str(error).strip().splitlines()
         reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        misfit = misshapen_observation(env) if isinstance(error, ValueError) else None
+        reason += f" ({misfit})" if misfit else ""
         return EnvError(f"{self._where} raised {reason}", self.worker_index)
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:

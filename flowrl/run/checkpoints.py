@@ -44,6 +44,10 @@ class CheckpointError(ConfigError):
     """A checkpoint that is missing, damaged or does not fit the algorithm."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk): nothing of it is left."""
+
+
 @dataclass
 class Checkpoint:
     """A loaded checkpoint: where it is, its JSON metadata and its state; ``skipped``
@@ -107,15 +111,22 @@ def write(path: str | os.PathLike[str], state: dict[str, Any], meta: dict[str, A
     returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*"):  # what a killed write left
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_leftovers(path.parent)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.mkdir()
-    torch.save(_encode(state), tmp / STATE_FILE)
-    meta = {**meta, "format_version": FORMAT_VERSION}
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    for name in (STATE_FILE, META_FILE):
-        _fsync_file(tmp / name)
+    try:
+        tmp.mkdir()
+        torch.save(_encode(state), tmp / STATE_FILE)
+        meta = {**meta, "format_version": FORMAT_VERSION}
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        for name in (STATE_FILE, META_FILE):
+            _fsync_file(tmp / name)
+    except (OSError, RuntimeError) as e:  # torch.save's file errors are RuntimeErrors
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing of it
+        free = shutil.disk_usage(path.parent).free / 2**20
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointWriteError(
+            f"checkpoint {path} not written ({free:,.0f} MB free there): {reason}"
+        ) from e
     if path.exists():
         old = path.parent / f".{path.name}.old-{os.getpid()}"
         path.rename(old)
@@ -124,6 +135,35 @@ def write(path: str | os.PathLike[str], state: dict[str, Any], meta: dict[str, A
     else:
         tmp.rename(path)
     return path
+
+
+def remove_leftovers(directory: Path) -> list[Path]:
+    """Remove the half-written checkpoints in ``directory`` (``.NAME.tmp-PID``, and
+    ``.NAME.old-PID`` where ``NAME`` was written) whose writing process is gone: a kill or
+    a full disk mid-write left them. Returns what it removed."""
+    removed = []
+    for left in [*directory.glob(".*.tmp-*"), *directory.glob(".*.old-*")]:
+        name, pid = left.name[1:].rsplit(".", 1)[0], left.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if ".old-" in left.name and not (directory / name).exists():
+            left.rename(directory / name)  # killed between the two renames: it is the one
+        else:
+            shutil.rmtree(left, ignore_errors=True)
+            removed.append(left)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process writes one checkpoint at a time: what it left is done
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -22,7 +22,16 @@ from typing import Any
 from flowrl.core.config import ConfigError
 from flowrl.core.context import ITERATION
 from flowrl.rollout.envs import probe_writable
+from flowrl.run.checkpoints import remove_leftovers
 from flowrl.run.tracking import metrics, step_of
+
+#: Where a run that ended on an error writes its traceback.
+ERROR_FILE = "error.txt"
+
+
+def json_text(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, with NaN and infinities as null."""
+    return json.dumps({k: _jsonable(v) for k, v in data.items()}, indent=2) + "\n"
 
 
 def _jsonable(value: Any) -> Any:
@@ -143,6 +152,8 @@ class RunLogger:
         else:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         self._lock = hold_run_dir(self.output_dir)  # before any file is rewritten
+        if (self.output_dir / "checkpoints").is_dir():
+            remove_leftovers(self.output_dir / "checkpoints")
         self._purge_step = resume_env_steps + 1 if resume_iteration else None
         jsonl_path = self.output_dir / "result.jsonl"
         kept = _whole_records(jsonl_path, resume_iteration)
@@ -154,8 +165,7 @@ class RunLogger:
         self._tb: Any = None
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
-        text = json.dumps({k: _jsonable(v) for k, v in data.items()}, indent=2)
-        (self.output_dir / name).write_text(text + "\n")
+        (self.output_dir / name).write_text(json_text(data))
 
     def log(self, result: dict[str, Any]) -> None:
         clean = {k: _jsonable(v) for k, v in result.items()}

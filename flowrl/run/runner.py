@@ -37,10 +37,10 @@ from flowrl.core.context import (
 )
 from flowrl.learning.learner import NonFiniteError
 from flowrl.learning.policy import Weights
-from flowrl.rollout.envs import EnvError, reward_threshold
-from flowrl.run.checkpoints import BEST, checkpoint_dir
+from flowrl.rollout.envs import EnvError, env_name, reward_threshold
+from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
 from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
-from flowrl.run.logger import RunLogger
+from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
 from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import Tracker
 
@@ -201,7 +201,7 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
                 raise RuntimeError(
                     f"{budget.spent} worker failures, faster than the run tolerates "
                     f"({budget.burst} at once, one per {budget.iterations_per_failure:g} "
-                    f"iterations after that); the last: {describe_error(e)}"
+                    f"iterations after that); the last: {describe_error(e)}{_slow_cause(algo, e)}"
                 ) from e
             replaced = algo.rebuild_after_failure(broken)
             algo.plan.context.counters[WORKER_RESTARTS] += len(replaced)
@@ -209,6 +209,21 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
             continue
         budget.earn()
         return result
+
+
+def _slow_cause(algo: Trainable, error: BaseException) -> str:
+    """For a worker killed for lateness: what runs in the time ``sample_timeout_s`` allows
+    (the env's steps and the callbacks' episode hooks, named) and what to do about it."""
+    if not getattr(error, "timed_out", None):
+        return ""
+    config = algo.config
+    callbacks = getattr(config, "callbacks", None)
+    hooks = f" or the episode hooks of {getattr(callbacks, '__name__', callbacks)}"
+    return (
+        f": sampling (the steps of env {env_name(config.env)}{hooks if callbacks else ''}) took "
+        f"longer than sample_timeout_s={config.sample_timeout_s:g}; raise it (--set "
+        f"sample_timeout_s=...) or make them faster"
+    )
 
 
 def _ray_actor_errors() -> tuple[type[BaseException], ...]:
@@ -223,6 +238,8 @@ def _train_watched(algo: Trainable) -> dict[str, Any]:
     ``sample_timeout_s``: remote workers that hang are restarted, but an env that hangs in
     this process (``num_workers=0``) cannot be, so at least the run says so."""
     limit = algo.config.sample_timeout_s
+    if getattr(getattr(algo, "workers", None), "remote_workers", None):
+        return algo.train()  # a late remote worker is killed and replaced (Requests)
     timer = threading.Timer(
         limit,
         logger.warning,
@@ -247,6 +264,8 @@ def describe_error(error: BaseException) -> str:
         ...     describe_error(e).split(" (raised at")[0]
         "KeyError: 'lr'"
     """
+    if getattr(error, "timed_out", None):
+        return error.timed_out
     cause = getattr(error, "cause", None)
     remote = isinstance(cause, BaseException)
     error = cause if remote else error
@@ -413,18 +432,28 @@ def _finish(
     if error is not None:
         summary["error"] = describe_error(error)
         if log is not None:
-            trace = "".join(traceback.format_exception(error))
-            (log.output_dir / "error.txt").write_text(trace)
+            _write_or_say(log.output_dir / ERROR_FILE, "".join(traceback.format_exception(error)))
     if log is not None:
         path = checkpoint_dir(log.output_dir, algo.iteration)
         try:
-            last_checkpoint = algo.save(path)
-        except NonFiniteError as e:  # the last good checkpoint stays the latest
+            if not isinstance(error, CheckpointWriteError):  # a full disk: no second try
+                last_checkpoint = algo.save(path)
+        except (NonFiniteError, OSError) as e:  # the last good checkpoint stays the latest
             logger.error("final checkpoint not written: %s", e)
             error = error or e
         except CallbackError as e:  # written; then on_checkpoint raised
             last_checkpoint, error = path, error or e
         summary["checkpoint"] = str(last_checkpoint) if last_checkpoint else None
-        log.write_json("summary.json", summary)
+        _write_or_say(log.output_dir / "summary.json", json_text(summary))
         log.close()
     return summary, error
+
+
+def _write_or_say(path: Path, text: str) -> None:
+    """Write ``path``; on a full disk say so and go on (the run's own error matters more
+    than the file that would have told it; a half-written file is removed)."""
+    try:
+        path.write_text(text)
+    except OSError as e:
+        path.unlink(missing_ok=True)
+        logger.error("%s not written: %s", path.name, e)
