@@ -327,6 +327,11 @@ class Config:
         """The overrides that keep a plan of this config out of Ray (see ``uses_ray``)."""
         return {"num_workers": 0}
 
+    @property
+    def min_fragment_length(self) -> int:
+        """The fewest steps per fragment an automatic layout may give this config."""
+        return 1
+
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):

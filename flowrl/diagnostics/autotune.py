@@ -132,7 +132,11 @@ def choose_layout(
     """
     round_steps = max(1, config.num_workers) * config.num_envs_per_worker
     round_steps *= config.rollout_fragment_length
-    sample_s, step_bytes = measure_sampling(spec, config, envs or ENVS_PER_WORKER, seconds / 8)
+    floor = config.min_fragment_length
+    envs = [n for n in envs or ENVS_PER_WORKER if round_steps / n >= floor] or [
+        max(1, round_steps // floor)
+    ]
+    sample_s, step_bytes = measure_sampling(spec, config, tuple(envs), seconds / 8)
     # learning is measured on the fastest in-process layout, which can then keep going
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
@@ -161,7 +165,9 @@ def choose_layout(
         ray_running=ray_running(),
         measured=(in_process, rate),
     )
-    layout = best_layout(costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers)
+    layout = best_layout(
+        costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers, floor=floor
+    )
     if until is not None and until(results[-1]):
         return _finished_while_measured(in_process, fragment, rate), run, results
     if (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
@@ -181,9 +187,17 @@ def _finished_while_measured(envs: int, fragment: int, rate: float) -> Layout:
 
 
 def best_layout(
-    costs: Costs, round_steps: int, *, horizon_steps: int | None = None, min_workers: int = 0
+    costs: Costs,
+    round_steps: int,
+    *,
+    horizon_steps: int | None = None,
+    min_workers: int = 0,
+    floor: int = 1,
 ) -> Layout:
-    """The layout the cost model predicts fastest (plain numbers: no Ray, no env).
+    """The layout the cost model predicts fastest (plain numbers: no Ray, no env); the
+    layouts with workers hold at least ``floor`` steps per fragment
+    (``Config.min_fragment_length``; ``choose_layout`` measures only the envs per worker
+    that keep it in-process).
 
     When Ray is not running yet, the layouts that need it pay for its start over
     ``horizon_steps`` env steps, or, with no budget given, over what the fastest
@@ -196,6 +210,8 @@ def best_layout(
     for workers in range(min_workers, max(1, min_workers, costs.cpus) + 1):
         for envs in sorted(costs.sample_s):
             fragment = max(1, round(round_steps / (max(workers, 1) * envs)))
+            if workers > min_workers and fragment < floor:  # in-process: measured ones only
+                continue
             rate = predict(costs, workers, envs, fragment)
             if workers and not costs.ray_running:
                 rate = horizon_steps / (horizon_steps / rate + RAY_START_S)

@@ -56,6 +56,12 @@ class ReplayConfig(Config):
     def uses_ray(self) -> bool:
         return self.num_workers > 0 or self.replay_shards > 0
 
+    @property
+    def min_fragment_length(self) -> int:
+        """An n-step return is cut short at a fragment's end, so a fragment holds at least
+        n steps: 1-step fragments would train on 1-step returns (``benchmarks/seeds.py``)."""
+        return self.n_step
+
     @classmethod
     def in_process(cls) -> dict[str, Any]:
         return {**super().in_process(), "replay_shards": 0}
