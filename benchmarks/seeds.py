@@ -56,7 +56,20 @@ def run_seed(algo: str, seed: int, out: Path, more: list[str]) -> dict:
     summary = json.loads((out / "summary.json").read_text())
     return {"algo": algo, "seed": seed, "reached": summary["stopped_by"] == "reward",
             "env_steps": summary["env_steps_sampled"], "return": summary["episode_return_mean"],
-            "seconds": round(seconds, 1), "layout": _layout(summary)}  # fmt: skip
+            "seconds": round(seconds, 1), "layout": _layout(summary),
+            "curve": _curve(out / "result.jsonl")}  # fmt: skip
+
+
+def _curve(log: Path, every: int = 10_000) -> list[tuple[int, float]]:
+    """The run's mean return about every ``every`` env steps: whether a miss learned
+    slowly or learned and then fell back."""
+    curve, next_at = [], 0
+    for line in log.read_text().splitlines():
+        row = json.loads(line)
+        if row["env_steps_sampled"] >= next_at and row.get("episode_return_mean") is not None:
+            curve.append((row["env_steps_sampled"], round(row["episode_return_mean"], 1)))
+            next_at = row["env_steps_sampled"] + every
+    return curve
 
 
 def _layout(summary: dict) -> str:
