@@ -74,6 +74,20 @@ def step_env(env: Any, actions: Any) -> Any:
         raise EnvError(f"the env raised {type(e).__name__}: {e}", -1) from e
 
 
+def env_fault(error: Exception, env: Any = None) -> str:
+    """What an env raised, in one line (``Type: its first line``); for a ValueError of
+    vector env ``env``, with the part of an observation whose shape was wrong.
+
+    Examples:
+        >>> env_fault(KeyError("left"))
+        "KeyError: 'left'"
+    """
+    text = str(error).strip().splitlines()
+    reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    misfit = misshapen_observation(env) if isinstance(error, ValueError) else None
+    return f"{reason} ({misfit})" if misfit else reason
+
+
 def misshapen_observation(env: Any) -> str | None:
     """After a vector env's step failed: the first of its envs' observations with a part
     whose shape is not its space's (gymnasium's own error, from stacking them, names

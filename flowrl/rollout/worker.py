@@ -48,9 +48,9 @@ from flowrl.learning.registry import register_model, registered_model
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
+    env_fault,
     make_recording_env,
     make_vector_env,
-    misshapen_observation,
     register_env,
     registered_creator,
 )
@@ -274,11 +274,7 @@ class RolloutWorker(ParallelIteratorWorker):
         return fragment
 
     def _env_error(self, error: Exception, env: Any = None) -> EnvError:
-        text = str(error).strip().splitlines()
-        reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-        misfit = misshapen_observation(env) if isinstance(error, ValueError) else None
-        reason += f" ({misfit})" if misfit else ""
-        return EnvError(f"{self._where} raised {reason}", self.worker_index)
+        return EnvError(f"{self._where} raised {env_fault(error, env)}", self.worker_index)
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
