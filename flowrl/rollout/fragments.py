@@ -38,10 +38,13 @@ def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str 
     return None
 
 
-def outside_bounds(obs: np.ndarray, space: gym.Space) -> str | None:
-    """The first value of a fragment's raw observations that lies outside the bounds of
-    its ``Box`` space (or of a ``Box`` leaf of a composite one), described; None when all
-    lie inside. Leaves whose bounds are infinite or span their dtype are not looked at.
+def outside_bounds(
+    obs: np.ndarray, space: gym.Space, valid: np.ndarray | None = None
+) -> str | None:
+    """The first value of a fragment's raw observations (its rows where ``valid``, when
+    given) that lies outside the bounds of its ``Box`` space (or of a ``Box`` leaf of a
+    composite one), described; None when all lie inside. Leaves whose bounds are infinite
+    or span their dtype are not looked at.
 
     Examples:
         >>> space = gym.spaces.Box(-1.0, 1.0, (2,))
@@ -58,6 +61,8 @@ def outside_bounds(obs: np.ndarray, space: gym.Space) -> str | None:
         values = field(obs, path) if path else obs
         values = values.reshape(-1, *leaf.shape)
         out = (values < leaf.low) | (values > leaf.high)
+        if valid is not None:  # a row nothing was observed in holds no env's value
+            out[~valid.reshape(-1)] = False
         if out.any():
             n, *at = np.argwhere(out)[0]
             name = (".".join(path) or "observation") + (
@@ -111,13 +116,15 @@ def check_action_masks(cols: dict[str, np.ndarray], valid: np.ndarray, where: st
 _WARNED: set[str] = set()  # where an observation outside its space was said (once each)
 
 
-def _warn_outside_bounds(obs: np.ndarray, policy: Policy, where: str) -> None:
+def _warn_outside_bounds(
+    obs: np.ndarray, valid: np.ndarray | None, policy: Policy, where: str
+) -> None:
     """Say once per env and policy that an observation lay outside the space the env
     declares: flowrl learns from it as it is (bounds are often loose; the env's author
     decides), as gymnasium's own env checker only warns."""
     if where in _WARNED:
         return
-    what = outside_bounds(obs, policy.observation_space)
+    what = outside_bounds(obs, policy.observation_space, valid)
     if what is not None:
         _WARNED.add(where)
         logger.warning(
@@ -165,7 +172,8 @@ def finish_fragment(
     if what is not None:
         raise NonFiniteError(f"{where} returned a non-finite {what}")
     check_action_masks(cols, valid, where)
-    _warn_outside_bounds(cols[OBS] if raw_obs is None else raw_obs, policy, where)
+    seen = cols[OBS] if raw_obs is None else raw_obs  # raw: [steps, lanes] or valid rows
+    _warn_outside_bounds(seen, valid if seen.ndim == cols[OBS].ndim else None, policy, where)
     norm = policy.normalizer
     last = norm.observations(last_obs)  # before the statistics change
     if raw_obs is not None:
