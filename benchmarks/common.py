@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +99,70 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
                                indent=2))  # fmt: skip
     print(f"wrote {path}")
     return path
+
+
+def train_cli(
+    algo: str,
+    env: str,
+    seed: int,
+    budget: int,
+    out: Path,
+    more: list[str],
+    stop_reward: float | None = None,
+) -> dict:
+    """One ``flowrl train`` run as a user runs it (layout auto unless ``more`` sets one) to
+    ``budget`` env steps, or to ``stop_reward`` first; its summary, wall time, env steps/s,
+    layout and learning curve, or the error's last line."""
+    command = [
+        sys.executable,
+        "-m",
+        "flowrl",
+        "train",
+        algo,
+        "--env",
+        env,
+        "--seed",
+        str(seed),
+        "--stop-timesteps",
+        str(budget),
+        "--output",
+        str(out),
+        "--no-progress",
+        *more,
+    ]
+    if stop_reward is not None:
+        command += ["--stop-reward", str(stop_reward)]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+        return {"algo": algo, "env": env, "seed": seed, "error": " ".join(tail),
+                "seconds": round(seconds, 1)}  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    steps, curve = summary["env_steps_sampled"], _curve(out / "result.jsonl", budget // 100)
+    return {"algo": algo, "env": env, "seed": seed, "stopped_by": summary["stopped_by"],
+            "env_steps": steps, "return": summary["episode_return_mean"],
+            "seconds": round(seconds, 1), "steps_per_s": round(steps / seconds),
+            "layout": _layout(summary), "curve": curve}  # fmt: skip
+
+
+def _curve(log: Path, every: int) -> list[tuple[int, float]]:
+    """The run's mean training return about every ``every`` env steps: whether a run
+    learned slowly or learned and then fell back."""
+    curve, next_at = [], 0
+    for line in log.read_text().splitlines():
+        row = json.loads(line)
+        if row["env_steps_sampled"] >= next_at and row.get("episode_return_mean") is not None:
+            curve.append((row["env_steps_sampled"], round(row["episode_return_mean"], 3)))
+            next_at = row["env_steps_sampled"] + every
+    return curve
+
+
+def _layout(summary: dict) -> str:
+    layout = summary.get("layout") or {}
+    return "x".join(str(layout.get(k, "?")) for k in
+                    ("num_workers", "num_envs_per_worker", "rollout_fragment_length"))  # fmt: skip
 
 
 def _cpu_count() -> int:

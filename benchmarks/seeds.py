@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from common import print_table, write_results
+from common import print_table, train_cli, write_results
 
 # the learning tests' targets (tests/test_learning.py): env, return, env-step budget, settings
 TARGETS = {
@@ -40,42 +37,14 @@ TARGETS = {
 
 
 def run_seed(algo: str, seed: int, out: Path, more: list[str]) -> dict:
-    """One ``flowrl train`` run to the algorithm's target (``more``: further arguments);
-    its summary and wall time."""
+    """One ``flowrl train`` run to the algorithm's target (``more``: further arguments)."""
     env, reward, budget, extra = TARGETS[algo]
-    command = [sys.executable, "-m", "flowrl", "train", algo.removesuffix("-discrete"),
-               "--env", env, "--seed", str(seed), "--stop-reward", str(reward),
-               "--stop-timesteps", str(budget), "--output", str(out), "--no-progress",
-               *extra, *more]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
-        return {"algo": algo, "seed": seed, "error": " ".join(tail), "seconds": seconds}
-    summary = json.loads((out / "summary.json").read_text())
-    return {"algo": algo, "seed": seed, "reached": summary["stopped_by"] == "reward",
-            "env_steps": summary["env_steps_sampled"], "return": summary["episode_return_mean"],
-            "seconds": round(seconds, 1), "layout": _layout(summary),
-            "curve": _curve(out / "result.jsonl")}  # fmt: skip
-
-
-def _curve(log: Path, every: int = 10_000) -> list[tuple[int, float]]:
-    """The run's mean return about every ``every`` env steps: whether a miss learned
-    slowly or learned and then fell back."""
-    curve, next_at = [], 0
-    for line in log.read_text().splitlines():
-        row = json.loads(line)
-        if row["env_steps_sampled"] >= next_at and row.get("episode_return_mean") is not None:
-            curve.append((row["env_steps_sampled"], round(row["episode_return_mean"], 1)))
-            next_at = row["env_steps_sampled"] + every
-    return curve
-
-
-def _layout(summary: dict) -> str:
-    layout = summary.get("layout") or {}
-    return "x".join(str(layout.get(k, "?")) for k in
-                    ("num_workers", "num_envs_per_worker", "rollout_fragment_length"))  # fmt: skip
+    row = train_cli(algo.removesuffix("-discrete"), env, seed, budget, out, [*extra, *more],
+                    stop_reward=reward)  # fmt: skip
+    row["algo"] = algo
+    if "error" not in row:
+        row["reached"] = row["stopped_by"] == "reward"
+    return row
 
 
 def table(rows: list[dict]) -> list[dict]:

@@ -1,0 +1,198 @@
+"""flowrl on the third-party benchmarks users know, at published budgets, beside the published
+results: PPO and SAC on MuJoCo, PPO on MiniGrid DoorKey, PPO with and without memory on POPGym,
+DQN and PPO on Atari.
+
+Each run is ``flowrl train`` as a user runs it (presets and layout auto), to a budget of env
+steps. A row holds its final training return (the mean of the episodes the run's metrics
+window holds), its curve, wall time and env steps/s. ``--aggregate`` adds the interquartile
+mean of the returns normalised by the published ones, with a 95% stratified bootstrap
+interval: rliable's method, computed here (rliable 1.2 needs arch<8, which fails to import
+beside pandas 3).
+
+    python benchmarks/suite.py --part ppo-mujoco [--seeds 1 2 3]
+    python benchmarks/suite.py --aggregate
+
+Needs the ``bench`` extra (mujoco, minigrid, popgym). Writes
+``benchmarks/results/suite_<part>.json`` after every run; a rerun skips the runs a results
+file already holds, so a long part can be stopped and taken up again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from common import RESULTS, print_table, train_cli, write_results
+
+
+class Run(NamedTuple):
+    """One row of a part: what to train, how long, and the published figure beside it."""
+
+    algo: str
+    env: str
+    budget: int
+    args: tuple[str, ...] = ()
+    variant: str = ""
+    published: float | None = None  # the mean return at ``budget`` the row compares with
+    published_std: float | None = None
+    source: str = ""
+
+
+CLEANRL_PPO = "CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds, about 25 min a run"
+CLEANRL_SAC = "CleanRL sac_continuous_action, v4 envs, 1M steps, about 175 min a run"
+RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
+MEMORY = ("--set", "use_lstm=true")
+
+PARTS: dict[str, list[Run]] = {
+    "ppo-mujoco": [
+        Run("ppo", env, 1_000_000, published=mean, published_std=std, source=CLEANRL_PPO)
+        for env, mean, std in [
+            ("Hopper-v5", 2382.9, 271.7),
+            ("HalfCheetah-v5", 1442.6, 46.0),
+            ("Walker2d-v5", 2288.0, 571.8),
+        ]
+    ],
+    "sac-mujoco": [
+        Run("sac", "Hopper-v5", 200_000, source=CLEANRL_SAC + " (2310 at 1M)"),
+        Run("sac", "HalfCheetah-v5", 200_000, source=CLEANRL_SAC + " (9635 at 1M)"),
+    ],
+    "doorkey": [
+        Run(
+            "ppo",
+            "suite_envs:doorkey_5x5",
+            150_000,
+            published=0.964,
+            source=RL_ZOO + ": DoorKey-5x5 at 100k",
+        ),
+        Run("ppo", "suite_envs:doorkey_8x8", 500_000),
+    ],
+    "popgym": [
+        Run("ppo", f"suite_envs:{name}", budget, args, variant)
+        for name, budget in [
+            ("repeat_previous_easy", 300_000),
+            ("position_only_cartpole_easy", 300_000),
+            ("repeat_previous_medium", 500_000),
+        ]
+        for args, variant in [((), "no memory"), (MEMORY, "lstm")]
+    ],
+    "atari": [
+        Run("ppo", "ALE/Breakout-v5", 1_000_000),
+        Run("dqn", "ALE/Breakout-v5", 1_000_000),
+    ],
+}
+
+
+def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
+    """Every run of ``part`` on every seed, seed by seed (so each env has a first seed
+    early), skipping those ``suite_<part>.json`` holds; the rows, written after each run."""
+    path = RESULTS / f"suite_{part}.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    done = {(r["env"], r.get("variant", ""), r["seed"]) for r in rows if "error" not in r}
+    rows = [r for r in rows if "error" not in r]
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for run in PARTS[part]:
+                if (run.env, run.variant, seed) in done:
+                    continue
+                out = Path(tmp) / f"{len(rows)}"
+                row = train_cli(run.algo, run.env, seed, run.budget, out, [*run.args, *more])
+                row.update(variant=run.variant, budget=run.budget, published=run.published,
+                           published_std=run.published_std, source=run.source)  # fmt: skip
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
+                write_results(f"suite_{part}", {"part": part, "train_args": more, "rows": rows})
+    return rows
+
+
+def table(rows: list[dict]) -> list[dict]:
+    """One line per env and variant: the mean and spread of the final returns over seeds,
+    beside the published mean and spread, and the median wall time and env steps/s."""
+    lines = []
+    for key in dict.fromkeys((r["algo"], r["env"], r.get("variant", "")) for r in rows):
+        mine = [r for r in rows if (r["algo"], r["env"], r.get("variant", "")) == key]
+        ok = [r for r in mine if "error" not in r]
+        returns = [r["return"] for r in ok if r["return"] is not None] or [float("nan")]
+        first = mine[0]
+        lines.append({"algo": key[0], "env": key[1].removeprefix("suite_envs:"),
+                      "variant": key[2], "seeds": len(ok), "steps": first.get("budget"),
+                      "return": f"{np.mean(returns):.3g} +/- {np.std(returns):.3g}",
+                      "published": _published(first),
+                      "wall s": np.median([r["seconds"] for r in ok] or [np.nan]),
+                      "steps/s": np.median([r["steps_per_s"] for r in ok] or [np.nan]),
+                      "errors": len(mine) - len(ok)})  # fmt: skip
+    return lines
+
+
+def _published(row: dict) -> str:
+    if row.get("published") is None:
+        return "-"
+    spread = f" +/- {row['published_std']:.3g}" if row.get("published_std") else ""
+    return f"{row['published']:.4g}{spread}"
+
+
+def aggregate() -> dict | None:
+    """IQM of return / published return over the rows that have a published figure, with a
+    stratified bootstrap interval; tasks keep the seeds all of them have."""
+    rows = [r for path in sorted(RESULTS.glob("suite_*.json")) if path.stem != "suite_aggregate"
+            for r in json.loads(path.read_text())["rows"]
+            if "error" not in r and r.get("published") and r["return"] is not None]  # fmt: skip
+    tasks = sorted({(r["algo"], r["env"]) for r in rows})
+    if not tasks:
+        return None
+    per_task = [[r["return"] / r["published"] for r in rows if (r["algo"], r["env"]) == t]
+                for t in tasks]  # fmt: skip
+    runs = min(len(s) for s in per_task)
+    scores = np.array([s[:runs] for s in per_task]).T
+    lo, hi = stratified_bootstrap(scores)
+    return {"tasks": [" ".join(t) for t in tasks], "runs_per_task": runs,
+            "iqm_normalised": iqm(scores), "ci95": [lo, hi]}  # fmt: skip
+
+
+def iqm(scores: np.ndarray) -> float:
+    """The interquartile mean of all ``scores``: the mean of what is left after cutting
+    ``int(n / 4)`` from each end, as rliable's ``aggregate_iqm`` (scipy's ``trim_mean``)."""
+    flat = np.sort(np.asarray(scores, dtype=float).ravel())
+    cut = int(0.25 * len(flat))
+    return float(flat[cut : len(flat) - cut].mean())
+
+
+def stratified_bootstrap(
+    scores: np.ndarray, reps: int = 2000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float]:
+    """The ``1 - alpha`` percentile interval of ``iqm`` over ``reps`` resamples of the runs
+    of each task on its own (``scores``: runs x tasks), rliable's stratified bootstrap."""
+    rng = np.random.default_rng(seed)
+    runs, tasks = scores.shape
+    estimates = [iqm(np.take_along_axis(scores, rng.integers(0, runs, (runs, tasks)), axis=0))
+                 for _ in range(reps)]  # fmt: skip
+    lo, hi = np.percentile(estimates, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=list(PARTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--train-args", default="", help='more train arguments: "--num-workers 0"')
+    parser.add_argument("--aggregate", action="store_true", help="the IQM over every part run")
+    args = parser.parse_args()
+    if args.part:
+        print_table(table(run_part(args.part, args.seeds, args.train_args.split())))
+    if args.aggregate:
+        result = aggregate()
+        print(json.dumps(result, indent=2))
+        if result is not None:
+            write_results("suite_aggregate", result)
+
+
+if __name__ == "__main__":
+    main()
