@@ -144,7 +144,7 @@ def train_cli(
     return {"algo": algo, "env": env, "seed": seed, "stopped_by": summary["stopped_by"],
             "env_steps": steps, "return": summary["episode_return_mean"],
             "seconds": round(seconds, 1), "steps_per_s": round(steps / seconds),
-            "layout": _layout(summary), "curve": curve}  # fmt: skip
+            "layout": _layout(summary, out / "config.json"), "curve": curve}  # fmt: skip
 
 
 def _curve(log: Path, every: int) -> list[tuple[int, float]]:
@@ -159,8 +159,10 @@ def _curve(log: Path, every: int) -> list[tuple[int, float]]:
     return curve
 
 
-def _layout(summary: dict) -> str:
-    layout = summary.get("layout") or {}
+def _layout(summary: dict, config: Path) -> str:
+    """workers x envs x fragment: the automatic layout's choice, or the run's config where
+    none was made (a preset or the arguments set the workers)."""
+    layout = summary.get("layout") or json.loads(config.read_text())["config"]
     return "x".join(str(layout.get(k, "?")) for k in
                     ("num_workers", "num_envs_per_worker", "rollout_fragment_length"))  # fmt: skip
 

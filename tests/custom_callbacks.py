@@ -63,3 +63,19 @@ class SlowEpisodeEnd(Callbacks):
         import time
 
         time.sleep(3)
+
+
+class TeamEpisodes(Callbacks):
+    """For a Parallel multi-agent env: an episode is an env copy's, its info each agent's
+    by id; reports the copy's total reward, its length and how many agents the last step's
+    info named, and counts the fragments postprocessed."""
+
+    fragments = 0
+
+    def on_episode_end(self, *, episode, info):
+        episode.custom_metrics["total"] = episode.total_reward
+        episode.custom_metrics["length"] = episode.length
+        episode.custom_metrics["agents_at_end"] = len(info)
+
+    def on_fragment_postprocessed(self, *, batch, worker_index):
+        TeamEpisodes.fragments += 1

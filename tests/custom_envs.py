@@ -192,3 +192,31 @@ def cartpole_vector(num_envs: int, autoreset: str = "NEXT_STEP", extra: int = 0)
     return gym.make_vec(
         "CartPole-v1", num_envs=num_envs + extra, vectorization_mode="vector_entry_point"
     )
+
+
+class ScriptedVectorEnv(gym.vector.VectorEnv):
+    """A vector env that plays back given rewards and ends (``[T, N]`` arrays) and, when
+    given, each step's infos; an observation is the number of steps taken. For the tests
+    of episode bookkeeping, which need ends at known steps."""
+
+    def __init__(self, rewards: np.ndarray, done: np.ndarray, infos: list | None = None) -> None:
+        self.num_envs = rewards.shape[1]
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.rewards, self.done, self.infos, self.t = rewards, done, infos, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.full((self.num_envs, 1), self.t, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, actions):
+        t, self.t = self.t, self.t + 1
+        info = self.infos[t] if self.infos else {}
+        return self._obs(), self.rewards[t], self.done[t], np.zeros(self.num_envs, bool), info

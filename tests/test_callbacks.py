@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from custom_envs import ScriptedVectorEnv
 
 from flowrl import Algorithm, Callbacks, ConfigError
 from flowrl.apps.cli import main
-from flowrl.rollout.episodes import EpisodeHooks, EpisodeTracker
+from flowrl.rollout.episodes import Episode
+from flowrl.rollout.sampler import SINGLE, VectorLanes
 
 TESTS = Path(__file__).parent
 FLOWRL = str(Path(sys.executable).parent / "flowrl")
@@ -34,27 +36,47 @@ class Recorder(Callbacks):
         self.calls.append(("end", episode.env_index, episode.total_reward))
 
 
-def test_episode_hooks_follow_next_step_autoreset_and_match_the_tracker():
+def test_episode_hooks_follow_next_step_autoreset_and_match_the_episodes():
     """Env 0 ends its episode at step 1, so step 2 is its reset step, which begins the
-    next episode; each ended episode's report lines up with the tracker's episode."""
+    next episode; each ended episode's report lines up with the lanes' episode."""
     recorder = Recorder()
-    hooks, tracker = EpisodeHooks(recorder, num_envs=2, worker_index=1), EpisodeTracker(2)
     done = np.array([[False, False], [True, False], [False, True]])
-    valid = np.array([[True, True], [True, True], [False, True]])
-    for t in range(3):
-        infos = {"x": np.array([10 * t, 10 * t + 1]), "_x": np.array([True, t != 1])}
-        hooks.step(np.ones(2), done[t], valid[t], infos)
-    tracker.add(np.ones((3, 2)), done, valid)
+    infos = [
+        {"x": np.array([10 * t, 10 * t + 1]), "_x": np.array([True, t != 1])} for t in range(3)
+    ]
+    env = ScriptedVectorEnv(np.ones((3, 2)), done, infos)
+    lanes = VectorLanes(env, callbacks=recorder, worker_index=1)
+    lanes.reset()
+    for _ in range(3):
+        lanes.step({SINGLE: np.zeros(2, np.int64)})
     assert recorder.calls == [
         ("start", 0), ("start", 1),
         ("step", 0, 0), ("step", 1, 1),
         ("step", 0, 10), ("end", 0, 2.0), ("step", 1, None),
         ("start", 0), ("step", 1, 21), ("end", 1, 3.0),
     ]  # fmt: skip
-    assert [(*ep, c) for ep, c in zip(tracker.take(), hooks.take(), strict=True)] == [
-        (2.0, 2, {"length": 2}),
-        (3.0, 3, {"length": 3}),
+    assert lanes.take_episodes() == [
+        Episode(2.0, 2, custom={"length": 2}),
+        Episode(3.0, 3, custom={"length": 3}),
     ]
+
+
+def test_episode_hooks_and_custom_metrics_in_a_parallel_multi_agent_env():
+    """An episode is an env copy's: its total reward is the sum over its agents (the
+    episode return), its length the copy's env steps; the fragment hook sees each
+    multi-agent fragment."""
+    from custom_callbacks import TeamEpisodes
+
+    algo = Algorithm("ppo", env="flowrl.rollout.toy_multi_agent:IndependentCartPoles",
+                     num_workers=0, callbacks=TeamEpisodes, train_batch_size=1024)  # fmt: skip
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["custom/total_mean"] == pytest.approx(result["episode_return_mean"])
+    assert result["custom/length_mean"] == pytest.approx(result["episode_len_mean"])
+    assert result["custom/agents_at_end_min"] >= 1  # the last agent to leave, at least
+    assert TeamEpisodes.fragments >= 1
 
 
 def test_callbacks_that_cannot_load_are_a_config_error(tmp_path):

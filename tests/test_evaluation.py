@@ -11,13 +11,14 @@ import pytest
 from flowrl import Algorithm
 from flowrl.apps.cli import main
 from flowrl.core.config import ConfigError
+from flowrl.rollout.episodes import Episode
 from flowrl.run.checkpoints import BEST, load
 from flowrl.run.evaluation import EVAL_RETURN_MEAN, episode_stats
 from flowrl.run.runner import StopCriteria, run
 
 
 def test_episode_stats_on_plain_episodes():
-    stats = episode_stats([(1.0, 10), (3.0, 30)])
+    stats = episode_stats([Episode(1.0, 10), Episode(3.0, 30)])
     assert stats == {
         "episodes": 2,
         "episode_return_mean": 2.0,

@@ -93,9 +93,9 @@ def test_an_agent_that_finishes_waits_for_its_copy_which_resets_in_one_step():
     rng = np.random.default_rng(0)
     history = []  # (valid, terminated or truncated, rewards) per step
     for _ in range(200):
-        obs_before = lanes.obs["shared"].copy()
+        obs_before, valid = lanes.obs["shared"].copy(), lanes.active["shared"].copy()
         out = lanes.step({"shared": rng.integers(0, 2, size=2)})
-        obs, rewards, term, trunc, valid = (part["shared"] for part in out)
+        obs, rewards, term, trunc = (part["shared"] for part in out)
         history.append((valid, term | trunc, rewards, obs_before, obs))
     valid = np.array([h[0] for h in history])
     done = np.array([h[1] for h in history])

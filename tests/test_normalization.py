@@ -14,9 +14,15 @@ from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import OBS, REWARDS
 from flowrl.learning.normalization import Normalizer, RunningMeanStd
+from flowrl.rollout.sampler import SINGLE
 from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
 BOX = gym.spaces.Box(-np.inf, np.inf, (3,))
+
+
+def raw_fragment(worker):
+    """One fragment of a single-agent worker as sampled, before postprocessing."""
+    return worker.sampler.sample(worker.config.rollout_fragment_length)[SINGLE]
 
 
 def normalizer(**overrides):
@@ -90,13 +96,13 @@ def test_a_worker_feeds_its_policy_normalised_observations_and_scaled_rewards():
     )
     worker = RolloutWorker(policy_cls=PPOPolicy, config=cfg)
     for _ in range(5):
-        frag = worker.sample_fragment()
+        frag = raw_fragment(worker)
     obs = frag.columns[OBS][frag.valid]
     assert np.abs(obs.mean(0)).max() < 0.5 and np.abs(obs.std(0) - 1).max() < 0.5
     assert np.abs(frag.columns[REWARDS]).max() < 10  # Pendulum's rewards reach -16
     episodes, _, _ = worker.get_metrics()
     # results keep the env's own returns: Pendulum's 200-step episodes score below -100
-    assert episodes and max(ret for ret, _ in episodes) < -100
+    assert episodes and max(ep.episode_return for ep in episodes) < -100
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -111,10 +117,11 @@ def test_ray_workers_statistics_are_merged_on_the_learner_and_sent_back_with_the
 
     workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
-        ray.get([w.sample.remote() for w in workers.remote_workers for _ in range(2)])
+        batches = ray.get([w.sample.remote() for w in workers.remote_workers for _ in range(2)])
         workers.collect_metrics(timeout_s=30)
         learner = workers.local_worker.policy.normalizer
-        assert learner.obs.count == 2 * 2 * 2 * 25  # workers x fragments x envs x steps
+        # the observations of the steps learned from: every step but the reset steps
+        assert learner.obs.count == sum(len(b) for b in batches)
         workers.sync_weights()
         state = ray.get(workers.remote_workers[0].get_weights.remote())
         assert float(state["normalizer/obs_count"]) == learner.obs.count

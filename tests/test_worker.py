@@ -7,8 +7,10 @@ import time
 import numpy as np
 import pytest
 import torch
+from custom_envs import ScriptedVectorEnv
 
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+from flowrl.core.config import Config
 from flowrl.core.sample_batch import (
     ACTIONS,
     ADVANTAGES,
@@ -18,9 +20,15 @@ from flowrl.core.sample_batch import (
     TERMINATEDS,
     TRUNCATEDS,
 )
-from flowrl.learning.policy import inference
-from flowrl.rollout.episodes import EpisodeTracker
+from flowrl.learning.multi import PolicyMap
+from flowrl.learning.policy import Policy, inference
+from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
 from flowrl.rollout.worker import RolloutWorker, WorkerSet
+
+
+def raw_fragment(worker):
+    """One fragment of a single-agent worker as sampled, before postprocessing."""
+    return worker.sampler.sample(worker.config.rollout_fragment_length)[SINGLE]
 
 
 def local_worker(**overrides):
@@ -30,7 +38,7 @@ def local_worker(**overrides):
 
 def test_fragment_shapes_and_reset_steps_are_masked():
     worker = local_worker()
-    frag = worker.sample_fragment()
+    frag = raw_fragment(worker)
     assert frag.columns[OBS].shape == (50, 4, 4)
     assert frag.valid.shape == (50, 4)
     ends = frag.columns[TERMINATEDS] | frag.columns[TRUNCATEDS]
@@ -46,14 +54,14 @@ def test_episode_returns_match_lengths_on_cartpole():
     batches = [worker.sample() for _ in range(10)]
     episodes, policy_metrics, unsent = worker.get_metrics()
     assert episodes, "random CartPole episodes are short"
-    assert all(ret == length for ret, length in episodes)
+    assert all(ep.episode_return == ep.length for ep in episodes)
     valid_rows = sum(len(b) for b in batches)
     assert valid_rows <= 10 * 50 * 4 and ADVANTAGES in batches[0]
     assert worker.get_metrics() == ([], policy_metrics, {}) and unsent == {}  # normalising: off
 
 
 def reference_episodes(rewards, done, valid, ep_return, ep_len):
-    """Per-step episode bookkeeping, the plain way (the reference for the vectorised one)."""
+    """Per-step episode bookkeeping, the plain way."""
     episodes = []
     for t in range(len(rewards)):
         ep_return += rewards[t] * valid[t]
@@ -64,23 +72,27 @@ def reference_episodes(rewards, done, valid, ep_return, ep_len):
     return episodes
 
 
-def test_episode_bookkeeping_matches_a_per_step_loop_across_fragments():
-    tracker = EpisodeTracker(num_envs=4)
+def test_episode_bookkeeping_counts_valid_steps_across_fragments():
+    """Scripted rewards and ends (a reset step after each end, NEXT_STEP), sampled in
+    fragments of 30: the lanes' episodes are the plain per-step count's."""
     rng = np.random.default_rng(0)
-    ref_return, ref_len = np.zeros(4), np.zeros(4, np.int64)
-    expected = []
+    rewards = rng.normal(size=(150, 4))  # float rewards, as Pendulum's
+    done = rng.random((150, 4)) < 0.1
+    valid = np.ones((150, 4), bool)
+    valid[1:] = ~done[:-1]
+    lanes = VectorLanes(ScriptedVectorEnv(rewards, done))
+    policy = Policy(lanes.observation_spaces[SINGLE], lanes.action_spaces[SINGLE], Config())
+    sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="scripted")
     for _ in range(5):
-        rewards = rng.normal(size=(30, 4))
-        done = rng.random((30, 4)) < 0.1
-        valid = np.ones((30, 4), bool)
-        valid[1:] = ~done[:-1]
-        expected += reference_episodes(rewards, done, valid, ref_return, ref_len)
-        tracker.add(rewards, done, valid)  # float rewards, as Pendulum's
-    got = tracker.take()
-    assert [n for _, n in got] == [n for _, n in expected]
-    np.testing.assert_allclose([r for r, _ in got], [r for r, _ in expected], rtol=1e-12)
-    np.testing.assert_allclose(tracker._return, ref_return, rtol=1e-12)
-    assert (tracker._len == ref_len).all() and tracker.take() == []
+        fragment = sampler.sample(30)
+    np.testing.assert_array_equal(fragment[SINGLE].valid, valid[-30:])
+    expected = reference_episodes(rewards, done, valid, np.zeros(4), np.zeros(4, np.int64))
+    got = lanes.take_episodes()
+    assert [ep.length for ep in got] == [n for _, n in expected]
+    np.testing.assert_allclose(
+        [ep.episode_return for ep in got], [r for r, _ in expected], rtol=1e-12
+    )
+    assert lanes.take_episodes() == []
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
@@ -137,8 +149,8 @@ def test_a_kept_batch_is_never_overwritten_and_a_dropped_one_is_reused():
         worker.sample()
     assert all(np.array_equal(v, kept[k]) for k, v in copy.items())
 
-    address = worker.sample_fragment().columns[OBS].ctypes.data  # dropped at once
-    assert worker.sample_fragment().columns[OBS].ctypes.data == address
+    address = raw_fragment(worker).columns[OBS].ctypes.data  # dropped at once
+    assert raw_fragment(worker).columns[OBS].ctypes.data == address
 
 
 @pytest.mark.ray
@@ -164,7 +176,7 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
             episodes += workers.collect_metrics(timeout_s=1.0)[0]
             if episodes:
                 break
-        assert episodes and all(r == n for r, n in episodes)
+        assert episodes and all(ep.episode_return == ep.length for ep in episodes)
     finally:
         workers.stop()
 
@@ -215,7 +227,7 @@ def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
 def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_always():
     worker = local_worker()
     batch = {k: torch.from_numpy(v) for k, v in worker.sample().items()}
-    spaces = worker.env.single_observation_space, worker.env.single_action_space
+    spaces = worker.env.observation_spaces[SINGLE], worker.env.action_spaces[SINGLE]
     losses = {}
     for coeff in (0.0, 0.5):
         config = worker.config.replace(entropy_coeff=coeff)

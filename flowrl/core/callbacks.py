@@ -57,7 +57,8 @@ class Callbacks:
 
     def on_fragment_postprocessed(self, *, batch: Any, worker_index: int) -> None:
         """A worker postprocessed a fragment (advantages, n-step returns) into ``batch``,
-        which goes to the plan next."""
+        which goes to the plan next (with several policies, a ``MultiAgentBatch`` of each
+        policy's part)."""
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         """The driver has an iteration's ``result``; keys added to it are reported too."""

@@ -29,8 +29,8 @@ from flowrl.core.context import (
 )
 from flowrl.core.iter import LocalIterator, Operator
 from flowrl.learning.multi import POLICY_PREFIX
-from flowrl.rollout.multi_agent import AgentEpisode
-from flowrl.rollout.worker import Episode, WorkerSet
+from flowrl.rollout.episodes import Episode, as_episode
+from flowrl.rollout.worker import WorkerSet
 
 
 class OncePerIteration(Operator):
@@ -88,8 +88,8 @@ class CollectMetrics(Operator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._episodes.clear()
-        # a multi-agent episode comes back from a checkpoint as a plain tuple
-        self._episodes.extend(AgentEpisode(*ep) if len(ep) == 4 else ep for ep in state["episodes"])
+        # an episode comes back from a checkpoint as a plain sequence
+        self._episodes.extend(as_episode(ep) for ep in state["episodes"])
         self._time_total_s = state["time_total_s"]
 
     def take_over(self, previous: CollectMetrics) -> None:
@@ -112,7 +112,7 @@ class CollectMetrics(Operator):
         rate = (steps - self._last_steps) / elapsed
         self._time_total_s += elapsed
         self._last_time, self._last_steps = now, steps
-        returns = [ep[0] for ep in self._episodes]
+        returns = [ep.episode_return for ep in self._episodes]
         result = {
             ITERATION: counters[ITERATION],
             TIME_TOTAL_S: self._time_total_s,
@@ -124,7 +124,7 @@ class CollectMetrics(Operator):
             EPISODE_RETURN_MEAN: _mean(returns),
             "episode_return_min": min(returns, default=math.nan),
             "episode_return_max": max(returns, default=math.nan),
-            EPISODE_LEN_MEAN: _mean([float(ep[1]) for ep in self._episodes]),
+            EPISODE_LEN_MEAN: _mean([float(ep.length) for ep in self._episodes]),
             ENV_STEPS_PER_S: rate,
             WORKER_RESTARTS: counters[WORKER_RESTARTS],
         }
@@ -144,23 +144,22 @@ class CollectMetrics(Operator):
         return result
 
 
-def custom_metrics(episodes: Iterable[Any]) -> dict[str, float]:
-    """``custom/<name>_mean``, ``_min`` and ``_max`` of what episode callbacks reported
-    (a single-agent episode's third item), over the episodes that reported a number for it
-    (a NaN is no value).
+def custom_metrics(episodes: Iterable[Episode]) -> dict[str, float]:
+    """``custom/<name>_mean``, ``_min`` and ``_max`` of what episode callbacks reported,
+    over the episodes that reported a number for it (a NaN is no value).
 
     Examples:
-        >>> custom_metrics([(1.0, 5, {"coins": 2}), (2.0, 6, {"coins": 4}), (0.0, 3)])
+        >>> coins = [Episode(1.0, 5, custom={"coins": 2}), Episode(2.0, 6, custom={"coins": 4})]
+        >>> custom_metrics([*coins, Episode(0.0, 3)])
         {'custom/coins_mean': 3.0, 'custom/coins_min': 2.0, 'custom/coins_max': 4.0}
-        >>> custom_metrics([(1.0, 5, {"rate": float("nan")}), (2.0, 6, {"rate": 0.5})])
-        {'custom/rate_mean': 0.5, 'custom/rate_min': 0.5, 'custom/rate_max': 0.5}
+        >>> custom_metrics([Episode(1.0, 5, custom={"rate": float("nan")})])
+        {}
     """
     by_name: dict[str, list[float]] = {}
     for ep in episodes:
-        if len(ep) == 3:
-            for name, value in ep[2].items():
-                if not math.isnan(value):
-                    by_name.setdefault(name, []).append(float(value))
+        for name, value in ep.custom.items():
+            if not math.isnan(value):
+                by_name.setdefault(name, []).append(float(value))
     out = {}
     for name, values in by_name.items():
         out.update({f"custom/{name}_mean": _mean(values), f"custom/{name}_min": min(values),
@@ -168,22 +167,20 @@ def custom_metrics(episodes: Iterable[Any]) -> dict[str, float]:
     return out
 
 
-def agent_returns(episodes: Iterable[Any]) -> dict[str, float]:
+def agent_returns(episodes: Iterable[Episode]) -> dict[str, float]:
     """The mean return of each agent (``agent/<id>/episode_return_mean``) and of each
     policy's agents (``policy/<id>/episode_return_mean``) over multi-agent episodes.
 
     Examples:
-        >>> from flowrl.rollout.multi_agent import AgentEpisode
-        >>> returns = agent_returns([AgentEpisode(3.0, 2, {"a": 1.0, "b": 2.0}, {"p": 1.5})])
+        >>> returns = agent_returns([Episode(3.0, 2, {"a": 1.0, "b": 2.0}, {"p": 1.5})])
         >>> returns["agent/b/episode_return_mean"], returns["policy/p/episode_return_mean"]
         (2.0, 1.5)
     """
     by_name: dict[str, list[float]] = {}
     for ep in episodes:
-        if isinstance(ep, AgentEpisode):
-            for prefix, values in (("agent/", ep.agents), (POLICY_PREFIX, ep.policies)):
-                for name, value in values.items():
-                    by_name.setdefault(f"{prefix}{name}/{EPISODE_RETURN_MEAN}", []).append(value)
+        for prefix, values in (("agent/", ep.agents), (POLICY_PREFIX, ep.policies)):
+            for name, value in values.items():
+                by_name.setdefault(f"{prefix}{name}/{EPISODE_RETURN_MEAN}", []).append(value)
     return {name: _mean(values) for name, values in by_name.items()}
 
 

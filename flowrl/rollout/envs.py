@@ -66,12 +66,13 @@ class EnvError(RuntimeError):
 
 def step_env(env: Any, actions: Any) -> Any:
     """``env.step(actions)``; what the env raises comes back as an EnvError (its cause the
-    env's own exception) whose worker the rollout worker names, so a remote worker whose
-    env raised is replaced whatever the kind of env (a multi-agent env or a game too)."""
+    env's own exception, its message ``env_fault``'s) whose env and worker the rollout
+    worker names, so a remote worker whose env raised is replaced whatever the kind of env
+    (a vector env, a multi-agent env or a game)."""
     try:
         return env.step(actions)
     except Exception as e:
-        raise EnvError(f"the env raised {type(e).__name__}: {e}", -1) from e
+        raise EnvError(env_fault(e, env), -1) from e
 
 
 def env_fault(error: Exception, env: Any = None) -> str:

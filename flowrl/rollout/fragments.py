@@ -145,10 +145,10 @@ def write_row(
     prefix: str = "",
 ) -> None:
     """Step ``t``'s values into ``cols`` (``[steps, ...]`` arrays from ``pool``, made on
-    the first step under ``prefix + name``)."""
+    the first step under ``prefix/name``)."""
     if not cols:
         for k, v in row:
-            cols[k] = pool.empty(prefix + k, (steps, *np.shape(v)), np.asarray(v).dtype)
+            cols[k] = pool.empty(f"{prefix}/{k}", (steps, *np.shape(v)), np.asarray(v).dtype)
     for k, v in row:
         cols[k][t] = v
 

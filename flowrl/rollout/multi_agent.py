@@ -23,23 +23,13 @@ import importlib
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
+from flowrl.core.callbacks import Callbacks
 from flowrl.core.config import ConfigError
-from flowrl.core.sample_batch import (
-    ACTIONS,
-    OBS,
-    REWARDS,
-    TERMINATEDS,
-    TRUNCATEDS,
-    ArrayPool,
-    Fragment,
-)
-from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import (
     EnvError,
@@ -48,8 +38,7 @@ from flowrl.rollout.envs import (
     resolve_env,
     step_env,
 )
-from flowrl.rollout.episodes import write_video
-from flowrl.rollout.fragments import finish_fragment, write_row
+from flowrl.rollout.episodes import Episode, EpisodeHooks, write_video
 
 #: agent id -> policy id; or (agent id, env copy), or (agent id, env copy, the env's
 #: possible agents) -> policy id, to seat policies differently in different copies
@@ -83,16 +72,6 @@ def self_play(agent: str, copy: int, agents: list[str]) -> str:
     if copy % 2 == 0:
         return "main"
     return "main" if agents.index(agent) == (copy // 2) % len(agents) else "opponent"
-
-
-class AgentEpisode(NamedTuple):
-    """A finished episode of a multi-agent env copy: the return summed over its agents,
-    its env steps, each agent's own return, and each policy's mean over its agents."""
-
-    episode_return: float
-    length: int
-    agents: dict[str, float]
-    policies: dict[str, float]
 
 
 def policy_mapping(mapping: Mapping[str, str] | str, policy_ids: list[str] = ()) -> PolicyOf:
@@ -219,6 +198,7 @@ class Lanes:
 
     def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
         policy_of = lane_mapping(policy_of)
+        self.names_policies = True  # a fault names the policy whose lanes it is in
         self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = num_envs
         first = self.envs[0]
@@ -253,7 +233,7 @@ class Lanes:
             return layout.pack_one(obs)[0]
         except ValueError as e:
             misfit = ValueError(f"{e} (agent {agent})")
-            raise EnvError(f"the env raised ValueError: {misfit}", -1) from misfit
+            raise EnvError(f"ValueError: {misfit}", -1) from misfit
 
     def close(self) -> None:
         for env in self.envs:
@@ -280,7 +260,15 @@ class AgentLanes(Lanes):
     Agents mapped to one policy must share their observation and action spaces.
     """
 
-    def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
+    def __init__(
+        self,
+        make_env: Callable[[], Any],
+        *,
+        num_envs: int,
+        policy_of: PolicyOf,
+        callbacks: Callbacks | None = None,
+        worker_index: int = 0,
+    ) -> None:
         super().__init__(make_env, num_envs=num_envs, policy_of=policy_of)
         #: each copy's lanes: (policy id, lane index, agent)
         self._of_copy: list[list[tuple[str, int, str]]] = [[] for _ in self.envs]
@@ -296,8 +284,12 @@ class AgentLanes(Lanes):
         self._length = [0] * num_envs
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
         #: episodes finished since the last ``take_episodes``, and the copy of each
-        self.episodes: list[AgentEpisode] = []
+        self.episodes: list[Episode] = []
         self.episode_copies: list[int] = []
+        #: the episode hooks of ``callbacks``, an episode being a copy's
+        self._hooks = None
+        if callbacks is not None:  # a copy's episode begins with its reset
+            self._hooks = EpisodeHooks(callbacks, num_envs, worker_index, begun=False)
 
     def _empty_obs(self, pid: str) -> np.ndarray:
         n, layout = len(self.lanes[pid]), self._layouts[pid]
@@ -317,17 +309,19 @@ class AgentLanes(Lanes):
 
     def _start(self, copy: int, observations: dict[str, Any]) -> None:
         self._resetting[copy] = False
+        if self._hooks is not None:
+            self._hooks.start(copy)
         for pid, lane, agent in self._of_copy[copy]:
             self.active[pid][lane] = agent in observations
             if agent in observations:
                 self._observe(pid, lane, observations[agent], agent)
 
     def step(self, actions: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ...]:
-        """One step of every copy with each policy's actions (one per lane; inactive
-        lanes' are ignored). Returns, per policy id: the next observations, the rewards,
-        terminated and truncated flags of this step, and which lanes it was a real step
-        for (``valid``, the rows to learn from)."""
-        valid = {pid: active.copy() for pid, active in self.active.items()}
+        """One step of every copy with each policy's actions (one per lane; the lanes not
+        ``active`` before the step are ignored, their rows not learned from). Returns, per
+        policy id: the next observations, the rewards, terminated and truncated flags."""
+        valid = self.active
+        self.active = {pid: active.copy() for pid, active in valid.items()}  # the next step's
         rewards = {pid: np.zeros(len(v), np.float32) for pid, v in valid.items()}
         terminated = {pid: np.zeros(len(v), bool) for pid, v in valid.items()}
         truncated = {pid: np.zeros(len(v), bool) for pid, v in valid.items()}
@@ -339,7 +333,7 @@ class AgentLanes(Lanes):
             acting = {
                 agent: lane_action(actions[pid], i) for pid, i, agent in lanes if valid[pid][i]
             }
-            obs, rew, term, trunc, _ = step_env(env, acting)
+            obs, rew, term, trunc, infos = step_env(env, acting)
             check_agents(env, self._agents[copy], obs, rew)
             returns = self._returns[copy]
             for pid, i, agent in lanes:
@@ -353,18 +347,23 @@ class AgentLanes(Lanes):
                 self.active[pid][i] = agent in env.agents
             self._length[copy] += 1
             self._resetting[copy] = not env.agents
+            if self._hooks is not None:  # the info of a step is each agent's
+                self._hooks.step_one(copy, float(sum(rew.values())), infos)
             if not env.agents:
-                self._finish_episode(copy)
+                self._finish_episode(copy, infos)
         obs = {pid: o.copy() for pid, o in self.obs.items()}
-        return obs, rewards, terminated, truncated, valid
+        return obs, rewards, terminated, truncated
 
-    def _finish_episode(self, copy: int) -> None:
+    def _finish_episode(self, copy: int, infos: Any) -> None:
         seats = {agent: self.lane_of[copy, agent][0] for agent in self._returns[copy]}
-        self.episodes.append(agent_episode(self._returns[copy], self._length[copy], seats))
+        episode = agent_episode(self._returns[copy], self._length[copy], seats)
+        if self._hooks is not None:
+            episode = episode._replace(custom=self._hooks.end(copy, infos))
+        self.episodes.append(episode)
         self.episode_copies.append(copy)
         self._returns[copy], self._length[copy] = {}, 0
 
-    def take_episodes(self) -> list[AgentEpisode]:
+    def take_episodes(self) -> list[Episode]:
         """The episodes finished since the last call."""
         episodes, self.episodes, self.episode_copies = self.episodes, [], []
         return episodes
@@ -402,64 +401,6 @@ def lane_action(actions: Any, i: int) -> Any:
     return actions[i]
 
 
-class AgentSampler:
-    """Fragments of every policy of a multi-agent worker: each step, every policy acts
-    for all its lanes in one batched forward pass (inactive lanes' actions are dropped),
-    and each policy's steps become a time-major ``Fragment`` whose ``valid`` mask is
-    the lanes' (an agent that left early has several inactive rows, not one)."""
-
-    def __init__(self, lanes: AgentLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
-        self.lanes, self.policies, self.where = lanes, policies, where
-        self.obs = lanes.reset(seed=seed)
-        self.pool = ArrayPool()
-
-    def sample(self, steps: int) -> dict[str, Fragment]:
-        """``steps`` steps of every copy, one fragment per policy."""
-        lanes, pool = self.lanes, self.pool
-        cols: dict[str, dict[str, np.ndarray]] = {pid: {} for pid in self.policies}
-        valid = {pid: np.empty((steps, len(lanes.lanes[pid])), bool) for pid in self.policies}
-        raw = {
-            pid: pool.empty(f"{pid}/raw_obs", (steps, *o.shape), o.dtype)
-            if self.policies[pid].normalizer.parts
-            else None
-            for pid, o in self.obs.items()
-        }
-        obs = self.obs
-        with torch.inference_mode():
-            for t in range(steps):
-                rows, actions = {}, {}
-                for pid, policy in self.policies.items():
-                    o = obs[pid]
-                    if raw[pid] is not None:
-                        raw[pid][t] = o
-                        o = policy.normalizer.observations(o)
-                    a, extras = policy.compute_actions(o)
-                    actions[pid] = policy.env_actions(a)
-                    rows[pid] = [(OBS, o), (ACTIONS, a), *extras.items()]
-                obs, rewards, terminated, truncated, valid_t = lanes.step(actions)
-                for pid, row in rows.items():
-                    row += [
-                        (REWARDS, rewards[pid]),
-                        (TERMINATEDS, terminated[pid]),
-                        (TRUNCATEDS, truncated[pid]),
-                    ]
-                    write_row(cols[pid], pool, t, steps, row, prefix=f"{pid}/")
-                    valid[pid][t] = valid_t[pid]
-        self.obs = obs
-        return {
-            pid: finish_fragment(
-                policy,
-                cols[pid],
-                valid[pid],
-                obs[pid],
-                raw_obs=None if raw[pid] is None else raw[pid][valid[pid]],
-                pool=pool,
-                where=f"{self.where} (policy {pid})",
-            )
-            for pid, policy in self.policies.items()
-        }
-
-
 def shared_space(
     space_of: Callable[[str], gym.Space], agents: list[str], pid: str, what: str
 ) -> Any:
@@ -475,50 +416,28 @@ def shared_space(
     return spaces[0]
 
 
-def run_agent_episodes(
-    policies: PolicyMap,
-    lanes: AgentLanes,
-    episodes: int,
-    *,
-    explore: bool,
-    seed: int,
-    video_dir: str | None = None,
-) -> list[AgentEpisode]:
-    """Exactly ``episodes`` fresh episodes of ``policies`` on ``lanes`` (greedy actions
-    unless ``explore``): copy i's first episodes i, i + n, ... count, so the count is exact
-    whatever the episodes' lengths. With ``video_dir`` (lanes of one copy that renders
-    ``rgb_array``), each episode is written there as ``eval-episode-{i}.mp4``."""
-    n = lanes.num_envs
-    quota = [len(range(i, episodes, n)) for i in range(n)]
-    obs, done = lanes.reset(seed=seed), []
-    frames = [lanes.envs[0].render()] if video_dir else None
-    with torch.inference_mode():
-        while len(done) < episodes:
-            actions = {}
-            for pid, policy in policies.items():
-                a, _ = policy.compute_actions(
-                    policy.normalizer.observations(obs[pid]), explore=explore
-                )
-                actions[pid] = policy.env_actions(a)
-            obs = lanes.step(actions)[0]
-            if frames is not None:  # a reset step's frame starts the next episode's video
-                frames.append(lanes.envs[0].render())
-            for episode, copy in zip(lanes.episodes, lanes.episode_copies, strict=True):
-                if quota[copy] > 0:
-                    quota[copy] -= 1
-                    done.append(episode)
-                    if frames is not None:
-                        fps = lanes.envs[0].metadata.get("render_fps", 30)
-                        write_video(frames, video_dir, len(done) - 1, fps)
-                        frames = []
-            lanes.take_episodes()
-    return done
+class EpisodeFrames:
+    """Records the episodes ``Sampler.episodes`` runs on lanes of one copy that renders
+    ``rgb_array``: called after every step with the episodes it finished, it writes each
+    to ``video_dir`` as ``eval-episode-{i}.mp4`` (a reset step's frame starts the next)."""
+
+    def __init__(self, env: Any, video_dir: str) -> None:
+        self.env, self.video_dir, self.written = env, video_dir, 0
+        self.frames = [env.render()]
+
+    def __call__(self, finished: list) -> None:
+        self.frames.append(self.env.render())
+        for _ in finished:
+            fps = self.env.metadata.get("render_fps", 30)
+            write_video(self.frames, self.video_dir, self.written, fps)
+            self.written += 1
+            self.frames = []
 
 
-def agent_episode(returns: dict[str, float], length: int, seats: Mapping[str, str]) -> AgentEpisode:
-    """An ``AgentEpisode`` of each agent's return, its policy's being ``seats[agent]``."""
+def agent_episode(returns: dict[str, float], length: int, seats: Mapping[str, str]) -> Episode:
+    """An ``Episode`` of each agent's return, its policy's being ``seats[agent]``."""
     by_policy: dict[str, list[float]] = {}
     for agent, value in returns.items():
         by_policy.setdefault(seats[agent], []).append(value)
     means = {pid: sum(v) / len(v) for pid, v in by_policy.items()}
-    return AgentEpisode(sum(returns.values()), length, dict(returns), means)
+    return Episode(sum(returns.values()), length, dict(returns), means)

@@ -44,10 +44,9 @@ from flowrl.core.sample_batch import (
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import step_env
-from flowrl.rollout.episodes import write_video
+from flowrl.rollout.episodes import Episode, write_video
 from flowrl.rollout.fragments import finish_fragment
 from flowrl.rollout.multi_agent import (
-    AgentEpisode,
     Lanes,
     agent_episode,
     lane_action,
@@ -73,7 +72,7 @@ class TurnLanes(Lanes):
         self._ready: dict[int, tuple[str, int, np.ndarray]] = {}  # a copy's next mover
         self._returns: list[dict[str, float]] = [{} for _ in self.envs]
         self._moves = [0] * num_envs
-        self.episodes: list[AgentEpisode] = []
+        self.episodes: list[Episode] = []
         self.illegal_moves = 0
 
     def reset(self, seed: int | None = None) -> None:
@@ -112,7 +111,7 @@ class TurnLanes(Lanes):
         self.episodes.append(agent_episode(returns, self._moves[copy], seats))
         self._returns[copy], self._moves[copy] = {}, 0
 
-    def take_episodes(self) -> list[AgentEpisode]:
+    def take_episodes(self) -> list[Episode]:
         episodes, self.episodes = self.episodes, []
         return episodes
 
@@ -182,8 +181,7 @@ class TurnLanes(Lanes):
 
 
 class TurnSampler:
-    """``TurnLanes`` played by a worker's policies (what
-    ``AgentSampler`` is to Parallel envs)."""
+    """``TurnLanes`` played by a worker's policies (what ``Sampler`` is to other lanes)."""
 
     def __init__(self, lanes: TurnLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
         self.lanes, self.policies, self.where = lanes, policies, where
@@ -195,6 +193,8 @@ class TurnSampler:
 
 def check_turn_config(config: Any) -> None:
     """What turn-based games do not take yet, in one line."""
+    if getattr(config, "use_lstm", False):
+        raise ConfigError("use_lstm is not supported with turn-based (AEC) envs yet")
     if getattr(config, "normalize_observations", False):
         raise ConfigError("normalize_observations is not supported with turn-based (AEC) envs")
 
@@ -318,7 +318,7 @@ def play_turns(
     explore: bool,
     seed: int,
     video_dir: str | None = None,
-) -> list[AgentEpisode]:
+) -> list[Episode]:
     """``games`` games with each agent moved by the policy it maps to (in env copy 0),
     written to ``video_dir`` when given (``play_games``)."""
     env = make_env()

@@ -28,19 +28,10 @@ import numpy as np
 import torch
 
 from flowrl.core.callbacks import load_callbacks
-from flowrl.core.config import Config, ConfigError
+from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
-from flowrl.core.sample_batch import (
-    ACTIONS,
-    OBS,
-    REWARDS,
-    TERMINATEDS,
-    TRUNCATEDS,
-    ArrayPool,
-    Fragment,
-    MultiAgentBatch,
-)
+from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.learner import Learner
 from flowrl.learning.multi import MultiLearner, PolicyMap, PolicySpec
 from flowrl.learning.policy import Policy, Weights
@@ -48,28 +39,19 @@ from flowrl.learning.registry import register_model, registered_model
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
-    env_fault,
     make_recording_env,
     make_vector_env,
     register_env,
     registered_creator,
 )
-from flowrl.rollout.episodes import (
-    Episode,
-    EpisodeHooks,
-    EpisodeTracker,
-    Memory,
-    headless_rendering,
-    run_episodes,
-)
-from flowrl.rollout.fragments import finish_fragment, write_row
+from flowrl.rollout.episodes import Episode, headless_rendering
 from flowrl.rollout.multi_agent import (
     AgentLanes,
-    AgentSampler,
+    EpisodeFrames,
     agent_env_maker,
     policy_mapping,
-    run_agent_episodes,
 )
+from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
 from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config, play_turns
 
 logger = logging.getLogger(__name__)
@@ -114,52 +96,48 @@ class RolloutWorker(ParallelIteratorWorker):
         self.lock = threading.Lock()
         # seconds spent sampling and loading weights, reported when profiling
         self.busy_s = {WORKER_SAMPLE_S: 0.0, WORKER_WEIGHTS_S: 0.0}
-        #: a multi-agent env's sampler (None: a single-agent vector env)
-        self.agents: AgentSampler | None = None
         self.policy_specs = dict(policy_specs or {})
         #: the config's Callbacks, this worker's own instance (None: no callbacks)
         self.callbacks = load_callbacks(config.callbacks)
-        self._hooks: EpisodeHooks | None = None
         make_agent_env = agent_env_maker(config.env, config.env_config)
-        if make_agent_env is not None:
+        #: whether the env has several agents (``policy`` is then the policy map)
+        self.multi_agent = make_agent_env is not None
+        if self.multi_agent:
             self._init_agents(make_agent_env, device, seed)
             return
-        self.env = make_vector_env(
+        vector_env = make_vector_env(
             config.env,
             num_envs=config.num_envs_per_worker,
             seed=seed,
             num_threads=threads,
             env_config=config.env_config,
         )
+        self.env = VectorLanes(vector_env, callbacks=self.callbacks, worker_index=worker_index)
         self.policy = policy_cls(
-            self.env.single_observation_space,
-            self.env.single_action_space,
+            vector_env.single_observation_space,
+            vector_env.single_action_space,
             config,
             device=device,
             worker_index=worker_index,
         )
-        self.obs, _ = self.env.reset(seed=seed)
-        n = self.env.num_envs
-        self._needs_reset = np.zeros(n, dtype=bool)
-        #: a recurrent policy's state per env, and which envs begin an episode next step
-        self.state = self.policy.initial_state(n)
-        self._starts = np.zeros(n, dtype=bool)
-        self._episodes = EpisodeTracker(n)
-        if self.callbacks is not None:  # every env begins an episode
-            self._hooks = EpisodeHooks(self.callbacks, n, worker_index)
-        self._pool = ArrayPool()  # fragment memory, reused once Ray has copied a fragment out
+        self.policies = PolicyMap({SINGLE: self.policy})
+        self.sampler: Any = Sampler(self.env, self.policies, seed=seed, where=self._where)
 
     def _init_agents(self, make_env: Callable[[], Any], device: str, seed: int) -> None:
         """Multi-agent: lanes over copies of the env, and a policy per id."""
         cfg = self.config
-        if getattr(cfg, "use_lstm", False):
-            raise ConfigError("use_lstm is not supported with multi-agent envs yet")
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
         if make_env.turn_based:
             check_turn_config(cfg)
             lanes: Any = TurnLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
         else:
-            lanes = AgentLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
+            lanes = AgentLanes(
+                make_env,
+                num_envs=cfg.num_envs_per_worker,
+                policy_of=policy_of,
+                callbacks=self.callbacks,
+                worker_index=self.worker_index,
+            )
         policies = PolicyMap()
         for pid in lanes.policy_ids:
             spec = self.policy_spec(pid)
@@ -170,9 +148,9 @@ class RolloutWorker(ParallelIteratorWorker):
                 device=device,
                 worker_index=self.worker_index,
             )
-        self.env, self.policy, self.state = lanes, policies, None
-        sampler = TurnSampler if make_env.turn_based else AgentSampler
-        self.agents = sampler(lanes, policies, seed=seed, where=self._where)
+        self.env, self.policy, self.policies = lanes, policies, policies
+        sampler = TurnSampler if make_env.turn_based else Sampler
+        self.sampler = sampler(lanes, policies, seed=seed, where=self._where)
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -190,104 +168,44 @@ class RolloutWorker(ParallelIteratorWorker):
             yield self.sample()
 
     def sample(self):
-        """One post-processed fragment: ``rollout_fragment_length`` steps of every env."""
+        """One post-processed fragment: ``rollout_fragment_length`` steps of every env
+        (with several policies, a ``MultiAgentBatch`` of each policy's part)."""
         start = time.perf_counter()
-        if self.agents is None:
-            batch = self.policy.postprocess(self.sample_fragment())
-            if self.callbacks is not None:
-                self.callbacks.on_fragment_postprocessed(
-                    batch=batch, worker_index=self.worker_index
-                )
+        steps = self.config.rollout_fragment_length
+        try:
+            fragments = self.sampler.sample(steps)
+        except EnvError as e:  # the env's own fault: this worker is replaced
+            # (with the env's traceback, so the error's last frame is the env's line)
+            cause = e.__cause__
+            trace = getattr(cause, "__traceback__", None) or e.__traceback__
+            fault = EnvError(f"{self._where} raised {e.message}", self.worker_index)
+            raise fault.with_traceback(trace) from cause
+        if not self.multi_agent:
+            batch = self.policy.postprocess(fragments[SINGLE])
         else:
-            try:
-                fragments = self.agents.sample(self.config.rollout_fragment_length)
-            except EnvError as e:  # the env's own fault: this worker is replaced
-                raise self._env_error(e.__cause__).with_traceback(e.__traceback__) from e.__cause__
             batch = MultiAgentBatch(
                 {  # a policy all of whose agents sat the fragment out has no rows
                     pid: self.policy[pid].postprocess(f)
                     for pid, f in fragments.items()
                     if f.valid.any()
                 },
-                env_steps=self.config.rollout_fragment_length * self.env.num_envs,
+                env_steps=steps * self.env.num_envs,
             )
+        if self.callbacks is not None:
+            self.callbacks.on_fragment_postprocessed(batch=batch, worker_index=self.worker_index)
         self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
         return batch
-
-    def sample_fragment(self) -> Fragment:
-        """``rollout_fragment_length`` raw steps of every env, time-major."""
-        steps = self.config.rollout_fragment_length
-        policy, env, obs, pool = self.policy, self.env, self.obs, self._pool
-        norm = policy.normalizer
-        raw_obs = None
-        if norm.parts:  # normalised for the policy; the raw ones update the stats
-            raw_obs = pool.empty("raw_obs", (steps, *np.shape(obs)), obs.dtype)
-        cols: dict[str, np.ndarray] = {}
-        memory = None
-        if self.state is not None:  # a recurrent policy's state goes on from the last fragment
-            memory = Memory(policy, self.state, self._starts, self._needs_reset)
-        act = policy.compute_actions if memory is None else memory.compute_actions
-        hooks, resetting = self._hooks, self._needs_reset
-        with torch.inference_mode():  # entered once per fragment, not once per step
-            for t in range(steps):
-                if raw_obs is not None:
-                    raw_obs[t] = obs
-                    obs = norm.observations(obs)
-                actions, extras = act(obs)
-                try:
-                    next_obs, rewards, terminated, truncated, infos = env.step(
-                        policy.env_actions(actions)
-                    )
-                except Exception as e:  # the env's own fault: this worker is replaced
-                    # (with the env's traceback, so the error's last frame is the env's line)
-                    raise self._env_error(e, env).with_traceback(e.__traceback__) from e
-                row = (
-                    (OBS, obs),
-                    (ACTIONS, actions),
-                    (REWARDS, rewards),
-                    (TERMINATEDS, terminated),
-                    (TRUNCATEDS, truncated),
-                    *extras.items(),
-                )
-                write_row(cols, pool, t, steps, row)
-                obs = next_obs
-                if hooks is not None or memory is not None:
-                    done = terminated | truncated
-                    if hooks is not None:  # the episode hooks, with each env's info
-                        hooks.step(rewards, done, ~resetting, infos)
-                        resetting = done
-                    if memory is not None:
-                        memory.stepped(done)
-        self.obs = obs
-        if memory is not None:  # for the next fragment
-            self.state, self._starts = memory.state, memory.starts
-        # step t is a reset step (NEXT_STEP autoreset) when step t - 1 ended an episode
-        done = cols[TERMINATEDS] | cols[TRUNCATEDS]
-        valid = ~np.concatenate([self._needs_reset[None], done[:-1]])
-        rewards = cols[REWARDS]  # the env's own (scaling makes a new array), for results
-        fragment = finish_fragment(
-            policy, cols, valid, obs, raw_obs=raw_obs, pool=pool, where=self._where,
-            last_state=self.state,
-        )  # fmt: skip
-        self._needs_reset = done[-1]
-        self._episodes.add(rewards, done, valid)
-        return fragment
-
-    def _env_error(self, error: Exception, env: Any = None) -> EnvError:
-        return EnvError(f"{self._where} raised {env_fault(error, env)}", self.worker_index)
 
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
         policy reports about its acting (``Policy.metrics``) with, when profiling, its
         seconds sampling and loading weights so far, and the normalisation statistics
         added since the last call (for the learner to merge)."""
-        if self.agents is not None:
-            episodes, unsent = self.env.take_episodes(), self.policy.take_unsent()
+        episodes = self.env.take_episodes()
+        if self.multi_agent:
+            unsent = self.policy.take_unsent()
         else:
-            episodes, unsent = self._episodes.take(), self.policy.normalizer.take_unsent()
-            if self._hooks is not None:  # each episode with what its hooks reported
-                custom = self._hooks.take()
-                episodes = [(*ep, c) for ep, c in zip(episodes, custom, strict=True)]
+            unsent = self.policy.normalizer.take_unsent()
         metrics = self.policy.metrics()
         if hasattr(self.env, "illegal_moves"):  # a turn-based game's, so far
             metrics = {**metrics, "illegal_moves": self.env.illegal_moves}
@@ -299,7 +217,7 @@ class RolloutWorker(ParallelIteratorWorker):
         """Another worker's normalisation statistics (``get_metrics``) into this
         worker's policies."""
         with self.lock:
-            (self.policy if self.agents is not None else self.policy.normalizer).merge(unsent)
+            (self.policy if self.multi_agent else self.policy.normalizer).merge(unsent)
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     @cached_property
@@ -307,7 +225,7 @@ class RolloutWorker(ParallelIteratorWorker):
         """The learner that trains this worker's policy, built on first use: rollout
         workers that only sample never build one. With several policies, a
         ``MultiLearner`` of the trainable ones."""
-        if self.agents is not None:
+        if self.multi_agent:
             learners = {}
             for pid, policy in self.policy.items():
                 spec = self.policy_spec(pid)
@@ -331,7 +249,7 @@ class RolloutWorker(ParallelIteratorWorker):
         """How many weights this worker holds in torch modules: its policy's, and its
         learner's once built (a sampling worker holds the acting module alone)."""
         seen: dict[int, int] = {}
-        policies = self.policy.values() if self.agents is not None else [self.policy]
+        policies = self.policies.values()
         learner = self.__dict__.get("learner")
         learners = learner.learners.values() if isinstance(learner, MultiLearner) else [learner]
         for owner in filter(None, [*policies, *learners]):
@@ -367,7 +285,7 @@ class RolloutWorker(ParallelIteratorWorker):
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4."""
         cfg = self.config
-        if self.agents is not None:
+        if self.multi_agent:
             return self._evaluate_agents(episodes, explore=explore, seed=seed, video_dir=video_dir)
         with contextlib.ExitStack() as stack:
             if video_dir:  # one env: its episodes are written one at a time
@@ -379,7 +297,8 @@ class RolloutWorker(ParallelIteratorWorker):
                 n = min(episodes, cfg.num_envs_per_worker)
                 env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
             stack.callback(env.close)  # before the rendering variables go (videos are written)
-            return run_episodes(self.policy, env, episodes, explore=explore, seed=seed)
+            sampler = Sampler(VectorLanes(env), self.policies, seed=seed, where=self._where)
+            return sampler.episodes(episodes, explore=explore)
 
     def _evaluate_agents(
         self, episodes: int, *, explore: bool, seed: int, video_dir: str | None
@@ -398,9 +317,9 @@ class RolloutWorker(ParallelIteratorWorker):
             copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
             lanes = AgentLanes(make_env, num_envs=copies, policy_of=policy_of)
             try:
-                return run_agent_episodes(
-                    self.policy, lanes, episodes, explore=explore, seed=seed, video_dir=video_dir
-                )
+                sampler = Sampler(lanes, self.policies, seed=seed, where=self._where)
+                frames = EpisodeFrames(lanes.envs[0], video_dir) if video_dir else None
+                return sampler.episodes(episodes, explore=explore, after_step=frames)
             finally:
                 lanes.close()
 
@@ -488,7 +407,7 @@ class WorkerSet:
     def policy_ids(self) -> list[str]:
         """The ids of a multi-agent run's policies ([] for a single-agent env)."""
         worker = self.local_worker
-        return list(worker.policy) if worker.agents is not None else []
+        return list(worker.policy) if worker.multi_agent else []
 
     def policy_config(self, policy_id: str) -> Config:
         """The config policy ``policy_id`` acts and learns with."""

@@ -34,15 +34,15 @@ EVAL_RETURN_MEAN = PREFIX + EPISODE_RETURN_MEAN
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
-    """Count, mean/min/max return and mean length of ``(return, length)`` episodes; the
+    """Count, mean/min/max return and mean length of ``episodes``; the
     mean return of each agent and policy of multi-agent ones."""
-    returns = [ep[0] for ep in episodes]
+    returns = [ep.episode_return for ep in episodes]
     return {
         "episodes": len(episodes),
         EPISODE_RETURN_MEAN: sum(returns) / len(returns),
         "episode_return_min": min(returns),
         "episode_return_max": max(returns),
-        EPISODE_LEN_MEAN: sum(ep[1] for ep in episodes) / len(episodes),
+        EPISODE_LEN_MEAN: sum(ep.length for ep in episodes) / len(episodes),
         **agent_returns(episodes),
     }
 

@@ -1,0 +1,296 @@
+"""One sampler over lanes: the loop that steps every kind of env with a worker's policies,
+for training (``Sampler.sample``: fragments of a fixed length) and for evaluation
+(``Sampler.episodes``: an exact number of whole episodes, greedy or exploring).
+
+An env is *lanes*: per policy id, arrays over the lanes that policy acts for. A gymnasium
+vector env is the lanes of one policy (``VectorLanes``, one lane per env); a Parallel
+multi-agent env gives a lane per agent and copy (``AgentLanes`` in multi_agent.py). Lanes
+have ``policy_ids``, ``num_envs``, ``observation_spaces`` and ``action_spaces`` by policy,
+``active`` (which lanes act at the next step: a new dict of new arrays after every step,
+never changed in place), and
+
+- ``reset(seed)``: each policy's first observations;
+- ``step(actions)``: each policy's next observations, rewards, terminated and truncated
+  flags; a lane that was not active in the step gives a row that is not learned from;
+- ``take_episodes()``: the episodes finished since the last call, and ``episode_copies``,
+  the copy (env) each ran in.
+
+The sampler owns what is the same for every kind: each policy acts for all its lanes in one
+batched forward pass, its observations normalised (the raw ones of valid rows update the
+statistics), a recurrent policy's state kept per lane (``LaneMemory``), each step's row
+written into time-major columns, and each policy's fragment checked (non-finite values,
+masks, bounds) as it is finished. The lanes own what differs: how an env steps and what
+makes an episode (its hooks and records).
+
+Examples:
+    >>> from flowrl.core.config import Config
+    >>> from flowrl.learning.multi import PolicyMap
+    >>> from flowrl.learning.policy import Policy
+    >>> from flowrl.rollout.envs import make_vector_env
+    >>> lanes = VectorLanes(make_vector_env("CartPole-v1", num_envs=2, seed=0))
+    >>> policy = Policy(lanes.observation_spaces[SINGLE], lanes.action_spaces[SINGLE], Config())
+    >>> sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="CartPole-v1")
+    >>> sampler.sample(8)[SINGLE].valid.shape
+    (8, 2)
+    >>> len(sampler.episodes(3, explore=False))
+    3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from flowrl.core.callbacks import Callbacks
+from flowrl.core.sample_batch import (
+    ACTIONS,
+    OBS,
+    REWARDS,
+    STATE_IN,
+    STATE_OUT,
+    TERMINATEDS,
+    TRUNCATEDS,
+    ArrayPool,
+    Fragment,
+)
+from flowrl.learning.multi import PolicyMap
+from flowrl.rollout.envs import step_env
+from flowrl.rollout.episodes import Episode, EpisodeHooks
+from flowrl.rollout.fragments import finish_fragment, write_row
+
+#: the policy id of a single-agent env's lanes
+SINGLE = "default"
+#: the steps ``VectorLanes`` counts episodes over at once, at most
+COUNT_EVERY = 256
+
+
+class VectorLanes:
+    """A gymnasium vector env (NEXT_STEP autoreset) as the lanes of one policy, lane ``i``
+    being env ``i``: a step that only resets an env (the one after its episode ended) is not
+    active. Keeps each env's running return and length (counted when asked for, with
+    running sums along time rather than a Python step per env step), and runs the episode
+    hooks of ``callbacks`` with each env's info."""
+
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        *,
+        callbacks: Callbacks | None = None,
+        worker_index: int = 0,
+        policy_id: str = SINGLE,
+    ) -> None:
+        self.env, self.pid, n = env, policy_id, env.num_envs
+        self.names_policies = False  # what the env gives goes to its one policy
+        self.num_envs, self.policy_ids = n, [policy_id]
+        self.observation_spaces = {policy_id: env.single_observation_space}
+        self.action_spaces = {policy_id: env.single_action_space}
+        self.active = {policy_id: np.ones(n, bool)}
+        self._hooks = None if callbacks is None else EpisodeHooks(callbacks, n, worker_index)
+        self._return, self._length = np.zeros(n), np.zeros(n, np.int64)
+        self._uncounted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._episodes: list[Episode] = []
+        self._copies: list[int] = []
+
+    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        obs, _ = self.env.reset(seed=seed)
+        self.active = {self.pid: np.ones(self.num_envs, bool)}
+        self._return[:], self._length[:], self._uncounted = 0.0, 0, []
+        return {self.pid: obs}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, np.ndarray], ...]:
+        valid = self.active[self.pid]
+        obs, rewards, terminated, truncated, infos = step_env(self.env, actions[self.pid])
+        done = terminated | truncated
+        if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
+            self._hooks.step(rewards, done, valid, infos)
+        # (a copy of the rewards: a vector env may write its next ones into the same array)
+        self._uncounted.append((np.array(rewards, np.float64), done, valid))
+        if len(self._uncounted) == COUNT_EVERY:
+            self._count()
+        pid = self.pid
+        self.active = {pid: ~done}
+        return {pid: obs}, {pid: rewards}, {pid: terminated}, {pid: truncated}
+
+    def _count(self) -> None:
+        """Adds the steps not yet counted to each env's running episode, recording the
+        episodes that ended (in the order they ended), with array operations alone."""
+        if not self._uncounted:
+            return
+        rewards, done, valid = (np.stack(part) for part in zip(*self._uncounted, strict=True))
+        self._uncounted = []
+        returns, lengths = np.cumsum(rewards * valid, axis=0), np.cumsum(valid, axis=0)
+        end_t, end_i = np.nonzero(done & valid)  # in the order the episodes ended
+        by_env = np.lexsort((end_t, end_i))  # env by env, in time within each
+        t, i = end_t[by_env], end_i[by_env]
+        first = np.ones(len(i), bool)  # an env's first end in these steps
+        first[1:] = i[1:] != i[:-1]
+        ep_return, ep_length = returns[t, i], lengths[t, i]
+        # minus the sums at the env's previous end; plus, at its first, what went before
+        ep_return[1:] -= np.where(first[1:], 0.0, returns[t[:-1], i[:-1]])
+        ep_length[1:] -= np.where(first[1:], 0, lengths[t[:-1], i[:-1]])
+        ep_return[first] += self._return[i[first]]
+        ep_length[first] += self._length[i[first]]
+        ended_return, ended_length = np.empty_like(ep_return), np.empty_like(ep_length)
+        ended_return[by_env], ended_length[by_env] = ep_return, ep_length
+        self._episodes += map(Episode, ended_return.tolist(), ended_length.tolist())
+        self._copies += end_i.tolist()
+        last = np.ones(len(i), bool)  # an env's last end: its running episode starts there
+        last[:-1] = i[:-1] != i[1:]
+        self._return += returns[-1]
+        self._length += lengths[-1]
+        self._return[i[last]] = returns[-1, i[last]] - returns[t[last], i[last]]
+        self._length[i[last]] = lengths[-1, i[last]] - lengths[t[last], i[last]]
+
+    @property
+    def episode_copies(self) -> list[int]:
+        """The env of each episode ``take_episodes`` gives next."""
+        self._count()
+        return self._copies
+
+    def take_episodes(self) -> list[Episode]:
+        """The episodes finished since the last call, with what the hooks reported of each
+        when there are callbacks."""
+        self._count()
+        episodes, self._episodes, self._copies = self._episodes, [], []
+        if self._hooks is not None:
+            custom = self._hooks.take()
+            episodes = [ep._replace(custom=c) for ep, c in zip(episodes, custom, strict=True)]
+        return episodes
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class LaneMemory:
+    """A recurrent policy's state per lane: each step starts from the state the lane's
+    last step left, fresh where that step was not valid (a reset step, an agent that did
+    not act: the lane's next valid step begins an episode), as the learner's unroll
+    resets it; its extras record the state it started from (``state_in``).
+
+    Examples:
+        >>> memory = LaneMemory(policy, lanes=8)  # doctest: +SKIP
+        >>> actions, extras = memory.compute_actions(obs, valid)  # doctest: +SKIP
+    """
+
+    def __init__(self, policy: Any, lanes: int) -> None:
+        self.policy = policy
+        self.fresh = self.state = policy.initial_state(lanes)
+        self.last_valid = np.ones(lanes, bool)
+
+    def compute_actions(
+        self, obs: Any, valid: np.ndarray, *, explore: bool = True
+    ) -> tuple[Any, dict[str, np.ndarray]]:
+        starts = ~self.last_valid
+        if starts.any():
+            rows = starts.reshape(-1, *[1] * (self.state.ndim - 1))
+            self.state = np.where(rows, self.fresh, self.state)
+        actions, extras = self.policy.compute_actions(obs, explore=explore, state=self.state)
+        extras[STATE_IN] = self.state
+        self.state, self.last_valid = extras.pop(STATE_OUT), valid
+        return actions, extras
+
+
+class Sampler:
+    """Steps ``lanes`` with ``policies`` (a policy per id of the lanes): fragments for
+    training, whole episodes for evaluation; see the module's docstring."""
+
+    def __init__(self, lanes: Any, policies: PolicyMap, *, seed: int | None, where: str) -> None:
+        self.lanes, self.policies, self.where = lanes, policies, where
+        self.obs = lanes.reset(seed=seed)
+        self.memory = {
+            pid: LaneMemory(policy, len(self.obs[pid]))
+            for pid, policy in policies.items()
+            if policy.initial_state(1) is not None
+        }
+        self.pool = ArrayPool()  # fragment memory, reused once a fragment has been copied out
+        #: per policy, looked up once: its normaliser (None: none) and its memory
+        self._acting = [
+            (pid, p, p.normalizer if p.normalizer.parts else None, self.memory.get(pid))
+            for pid, p in policies.items()
+        ]
+
+    def _act(self, explore: bool, active: dict[str, np.ndarray], raw: Any = None, t: int = 0):
+        """Every policy's actions for all its lanes (``active``: which act); each
+        policy's row so far: what it saw, did and recorded."""
+        actions, rows = {}, {}
+        for pid, policy, normalizer, memory in self._acting:
+            obs = self.obs[pid]
+            if raw is not None and raw[pid] is not None:  # the raw ones update the stats
+                raw[pid][t] = obs
+            if normalizer is not None:
+                obs = normalizer.observations(obs)
+            if memory is None:
+                a, extras = policy.compute_actions(obs, explore=explore)
+            else:
+                a, extras = memory.compute_actions(obs, active[pid], explore=explore)
+            actions[pid] = policy.env_actions(a)
+            rows[pid] = ((OBS, obs), (ACTIONS, a), *extras.items())
+        return actions, rows
+
+    def sample(self, steps: int) -> dict[str, Fragment]:
+        """``steps`` steps of every lane, one fragment per policy (time-major, ``valid``
+        False for the rows not to learn from)."""
+        lanes, pool, policies = self.lanes, self.pool, self.policies
+        cols: dict[str, dict[str, np.ndarray]] = {pid: {} for pid in policies}
+        valid = {pid: np.empty((steps, len(o)), bool) for pid, o in self.obs.items()}
+        raw = {
+            pid: pool.empty(f"{pid}/raw_obs", (steps, *o.shape), o.dtype)
+            if policies[pid].normalizer.parts
+            else None
+            for pid, o in self.obs.items()
+        }
+        with torch.inference_mode():  # entered once per fragment, not once per step
+            for t in range(steps):
+                active = lanes.active  # replaced, not changed, by the step
+                actions, rows = self._act(True, active, raw, t)
+                self.obs, rewards, terminated, truncated = lanes.step(actions)
+                for pid, row in rows.items():
+                    outcome = (
+                        (REWARDS, rewards[pid]),
+                        (TERMINATEDS, terminated[pid]),
+                        (TRUNCATEDS, truncated[pid]),
+                    )
+                    write_row(cols[pid], pool, t, steps, row + outcome, prefix=pid)
+                    valid[pid][t] = active[pid]
+        return {
+            pid: finish_fragment(
+                policy,
+                cols[pid],
+                valid[pid],
+                self.obs[pid],
+                raw_obs=None if raw[pid] is None else raw[pid][valid[pid]],
+                pool=pool,
+                where=f"{self.where} (policy {pid})" if lanes.names_policies else self.where,
+                last_state=self.memory[pid].state if pid in self.memory else None,
+            )
+            for pid, policy in policies.items()
+        }
+
+    def episodes(
+        self, count: int, *, explore: bool, after_step: Callable[[list], None] | None = None
+    ) -> list[Any]:
+        """Exactly ``count`` episodes from the lanes' current start (greedy actions unless
+        ``explore``): copy ``i`` runs episodes ``i, i + n, ...``, so the count is exact
+        whatever the episodes' lengths. ``after_step(finished)`` is called after every step
+        with the episodes that step counted."""
+        n = self.lanes.num_envs
+        quota = [len(range(i, count, n)) for i in range(n)]
+        done: list[Any] = []
+        with torch.inference_mode():
+            while len(done) < count:
+                actions, _ = self._act(explore, self.lanes.active)
+                self.obs = self.lanes.step(actions)[0]
+                copies = self.lanes.episode_copies[:]
+                finished = []
+                for episode, copy in zip(self.lanes.take_episodes(), copies, strict=True):
+                    if quota[copy] > 0:
+                        quota[copy] -= 1
+                        finished.append(episode)
+                done += finished
+                if after_step is not None:
+                    after_step(finished)
+        return done
