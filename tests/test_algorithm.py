@@ -99,6 +99,7 @@ def test_same_seed_same_results_in_local_mode():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_same_seed_same_results_in_bulk_sync(ray_session):
     runs = []
     for _ in range(2):
@@ -228,6 +229,7 @@ def test_atari_frames_train_through_the_cnn_and_stay_uint8():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_training_survives_a_dead_worker(ray_session):
     from flowrl.run.runner import StopCriteria
 

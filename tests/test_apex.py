@@ -112,6 +112,7 @@ def test_apex_samples_in_process_beside_replay_shard_actors(ray_session):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_weights_reach_a_worker_at_most_every_max_weight_sync_delay_steps(ray_session):
     algo = Algorithm("apex", env="CartPole-v1", seed=0, learning_starts=500,
                      max_weight_sync_delay=2_000, min_time_s_per_iteration=2.0)  # fmt: skip
@@ -130,6 +131,7 @@ def test_weights_reach_a_worker_at_most_every_max_weight_sync_delay_steps(ray_se
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_a_killed_replay_shard_and_rollout_worker_do_not_end_the_run(ray_session):
     import ray
 

@@ -183,6 +183,7 @@ def test_a_run_directory_has_one_writer_at_a_time(run_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("algo", ["impala", "appo", "apex"])
+@pytest.mark.slow
 def test_learner_thread_algorithms_train_resume_and_evaluate(algo, tmp_path):
     quick = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=200"]
     if algo == "apex":  # its replay in the learner's process too: no Ray
@@ -197,6 +198,7 @@ def test_learner_thread_algorithms_train_resume_and_evaluate(algo, tmp_path):
     assert evaluated.returncode == 0 and "over 2 episodes" in evaluated.stdout
 
 
+@pytest.mark.slow
 def test_user_plan_file(tmp_path):
     plan = tmp_path / "my_plan.py"
     plan.write_text(

@@ -131,6 +131,7 @@ def test_env_config_the_creator_does_not_take_is_refused():
         Algorithm("ppo", env_config="[1, 2]", num_workers=0)
 
 
+@pytest.mark.slow
 def test_the_cli_trains_and_evaluates_a_module_from_the_current_directory(tmp_path):
     """As a user does: their env in ./user_corridor.py, 2 Ray workers, then evaluate."""
     shutil.copy(TESTS / "custom_envs.py", tmp_path / "user_corridor.py")

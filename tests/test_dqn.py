@@ -110,6 +110,7 @@ def test_buffer_checkpoints_need_a_local_buffer():
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_replay_buffer_survives_a_dead_rollout_worker(ray_session):
     from flowrl.run.runner import StopCriteria
 

@@ -67,6 +67,7 @@ def test_the_best_checkpoint_holds_the_weights_that_were_scored(tmp_path):
     best.stop()
 
 
+@pytest.mark.slow
 def test_remote_evaluation_runs_on_its_own_worker_and_survives_its_death(ray_session):
     import ray
 

@@ -271,6 +271,7 @@ def test_the_failure_budget_is_a_rate():
     assert [broken.spend() for _ in range(4)] == [True, True, True, False]
 
 
+@pytest.mark.slow
 def test_workers_killed_past_the_old_budget_of_three(ray_session):
     config = {**QUICK, "num_workers": 2, "num_envs_per_worker": 2}
     with Algorithm("ppo", env="CartPole-v1", **config) as algo:
@@ -292,6 +293,7 @@ def _run_until_restarted(algo: Algorithm, then_iters: int, limit_s: float = 90) 
 
 
 @pytest.mark.parametrize("algo_name", ["ppo", "impala", "apex"])
+@pytest.mark.slow
 def test_a_hung_worker_is_restarted_and_the_run_goes_on(algo_name, ray_session):
     """The synchronous plan and both asynchronous ones: in an async plan the healthy
     worker's items keep coming, and the hung one must be killed all the same."""
@@ -305,6 +307,7 @@ def test_a_hung_worker_is_restarted_and_the_run_goes_on(algo_name, ray_session):
     fault_envs.HANG_MARKER.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_for_a_slow_callback_names_the_timeout_the_env_and_the_callbacks(
     ray_session,
 ):
@@ -321,6 +324,7 @@ def test_a_worker_killed_for_a_slow_callback_names_the_timeout_the_env_and_the_c
     assert "sample_timeout_s=1" in message and "ActorDiedError" not in message
 
 
+@pytest.mark.slow
 def test_an_iteration_with_a_restart_counts_the_restart_time(ray_session):
     config = {**QUICK, "num_workers": 2}
     with Algorithm("ppo", env="CartPole-v1", **config) as algo:
@@ -336,6 +340,7 @@ def test_an_iteration_with_a_restart_counts_the_restart_time(ray_session):
     assert result["time_this_iter_s"] >= 0.9 * wall
 
 
+@pytest.mark.slow
 def test_replaced_and_restored_workers_go_on_with_the_runs_exploration(ray_session, tmp_path):
     """A new worker's epsilon follows the run's env steps, not its own from zero: with a
     worker killed every few iterations, Ape-X's workers otherwise acted at random."""
@@ -360,6 +365,7 @@ def test_replaced_and_restored_workers_go_on_with_the_runs_exploration(ray_sessi
         assert epsilons(restored) == [pytest.approx(0.02)]
 
 
+@pytest.mark.slow
 def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session):
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
     config = {**QUICK, "num_workers": 2}
@@ -370,6 +376,7 @@ def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session):
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_an_env_that_always_raises_ends_the_run_once_the_budget_is_spent(ray_session):
     config = {**QUICK, "num_workers": 1}
     budget = FailureBudget(burst=1, iterations_per_failure=1000)
@@ -427,6 +434,7 @@ cluster.shutdown()
 """
 
 
+@pytest.mark.slow
 def test_a_removed_node_does_not_end_the_run():
     """Three Ray nodes on this machine (a separate Ray from the suite's); one is removed
     mid-run, and the run goes on with its workers restarted on the nodes left."""
@@ -502,6 +510,7 @@ def test_more_workers_than_cpus_is_refused_before_anything_starts():
     assert "num_cpus_per_worker=" in err[0], "it says how to share CPUs on purpose"
 
 
+@pytest.mark.slow
 def test_workers_may_share_cpus_on_purpose(ray_session):
     cpus = int(ray_session.cluster_resources()["CPU"])
     config = {**QUICK, "num_workers": 2 * cpus, "num_cpus_per_worker": 0.5}
@@ -610,6 +619,7 @@ def _kill_one(pids: list[int]) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_apex_with_a_replay_shard_killed_learns_and_exits(tmp_path):
     """A replaced shard used to leave the old plan's requests unclosed: after Ray's
     shutdown their clean-up started a new Ray, and the process never exited."""
@@ -651,6 +661,7 @@ def test_apex_with_a_replay_shard_killed_learns_and_exits(tmp_path):
 
 
 @pytest.mark.parametrize("moment", ["while Ray starts", "twice while training"])
+@pytest.mark.slow
 def test_ctrl_c_exits_without_a_traceback_and_leaves_no_ray_behind(moment, tmp_path):
     import signal
 
@@ -703,6 +714,7 @@ def test_a_checkpoint_of_an_older_format_is_one_line_naming_both_versions(tmp_pa
 
 
 @pytest.mark.parametrize("env", ["CartPolesRaiseOnce", "TicTacToeRaiseOnce"])
+@pytest.mark.slow
 def test_a_multi_agent_env_that_raises_on_a_remote_worker_is_replaced(env, ray_session):
     """A Parallel env and a turn-based game get what a single-agent env gets: the worker
     whose env raised is replaced and training goes on."""

@@ -274,6 +274,7 @@ def first_reaching(algo, reward: float, budget: int, together: bool = False) -> 
         algo.stop()
 
 
+@pytest.mark.slow
 def test_two_independent_ppo_policies_each_reach_450_within_150k_env_steps():
     from flowrl import Algorithm
 
@@ -282,6 +283,7 @@ def test_two_independent_ppo_policies_each_reach_450_within_150k_env_steps():
     assert min(reached["cartpole_0"], reached["cartpole_1"]) >= 450, reached
 
 
+@pytest.mark.slow
 def test_the_composed_plan_trains_agent_0_with_ppo_and_agent_1_with_dqn():
     from flowrl import Algorithm
     from flowrl.run.spec import get_algorithm
@@ -351,6 +353,7 @@ def test_a_turn_based_game_credits_each_agent_s_last_move_with_what_followed_it(
     assert lanes.illegal_moves == 0
 
 
+@pytest.mark.slow
 def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_illegal_moves():
     from pettingzoo.classic import tictactoe_v3
 

@@ -109,6 +109,7 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_aggregated_rollouts_concatenate_off_the_plan_and_pass_the_weights_on(ray_session):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=8)

@@ -163,6 +163,7 @@ def learn_many_times(workers, config):
     ],
     ids=["sampling", "learner", "sync"],
 )
+@pytest.mark.slow
 def test_the_bottleneck_line_is_right_on_plans_built_for_it(ray_session, plan, overrides, verdict):
     config = {
         "num_workers": 1,

@@ -95,6 +95,7 @@ def test_update_targets_hard_copies_on_period_and_soft_with_tau():
         UpdateTargets(soft.append)
 
 
+@pytest.mark.slow
 def test_training_intensity_gate_keeps_trained_within_the_ratio_of_sampled():
     sampled = items(list(range(100))).for_each(CountAs(STEPS_SAMPLED, 10))
     trained = items(list(range(1000))).gate(TrainingIntensity(2.5))

@@ -182,6 +182,7 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_dead_worker_is_replaced_with_current_weights(ray_session):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2)
