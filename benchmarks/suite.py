@@ -10,7 +10,7 @@ interval: rliable's method, computed here (rliable 1.2 needs arch<8, which fails
 beside pandas 3).
 
     python benchmarks/suite.py --part ppo-mujoco [--seeds 1 2 3]
-    python benchmarks/suite.py --aggregate
+    python benchmarks/suite.py --aggregate [PART ...]
 
 Needs the ``bench`` extra (mujoco, minigrid, popgym). Writes
 ``benchmarks/results/suite_<part>.json`` after every run; a rerun skips the runs a results
@@ -48,10 +48,36 @@ CLEANRL_PPO = "CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds, about 
 CLEANRL_SAC = "CleanRL sac_continuous_action, v4 envs, 1M steps, about 175 min a run"
 RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
 MEMORY = ("--set", "use_lstm=true")
+CLEANRL_SETTINGS = (
+    "--set",
+    "normalize_observations=true",
+    "--set",
+    "lr=[[0,0.0003],[1000000,0.0]]",
+)
+
+#: parts that rerun another's tasks with other settings (kept out of the default aggregate)
+VARIANTS = ("ppo-mujoco-cleanrl",)
 
 PARTS: dict[str, list[Run]] = {
     "ppo-mujoco": [
         Run("ppo", env, 1_000_000, published=mean, published_std=std, source=CLEANRL_PPO)
+        for env, mean, std in [
+            ("Hopper-v5", 2382.9, 271.7),
+            ("HalfCheetah-v5", 1442.6, 46.0),
+            ("Walker2d-v5", 2288.0, 571.8),
+        ]
+    ],
+    # the same with CleanRL's two other settings: observations normalised, lr annealed to 0
+    "ppo-mujoco-cleanrl": [
+        Run(
+            "ppo",
+            env,
+            1_000_000,
+            CLEANRL_SETTINGS,
+            published=mean,
+            published_std=std,
+            source=CLEANRL_PPO,
+        )
         for env, mean, std in [
             ("Hopper-v5", 2382.9, 271.7),
             ("HalfCheetah-v5", 1442.6, 46.0),
@@ -139,11 +165,11 @@ def _published(row: dict) -> str:
     return f"{row['published']:.4g}{spread}"
 
 
-def aggregate() -> dict | None:
-    """IQM of return / published return over the rows that have a published figure, with a
-    stratified bootstrap interval; tasks keep the seeds all of them have."""
-    rows = [r for path in sorted(RESULTS.glob("suite_*.json")) if path.stem != "suite_aggregate"
-            for r in json.loads(path.read_text())["rows"]
+def aggregate(parts: list[str]) -> dict | None:
+    """IQM of return / published return over the rows of ``parts`` that have a published
+    figure, with a stratified bootstrap interval; tasks keep the seeds all of them have."""
+    paths = [RESULTS / f"suite_{part}.json" for part in parts]
+    rows = [r for path in paths if path.exists() for r in json.loads(path.read_text())["rows"]
             if "error" not in r and r.get("published") and r["return"] is not None]  # fmt: skip
     tasks = sorted({(r["algo"], r["env"]) for r in rows})
     if not tasks:
@@ -153,7 +179,7 @@ def aggregate() -> dict | None:
     runs = min(len(s) for s in per_task)
     scores = np.array([s[:runs] for s in per_task]).T
     lo, hi = stratified_bootstrap(scores)
-    return {"tasks": [" ".join(t) for t in tasks], "runs_per_task": runs,
+    return {"parts": parts, "tasks": [" ".join(t) for t in tasks], "runs_per_task": runs,
             "iqm_normalised": iqm(scores), "ci95": [lo, hi]}  # fmt: skip
 
 
@@ -183,12 +209,13 @@ def main() -> None:
     parser.add_argument("--part", choices=list(PARTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--train-args", default="", help='more train arguments: "--num-workers 0"')
-    parser.add_argument("--aggregate", action="store_true", help="the IQM over every part run")
+    parser.add_argument("--aggregate", nargs="*", metavar="PART", choices=list(PARTS),
+                        help="the IQM over these parts (default: all but variants)")  # fmt: skip
     args = parser.parse_args()
     if args.part:
         print_table(table(run_part(args.part, args.seeds, args.train_args.split())))
-    if args.aggregate:
-        result = aggregate()
+    if args.aggregate is not None:
+        result = aggregate(args.aggregate or [p for p in PARTS if p not in VARIANTS])
         print(json.dumps(result, indent=2))
         if result is not None:
             write_results("suite_aggregate", result)

@@ -74,18 +74,19 @@ def reference_episodes(rewards, done, valid, ep_return, ep_len):
 
 def test_episode_bookkeeping_counts_valid_steps_across_fragments():
     """Scripted rewards and ends (a reset step after each end, NEXT_STEP), sampled in
-    fragments of 30: the lanes' episodes are the plain per-step count's."""
+    fragments of 120 (the lanes count every 256 steps): the lanes' episodes are the plain
+    per-step count's."""
     rng = np.random.default_rng(0)
-    rewards = rng.normal(size=(150, 4))  # float rewards, as Pendulum's
-    done = rng.random((150, 4)) < 0.1
-    valid = np.ones((150, 4), bool)
+    rewards = rng.normal(size=(600, 4))  # float rewards, as Pendulum's
+    done = rng.random((600, 4)) < 0.1
+    valid = np.ones((600, 4), bool)
     valid[1:] = ~done[:-1]
     lanes = VectorLanes(ScriptedVectorEnv(rewards, done))
     policy = Policy(lanes.observation_spaces[SINGLE], lanes.action_spaces[SINGLE], Config())
     sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="scripted")
     for _ in range(5):
-        fragment = sampler.sample(30)
-    np.testing.assert_array_equal(fragment[SINGLE].valid, valid[-30:])
+        fragment = sampler.sample(120)
+    np.testing.assert_array_equal(fragment[SINGLE].valid, valid[-120:])
     expected = reference_episodes(rewards, done, valid, np.zeros(4), np.zeros(4, np.int64))
     got = lanes.take_episodes()
     assert [ep.length for ep in got] == [n for _, n in expected]

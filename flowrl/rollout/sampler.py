@@ -91,14 +91,17 @@ class VectorLanes:
         self.active = {policy_id: np.ones(n, bool)}
         self._hooks = None if callbacks is None else EpisodeHooks(callbacks, n, worker_index)
         self._return, self._length = np.zeros(n), np.zeros(n, np.int64)
-        self._uncounted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        #: the steps not yet counted: their rewards, ends and validity, the first ``_steps``
+        self._rewards = np.zeros((COUNT_EVERY, n))
+        self._done, self._valid = np.zeros((2, COUNT_EVERY, n), bool)
+        self._steps = 0
         self._episodes: list[Episode] = []
         self._copies: list[int] = []
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
         self.active = {self.pid: np.ones(self.num_envs, bool)}
-        self._return[:], self._length[:], self._uncounted = 0.0, 0, []
+        self._return[:], self._length[:], self._steps = 0.0, 0, 0
         return {self.pid: obs}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, np.ndarray], ...]:
@@ -107,9 +110,10 @@ class VectorLanes:
         done = terminated | truncated
         if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
             self._hooks.step(rewards, done, valid, infos)
-        # (a copy of the rewards: a vector env may write its next ones into the same array)
-        self._uncounted.append((np.array(rewards, np.float64), done, valid))
-        if len(self._uncounted) == COUNT_EVERY:
+        k = self._steps
+        self._rewards[k], self._done[k], self._valid[k] = rewards, done, valid
+        self._steps += 1
+        if self._steps == COUNT_EVERY:
             self._count()
         pid = self.pid
         self.active = {pid: ~done}
@@ -118,10 +122,10 @@ class VectorLanes:
     def _count(self) -> None:
         """Adds the steps not yet counted to each env's running episode, recording the
         episodes that ended (in the order they ended), with array operations alone."""
-        if not self._uncounted:
+        steps, self._steps = self._steps, 0
+        if not steps:
             return
-        rewards, done, valid = (np.stack(part) for part in zip(*self._uncounted, strict=True))
-        self._uncounted = []
+        rewards, done, valid = self._rewards[:steps], self._done[:steps], self._valid[:steps]
         returns, lengths = np.cumsum(rewards * valid, axis=0), np.cumsum(valid, axis=0)
         end_t, end_i = np.nonzero(done & valid)  # in the order the episodes ended
         by_env = np.lexsort((end_t, end_i))  # env by env, in time within each
