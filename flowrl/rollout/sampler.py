@@ -71,9 +71,9 @@ COUNT_EVERY = 256
 class VectorLanes:
     """A gymnasium vector env (NEXT_STEP autoreset) as the lanes of one policy, lane ``i``
     being env ``i``: a step that only resets an env (the one after its episode ended) is not
-    active. Keeps each env's running return and length (counted when asked for, with
-    running sums along time rather than a Python step per env step), and runs the episode
-    hooks of ``callbacks`` with each env's info."""
+    active. Keeps each env's running return and length (counted every ``COUNT_EVERY`` steps
+    and when asked for, with running sums along time rather than a Python step per env
+    step), and runs the episode hooks of ``callbacks`` with each env's info."""
 
     def __init__(
         self,
