@@ -284,44 +284,10 @@ class RolloutWorker(ParallelIteratorWorker):
     ) -> list[Episode]:
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4."""
-        cfg = self.config
-        if self.multi_agent:
-            return self._evaluate_agents(episodes, explore=explore, seed=seed, video_dir=video_dir)
-        with contextlib.ExitStack() as stack:
-            if video_dir:  # one env: its episodes are written one at a time
-                stack.enter_context(headless_rendering())
-                env = make_recording_env(
-                    cfg.env, video_dir=video_dir, seed=seed, env_config=cfg.env_config
-                )
-            else:
-                n = min(episodes, cfg.num_envs_per_worker)
-                env = make_vector_env(cfg.env, num_envs=n, seed=seed, env_config=cfg.env_config)
-            stack.callback(env.close)  # before the rendering variables go (videos are written)
-            sampler = Sampler(VectorLanes(env), self.policies, seed=seed, where=self._where)
-            return sampler.episodes(episodes, explore=explore)
-
-    def _evaluate_agents(
-        self, episodes: int, *, explore: bool, seed: int, video_dir: str | None
-    ) -> list[Episode]:
-        """``evaluate`` on a multi-agent env: fresh copies, every policy acting as
-        mapped (a turn-based game: one game at a time)."""
-        cfg = self.config
-        make_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
-        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        with headless_rendering() if video_dir else contextlib.nullcontext():
-            if make_env.turn_based:
-                return play_turns(
-                    self.policy, make_env, policy_of, episodes,
-                    explore=explore, seed=seed, video_dir=video_dir,
-                )  # fmt: skip
-            copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
-            lanes = AgentLanes(make_env, num_envs=copies, policy_of=policy_of)
-            try:
-                sampler = Sampler(lanes, self.policies, seed=seed, where=self._where)
-                frames = EpisodeFrames(lanes.envs[0], video_dir) if video_dir else None
-                return sampler.episodes(episodes, explore=explore, after_step=frames)
-            finally:
-                lanes.close()
+        return evaluate_policies(
+            self.config, self.policies, episodes, explore=explore, seed=seed,
+            video_dir=video_dir, where=self._where,
+        )  # fmt: skip
 
     def evaluate_with(
         self, weights: Weights, episodes: int, video_dir: str | None = None
@@ -335,6 +301,45 @@ class RolloutWorker(ParallelIteratorWorker):
 
     def close(self) -> None:
         self.env.close()
+
+
+def evaluate_policies(
+    cfg: Config,
+    policies: PolicyMap,
+    episodes: int,
+    *,
+    explore: bool,
+    seed: int,
+    video_dir: str | None,
+    where: str,
+) -> list[Episode]:
+    """Exactly ``episodes`` episodes of ``policies`` on fresh envs of ``cfg``'s env (a
+    multi-agent env's copies with every policy acting as mapped; a turn-based game one
+    game at a time); with ``video_dir``, one env whose episodes are written there."""
+    make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
+    with contextlib.ExitStack() as stack:
+        if video_dir:
+            stack.enter_context(headless_rendering())
+        if make_agent_env is not None and make_agent_env.turn_based:
+            policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+            return play_turns(policies, make_agent_env, policy_of, episodes,
+                              explore=explore, seed=seed, video_dir=video_dir)  # fmt: skip
+        copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
+        frames = None
+        if make_agent_env is not None:
+            policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+            lanes: Any = AgentLanes(make_agent_env, num_envs=copies, policy_of=policy_of)
+            frames = EpisodeFrames(lanes.envs[0], video_dir) if video_dir else None
+        elif video_dir:  # one env: its episodes are written one at a time
+            env = make_recording_env(cfg.env, video_dir=video_dir, seed=seed,
+                                     env_config=cfg.env_config)  # fmt: skip
+            lanes = VectorLanes(env)
+        else:
+            env = make_vector_env(cfg.env, num_envs=copies, seed=seed, env_config=cfg.env_config)
+            lanes = VectorLanes(env)
+        stack.callback(lanes.close)  # before the rendering variables go (videos are written)
+        sampler = Sampler(lanes, policies, seed=seed, where=where)
+        return sampler.episodes(episodes, explore=explore, after_step=frames)
 
 
 def _answers(actor: Any, timeout_s: float = 30) -> bool:
