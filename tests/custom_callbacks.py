@@ -79,3 +79,16 @@ class TeamEpisodes(Callbacks):
 
     def on_fragment_postprocessed(self, *, batch, worker_index):
         TeamEpisodes.fragments += 1
+
+
+class EpisodeSteps(Callbacks):
+    """Reports each episode's steps as its hooks counted them, in any kind of env."""
+
+    def on_episode_start(self, *, episode):
+        episode.user_data["steps"] = 0
+
+    def on_episode_step(self, *, episode, info):
+        episode.user_data["steps"] += 1
+
+    def on_episode_end(self, *, episode, info):
+        episode.custom_metrics["steps"] = episode.user_data["steps"]

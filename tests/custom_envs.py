@@ -6,6 +6,7 @@ tests directory is on their path), so ``custom_envs:Corridor`` names an env anyw
 from __future__ import annotations
 
 import time
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -220,3 +221,60 @@ class ScriptedVectorEnv(gym.vector.VectorEnv):
         t, self.t = self.t, self.t + 1
         info = self.infos[t] if self.infos else {}
         return self._obs(), self.rewards[t], self.done[t], np.zeros(self.num_envs, bool), info
+
+
+class MaskedChoices:
+    """``MaskedChoice`` for two agents in PettingZoo's Parallel API: each agent its own
+    copy (a Dict observation with an ``action_mask``); an agent that takes a forbidden
+    action leaves while the other goes on."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "masked_choices_v0"}
+
+    def __init__(self, length: int = 10) -> None:
+        from flowrl.rollout.toy_envs import MaskedChoice
+
+        self.possible_agents = ["a", "b"]
+        self._envs = {agent: MaskedChoice(length=length) for agent in self.possible_agents}
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._envs[agent].observation_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._envs[agent].action_space
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self.agents = list(self.possible_agents)
+        seeds = [None, None] if seed is None else [seed, seed + 1]
+        obs = {a: self._envs[a].reset(seed=s)[0] for a, s in zip(self.agents, seeds, strict=True)}
+        return obs, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]):
+        results = {a: self._envs[a].step(actions[a]) for a in self.agents}
+        obs, rewards, terminated, truncated, infos = (
+            {a: r[i] for a, r in results.items()} for i in range(5)
+        )
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, infos
+
+    def close(self) -> None:
+        pass
+
+
+def float_tictactoe(**kwargs: Any) -> Any:
+    """Tic-tac-toe whose board comes as float32 (PettingZoo's is int8), so that a turn-based
+    game has an observation to normalise."""
+    from pettingzoo.classic import tictactoe_v3
+    from pettingzoo.utils import BaseWrapper
+
+    class FloatBoard(BaseWrapper):
+        def observation_space(self, agent: str) -> gym.Space:
+            space = super().observation_space(agent)
+            board = gym.spaces.Box(0.0, 1.0, space["observation"].shape, np.float32)
+            return gym.spaces.Dict({"action_mask": space["action_mask"], "observation": board})
+
+        def observe(self, agent: str) -> Any:
+            obs = super().observe(agent)
+            return {**obs, "observation": obs["observation"].astype(np.float32)}
+
+    return FloatBoard(tictactoe_v3.env(**kwargs))

@@ -13,10 +13,10 @@ from reach import reach
 
 from flowrl import Algorithm
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_IN, VF_PREDS
+from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_IN, STATE_STARTS, VF_PREDS
 from flowrl.learning.models import RecurrentActorCritic
 from flowrl.learning.module import ActingModule
-from flowrl.learning.postprocessing import VALID, sequence_starts
+from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.sampler import SINGLE
 from flowrl.rollout.worker import RolloutWorker
 
@@ -73,24 +73,37 @@ def test_the_learner_replays_the_sequences_as_the_workers_acted():
     assert np.isfinite(stats["policy_loss"]) and stats["entropy"] > 0
 
 
+def test_a_turn_based_game_s_sequences_replay_as_its_agents_acted():
+    """A game lane's rows are its own turns, right-aligned, its last move carried into the
+    next fragment: the learner resets the state where the sampler did (``state_starts``),
+    not after the rows that pad a lane whose carried move is mid-game."""
+    cfg = PPOConfig(env="custom_envs:float_tictactoe", num_workers=0, use_lstm=True,
+                    lstm_cell_size=16, num_envs_per_worker=3, rollout_fragment_length=20,
+                    max_seq_len=4)  # fmt: skip
+    worker = RolloutWorker(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+    worker.sample()
+    batch = worker.sample()["shared"]  # each lane's first row: the last fragment's last move
+    learner = worker.learner["shared"]
+    with torch.no_grad():
+        out = learner.forward(learner._tensors(batch))
+    valid = batch[VALID]
+    assert (batch[STATE_IN][valid].any(axis=(1, 2)) & ~batch[STATE_STARTS][valid]).any()
+    np.testing.assert_allclose(out.dist_inputs[valid], batch[ACTION_DIST_INPUTS][valid], atol=1e-5)
+    np.testing.assert_allclose(out.value[valid], batch[VF_PREDS][valid], atol=1e-5)
+
+
 def test_the_default_unroll_of_any_recurrent_module_matches_the_lstm_s_own():
     module = RecurrentActorCritic(
         gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3), hiddens=(8,), cell_size=4
     )
     torch.manual_seed(0)
-    obs, state = torch.randn(5 * 6, 2), torch.randn(5, 2, 4)
-    valid = torch.rand(5 * 6) > 0.2
-    starts = sequence_starts(valid, 6)
+    obs, state = torch.randn(5 * 6, 2), torch.randn(5, 6, 2, 4)
+    starts = torch.rand(5, 6) > 0.8
     fast = module.unroll(obs, state, starts)
     loop = ActingModule.unroll(module, obs, state, starts)
     torch.testing.assert_close(fast.dist_inputs, loop.dist_inputs)
     torch.testing.assert_close(fast.value, loop.value)
     torch.testing.assert_close(fast.state, loop.state)
-
-
-def test_a_sequence_start_is_the_step_after_a_reset_step_never_its_first():
-    valid = torch.tensor([True, False, True, True, False, True])
-    assert sequence_starts(valid, 3).tolist() == [[False, False, True], [False, False, True]]
 
 
 @pytest.mark.parametrize("algo", ["a3c", "impala"])

@@ -308,14 +308,14 @@ class Scripted:
         self.action_space = lanes.action_spaces["shared"]
 
     def compute_actions(self, obs, explore=True):
-        actions = np.array([np.flatnonzero(m)[0] for m in obs["action_mask"]])
+        actions = np.array([np.argmax(m) for m in obs["action_mask"]])  # 0 when none is legal
         return actions, {"vf_preds": np.full(len(obs), 0.5, np.float32)}
+
+    def initial_state(self, n):
+        return None
 
     def env_actions(self, actions):
         return actions
-
-    def compute_values(self, obs):
-        return np.full(len(obs), 0.25, np.float32)
 
     class normalizer:
         parts = ()
@@ -333,12 +333,14 @@ class Scripted:
 def test_a_turn_based_game_credits_each_agent_s_last_move_with_what_followed_it():
     from pettingzoo.classic import tictactoe_v3
 
+    from flowrl.rollout.sampler import Sampler
     from flowrl.rollout.turns import TurnLanes
 
     lanes = TurnLanes(tictactoe_v3.env, num_envs=1, policy_of=lambda agent: "shared")
-    lanes.reset(seed=0)
-    # first legal move each turn: player_1 takes 0, 2, 4, 6 and wins on its 4th move (7 moves)
-    fragment = lanes.sample({"shared": Scripted(lanes)}, 7, where="test")["shared"]
+    sampler = Sampler(lanes, {"shared": Scripted(lanes)}, seed=0, where="test")
+    # first legal move each turn: player_1 takes 0, 2, 4, 6 and wins on its 4th move (7
+    # moves); then a step resets the game, and player_1 moves first in the next
+    fragment = sampler.sample(9)["shared"]
     cols, valid = fragment.columns, fragment.valid
     assert valid.shape[1] == 2 and lanes.take_episodes()[0].agents == {
         "player_1": 1.0,
@@ -348,9 +350,12 @@ def test_a_turn_based_game_credits_each_agent_s_last_move_with_what_followed_it(
     assert first.tolist() == [0, 0, 0, 1] and second.tolist() == [0, 0, -1]  # the loser's last
     assert cols["terminateds"][valid].sum() == 2  # each agent's last move ends its game
     # each lane ends with the game's final observation, not learned from, valued for bootstraps
-    assert not valid[-1].any() and (cols["vf_preds"][-1] == 0.25).all()
+    assert not valid[-1].any() and (cols["vf_preds"][-1] == 0.5).all()
     assert valid[:, 1].sum() == 3 and not valid[0, 1]  # right-aligned: shorter lanes start late
-    assert lanes.illegal_moves == 0
+    # a lane's last move waits for what follows it: player_1's opens the next fragment,
+    # whose last moves (player_2's, then player_1's) wait in turn
+    following = sampler.sample(2)["shared"]
+    assert following.valid.tolist() == [[True, False]] and lanes.illegal_moves == 0
 
 
 @pytest.mark.slow

@@ -34,6 +34,10 @@ VALUE_TARGETS = "value_targets"
 STATE_IN = "state_in"
 #: the recurrent state after a step, in ``Policy.compute_actions``'s extras only
 STATE_OUT = "state_out"
+#: where a recurrent learner's unroll takes the step's ``state_in`` rather than going on
+#: from the step before (an episode's start: a fresh state; a lane's first row after the
+#: rows that pad it)
+STATE_STARTS = "state_starts"
 
 
 class SampleBatch:

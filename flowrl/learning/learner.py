@@ -31,12 +31,12 @@ import torch
 from torch import nn
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import OBS, STATE_IN, SampleBatch
+from flowrl.core.sample_batch import OBS, STATE_IN, STATE_STARTS, SampleBatch
 from flowrl.core.schedules import Schedule, is_schedule, scheduled
 from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
-from flowrl.learning.postprocessing import VALID, sequence_starts
+from flowrl.learning.postprocessing import VALID
 from flowrl.learning.spaces import to_tensor
 
 Losses = torch.Tensor | dict[str, torch.Tensor]
@@ -226,13 +226,14 @@ class Learner:
     def forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None) -> Any:
         """The acting module (or ``module``, a target copy) on a minibatch's observations,
         masked as the policy masks them; a recurrent module runs through each sequence
-        from the state its first step recorded (``state_in``), reset at episode starts."""
+        from the state its first step recorded (``state_in``), taking the recorded state
+        again where the sampler set it (``state_starts``: episode starts)."""
         if not self.module.recurrent:
             return self.policy.forward(batch[OBS], module=module)
         length = self.sequence_length
-        state = batch[STATE_IN][::length]
-        starts = sequence_starts(batch[VALID], length)
-        return self.policy.unroll(batch[OBS], state, starts, module=module)
+        states = batch[STATE_IN].unflatten(0, (-1, length))
+        starts = batch[STATE_STARTS].view(-1, length)
+        return self.policy.unroll(batch[OBS], states, starts, module=module)
 
     def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """The action distribution and value estimates of a minibatch (``forward``)."""
@@ -325,7 +326,7 @@ class Learner:
     def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         keys = batch.keys() if self.loss_columns is None else self.loss_columns
         if self.module.recurrent:  # what forward reads of sequences
-            keys = [*keys, *(k for k in (STATE_IN, VALID) if k not in keys)]
+            keys = [*keys, *(k for k in (STATE_IN, STATE_STARTS, VALID) if k not in keys)]
         return {k: to_tensor(batch[k]).to(self.device) for k in keys}
 
     def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:

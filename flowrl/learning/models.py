@@ -21,7 +21,7 @@ from torch import nn
 
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import distribution_for
-from flowrl.learning.module import ActingModule, ActingOutput, reset_state
+from flowrl.learning.module import ActingModule, ActingOutput, restart
 from flowrl.learning.spaces import get, is_composite, leaf_spaces
 
 
@@ -309,15 +309,14 @@ class RecurrentActorCritic(ActingModule):
         h, c = self.lstm(x, (state[:, 0], state[:, 1]))
         return ActingOutput(*self._heads(h), torch.stack([h, c], 1))
 
-    def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> ActingOutput:
+    def unroll(self, obs: Any, states: torch.Tensor, starts: torch.Tensor) -> ActingOutput:
         """The features of every step in one pass, the LSTM step by step, the heads in
         one pass (see ``ActingModule.unroll``)."""
         batch, length = starts.shape
         x = self.trunk(obs).unflatten(0, (batch, length))
-        fresh = self.initial_state(batch)
-        hs = []
+        state, hs = states[:, 0], []
         for t in range(length):
-            state = reset_state(state, fresh, starts[:, t])
+            state = restart(state, states[:, t], starts[:, t])
             h, c = self.lstm(x[:, t], (state[:, 0], state[:, 1]))
             hs.append(h)
             state = torch.stack([h, c], 1)

@@ -76,18 +76,18 @@ class ActingModule(nn.Module):
     def forward(self, obs: Any, state: Any = None) -> ActingOutput:
         raise NotImplementedError
 
-    def unroll(self, obs: Any, state: Any, starts: torch.Tensor) -> ActingOutput:
+    def unroll(self, obs: Any, states: Any, starts: torch.Tensor) -> ActingOutput:
         """A recurrent module over ``B`` sequences of ``L`` steps: ``obs`` holds their steps
-        sequence by sequence (``[B * L, ...]``), ``state`` the state each starts from
-        (``[B, ...]``), and ``starts[b, t]`` is True where step ``t`` begins a new
-        episode (the state is reset to ``initial_state`` there). Returns the outputs
-        of every step, ``[B * L, ...]``. By default, one ``forward`` per step."""
+        sequence by sequence (``[B * L, ...]``), ``states`` the state each step recorded
+        (``[B, L, ...]``), and where ``starts[b, t]`` is True (an episode's start) step
+        ``t`` starts from its recorded state; elsewhere, after its first step, a sequence
+        goes on from the state its step before left. Returns the outputs of every step,
+        ``[B * L, ...]``. By default, one ``forward`` per step."""
         batch, length = starts.shape
         steps = map_nest(lambda x: x.unflatten(0, (batch, length)), obs)
-        fresh = self.initial_state(batch)
-        outs = []
+        state, outs = states[:, 0], []
         for t in range(length):
-            state = reset_state(state, fresh, starts[:, t])
+            state = restart(state, states[:, t], starts[:, t])
             out = self(map_nest(lambda x, t=t: x[:, t], steps), state)
             outs.append(out)
             state = out.state
@@ -96,9 +96,9 @@ class ActingModule(nn.Module):
         return ActingOutput(inputs, None if value is None else value.flatten(), state)
 
 
-def reset_state(state: torch.Tensor, fresh: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-    """``state`` with the rows of ``starts`` (a ``[B]`` mask) replaced by ``fresh``'s."""
-    return torch.where(starts.view(-1, *[1] * (state.dim() - 1)), fresh.to(state), state)
+def restart(state: torch.Tensor, recorded: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """``state`` with the rows of ``starts`` (a ``[B]`` mask) replaced by ``recorded``'s."""
+    return torch.where(starts.view(-1, *[1] * (state.dim() - 1)), recorded.to(state), state)
 
 
 def map_nest(fn: Any, nest: Any) -> Any:

@@ -255,11 +255,11 @@ class Policy:
         return self._masked(out, mask)
 
     def unroll(
-        self, obs: Any, state: Any, starts: torch.Tensor, *, module: nn.Module | None = None
+        self, obs: Any, states: Any, starts: torch.Tensor, *, module: nn.Module | None = None
     ) -> ActingOutput:
         """A recurrent module over sequences (``ActingModule.unroll``), masked."""
         inputs, mask = self.inputs(obs)
-        out = (self.module if module is None else module).unroll(inputs, state, starts)
+        out = (self.module if module is None else module).unroll(inputs, states, starts)
         return self._masked(out, mask)
 
     @staticmethod

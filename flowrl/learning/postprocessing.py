@@ -171,15 +171,6 @@ def chunk_sequences(fragment: Fragment, length: int) -> SampleBatch:
     return SampleBatch(out)
 
 
-def sequence_starts(valid: torch.Tensor, length: int) -> torch.Tensor:
-    """``[B, length]``: True where a step of a sequence begins an episode, the step after
-    a reset step (the first step starts from its recorded state, so never)."""
-    valid = valid.view(-1, length)
-    starts = torch.zeros_like(valid)
-    starts[:, 1:] = ~valid[:, :-1]
-    return starts
-
-
 def vtrace(
     log_rhos: torch.Tensor,
     rewards: torch.Tensor,

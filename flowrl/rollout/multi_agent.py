@@ -194,9 +194,18 @@ class Lanes:
     """``num_envs`` copies of a multi-agent env whose agents are grouped into lanes by
     policy: lane ``i`` of policy ``p`` is one agent of one copy (copy by copy, agents in
     ``possible_agents`` order). Agents mapped to one policy must share their observation
-    and action spaces."""
+    and action spaces. Keeps each lane's last observation (``obs``), each copy's running
+    episode, and runs the episode hooks of ``callbacks``, an episode being a copy's."""
 
-    def __init__(self, make_env: Callable[[], Any], *, num_envs: int, policy_of: PolicyOf) -> None:
+    def __init__(
+        self,
+        make_env: Callable[[], Any],
+        *,
+        num_envs: int,
+        policy_of: PolicyOf,
+        callbacks: Callbacks | None = None,
+        worker_index: int = 0,
+    ) -> None:
         policy_of = lane_mapping(policy_of)
         self.names_policies = True  # a fault names the policy whose lanes it is in
         self.envs = [make_env() for _ in range(num_envs)]
@@ -206,11 +215,15 @@ class Lanes:
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         #: (copy, agent) -> (policy id, lane index)
         self.lane_of: dict[tuple[int, str], tuple[str, int]] = {}
+        #: each copy's lanes: (policy id, lane index, agent)
+        self._of_copy: list[list[tuple[str, int, str]]] = [[] for _ in self.envs]
         for copy in range(num_envs):
             for agent in agents:
                 pid = policy_of(agent, copy, agents)
-                self.lane_of[copy, agent] = (pid, len(self.lanes.get(pid, [])))
-                self.lanes.setdefault(pid, []).append((copy, agent))
+                lane = len(self.lanes.setdefault(pid, []))
+                self.lane_of[copy, agent] = (pid, lane)
+                self._of_copy[copy].append((pid, lane, agent))
+                self.lanes[pid].append((copy, agent))
         self.policy_ids = list(self.lanes)
         self.observation_spaces: dict[str, gym.Space] = {}
         self.action_spaces: dict[str, gym.Space] = {}
@@ -222,6 +235,27 @@ class Lanes:
             pid: RecordLayout(space) if is_composite(space) else None
             for pid, space in self.observation_spaces.items()
         }
+        self.obs = {pid: self._empty_obs(pid) for pid in self.policy_ids}
+        #: which lanes act at the next step
+        self.active = {pid: np.zeros(len(lanes), bool) for pid, lanes in self.lanes.items()}
+        #: the copies whose next step starts their next episode
+        self._resetting = [False] * num_envs
+        #: each copy's running episode: its env steps and each agent's return
+        self._length = [0] * num_envs
+        self._returns: list[dict[str, float]] = [{} for _ in self.envs]
+        #: episodes finished since the last ``take_episodes``, and the copy of each
+        self.episodes: list[Episode] = []
+        self.episode_copies: list[int] = []
+        self._hooks = None
+        if callbacks is not None:  # a copy's episode begins with its reset
+            self._hooks = EpisodeHooks(callbacks, num_envs, worker_index, begun=False)
+
+    def _empty_obs(self, pid: str) -> np.ndarray:
+        n, layout = len(self.lanes[pid]), self._layouts[pid]
+        if layout is not None:
+            return layout.empty((n,))
+        space = self.observation_spaces[pid]
+        return np.zeros((n, *space.shape), space.dtype)
 
     def pack(self, pid: str, obs: Any, agent: str = "") -> np.ndarray:
         """One agent's observation as policy ``pid``'s rows hold it (a record when composite);
@@ -234,6 +268,29 @@ class Lanes:
         except ValueError as e:
             misfit = ValueError(f"{e} (agent {agent})")
             raise EnvError(f"ValueError: {misfit}", -1) from misfit
+
+    def _observe(self, pid: str, lane: int, obs: Any, agent: str) -> None:
+        self.obs[pid][lane] = self.pack(pid, obs, agent)
+
+    def _outcome(self) -> tuple[dict[str, np.ndarray], ...]:
+        """Per policy, a step's rewards, terminated and truncated flags, all 0 so far."""
+        rewards = {pid: np.zeros(len(v), np.float32) for pid, v in self.active.items()}
+        terminated = {pid: np.zeros(len(v), bool) for pid, v in self.active.items()}
+        return rewards, terminated, {pid: t.copy() for pid, t in terminated.items()}
+
+    def _finish_episode(self, copy: int, infos: Any) -> None:
+        seats = {agent: self.lane_of[copy, agent][0] for agent in self._returns[copy]}
+        episode = agent_episode(self._returns[copy], self._length[copy], seats)
+        if self._hooks is not None:
+            episode = episode._replace(custom=self._hooks.end(copy, infos))
+        self.episodes.append(episode)
+        self.episode_copies.append(copy)
+        self._returns[copy], self._length[copy] = {}, 0
+
+    def take_episodes(self) -> list[Episode]:
+        """The episodes finished since the last call."""
+        episodes, self.episodes, self.episode_copies = self.episodes, [], []
+        return episodes
 
     def close(self) -> None:
         for env in self.envs:
@@ -260,46 +317,9 @@ class AgentLanes(Lanes):
     Agents mapped to one policy must share their observation and action spaces.
     """
 
-    def __init__(
-        self,
-        make_env: Callable[[], Any],
-        *,
-        num_envs: int,
-        policy_of: PolicyOf,
-        callbacks: Callbacks | None = None,
-        worker_index: int = 0,
-    ) -> None:
-        super().__init__(make_env, num_envs=num_envs, policy_of=policy_of)
-        #: each copy's lanes: (policy id, lane index, agent)
-        self._of_copy: list[list[tuple[str, int, str]]] = [[] for _ in self.envs]
-        for pid, lanes in self.lanes.items():
-            for i, (copy, agent) in enumerate(lanes):
-                self._of_copy[copy].append((pid, i, agent))
+    def __init__(self, make_env: Callable[[], Any], **lanes: Any) -> None:
+        super().__init__(make_env, **lanes)
         self._agents = [frozenset(agent for _, _, agent in lanes) for lanes in self._of_copy]
-        self.obs = {pid: self._empty_obs(pid) for pid in self.policy_ids}
-        #: which lanes act at the next step
-        self.active = {pid: np.zeros(len(lanes), bool) for pid, lanes in self.lanes.items()}
-        self._resetting = [False] * num_envs
-        #: each copy's running episode: its env steps and each agent's return
-        self._length = [0] * num_envs
-        self._returns: list[dict[str, float]] = [{} for _ in self.envs]
-        #: episodes finished since the last ``take_episodes``, and the copy of each
-        self.episodes: list[Episode] = []
-        self.episode_copies: list[int] = []
-        #: the episode hooks of ``callbacks``, an episode being a copy's
-        self._hooks = None
-        if callbacks is not None:  # a copy's episode begins with its reset
-            self._hooks = EpisodeHooks(callbacks, num_envs, worker_index, begun=False)
-
-    def _empty_obs(self, pid: str) -> np.ndarray:
-        n, layout = len(self.lanes[pid]), self._layouts[pid]
-        if layout is not None:
-            return layout.empty((n,))
-        space = self.observation_spaces[pid]
-        return np.zeros((n, *space.shape), space.dtype)
-
-    def _observe(self, pid: str, lane: int, obs: Any, agent: str) -> None:
-        self.obs[pid][lane] = self.pack(pid, obs, agent)
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Start every copy (copy ``i`` seeded ``seed + i``); each policy's observations."""
@@ -322,9 +342,7 @@ class AgentLanes(Lanes):
         policy id: the next observations, the rewards, terminated and truncated flags."""
         valid = self.active
         self.active = {pid: active.copy() for pid, active in valid.items()}  # the next step's
-        rewards = {pid: np.zeros(len(v), np.float32) for pid, v in valid.items()}
-        terminated = {pid: np.zeros(len(v), bool) for pid, v in valid.items()}
-        truncated = {pid: np.zeros(len(v), bool) for pid, v in valid.items()}
+        rewards, terminated, truncated = self._outcome()
         for copy, env in enumerate(self.envs):
             if self._resetting[copy]:  # this step only starts the copy's next episode
                 self._start(copy, env.reset()[0])
@@ -353,20 +371,6 @@ class AgentLanes(Lanes):
                 self._finish_episode(copy, infos)
         obs = {pid: o.copy() for pid, o in self.obs.items()}
         return obs, rewards, terminated, truncated
-
-    def _finish_episode(self, copy: int, infos: Any) -> None:
-        seats = {agent: self.lane_of[copy, agent][0] for agent in self._returns[copy]}
-        episode = agent_episode(self._returns[copy], self._length[copy], seats)
-        if self._hooks is not None:
-            episode = episode._replace(custom=self._hooks.end(copy, infos))
-        self.episodes.append(episode)
-        self.episode_copies.append(copy)
-        self._returns[copy], self._length[copy] = {}, 0
-
-    def take_episodes(self) -> list[Episode]:
-        """The episodes finished since the last call."""
-        episodes, self.episodes, self.episode_copies = self.episodes, [], []
-        return episodes
 
 
 def check_agents(env: Any, known: frozenset[str], obs: dict, rewards: dict) -> None:

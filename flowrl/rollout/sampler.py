@@ -4,16 +4,21 @@ for training (``Sampler.sample``: fragments of a fixed length) and for evaluatio
 
 An env is *lanes*: per policy id, arrays over the lanes that policy acts for. A gymnasium
 vector env is the lanes of one policy (``VectorLanes``, one lane per env); a Parallel
-multi-agent env gives a lane per agent and copy (``AgentLanes`` in multi_agent.py). Lanes
-have ``policy_ids``, ``num_envs``, ``observation_spaces`` and ``action_spaces`` by policy,
-``active`` (which lanes act at the next step: a new dict of new arrays after every step,
-never changed in place), and
+multi-agent env gives a lane per agent and copy (``AgentLanes`` in multi_agent.py), a
+turn-based game a lane per seat and copy, moving in turn (``TurnLanes`` in turns.py).
+Lanes have ``policy_ids``, ``num_envs``, ``observation_spaces`` and ``action_spaces`` by
+policy, ``active`` (which lanes act at the next step: a new dict of new arrays after every
+step, never changed in place), and
 
 - ``reset(seed)``: each policy's first observations;
 - ``step(actions)``: each policy's next observations, rewards, terminated and truncated
   flags; a lane that was not active in the step gives a row that is not learned from;
 - ``take_episodes()``: the episodes finished since the last call, and ``episode_copies``,
   the copy (env) each ran in.
+
+Lanes with ``in_turns`` (a turn-based game's) write a lane's row only at the steps it is
+``present`` in, add each step's outcome to the lane's last row, and align each lane's rows
+in its fragments (``TurnRows``): a move's reward arrives as the others move.
 
 The sampler owns what is the same for every kind: each policy acts for all its lanes in one
 batched forward pass, its observations normalised (the raw ones of valid rows update the
@@ -52,6 +57,7 @@ from flowrl.core.sample_batch import (
     REWARDS,
     STATE_IN,
     STATE_OUT,
+    STATE_STARTS,
     TERMINATEDS,
     TRUNCATEDS,
     ArrayPool,
@@ -60,7 +66,8 @@ from flowrl.core.sample_batch import (
 from flowrl.learning.multi import PolicyMap
 from flowrl.rollout.envs import step_env
 from flowrl.rollout.episodes import Episode, EpisodeHooks
-from flowrl.rollout.fragments import finish_fragment, write_row
+from flowrl.rollout.fragments import RAW_OBS, finish_fragment, write_row
+from flowrl.rollout.turns import TurnRows
 
 #: the policy id of a single-agent env's lanes
 SINGLE = "default"
@@ -170,10 +177,12 @@ class VectorLanes:
 
 
 class LaneMemory:
-    """A recurrent policy's state per lane: each step starts from the state the lane's
-    last step left, fresh where that step was not valid (a reset step, an agent that did
-    not act: the lane's next valid step begins an episode), as the learner's unroll
-    resets it; its extras record the state it started from (``state_in``).
+    """A recurrent policy's state per lane: each row starts from the state the lane's
+    last row left, fresh where that row was not valid (a reset step, an agent that did
+    not act: the lane's next valid row begins an episode); its extras record the state it
+    started from (``state_in``) and whether that was a fresh one (``state_starts``),
+    where the learner's unroll resets it. Lanes that write no row at a step (``present``
+    False: a turn-based game's waiting agents) keep their state.
 
     Examples:
         >>> memory = LaneMemory(policy, lanes=8)  # doctest: +SKIP
@@ -186,16 +195,23 @@ class LaneMemory:
         self.last_valid = np.ones(lanes, bool)
 
     def compute_actions(
-        self, obs: Any, valid: np.ndarray, *, explore: bool = True
+        self, obs: Any, valid: np.ndarray, *, explore: bool = True, present: Any = None
     ) -> tuple[Any, dict[str, np.ndarray]]:
         starts = ~self.last_valid
         if starts.any():
-            rows = starts.reshape(-1, *[1] * (self.state.ndim - 1))
-            self.state = np.where(rows, self.fresh, self.state)
+            self.state = np.where(self._rows(starts), self.fresh, self.state)
         actions, extras = self.policy.compute_actions(obs, explore=explore, state=self.state)
-        extras[STATE_IN] = self.state
-        self.state, self.last_valid = extras.pop(STATE_OUT), valid
+        extras[STATE_IN], extras[STATE_STARTS] = self.state, starts
+        state = extras.pop(STATE_OUT)
+        if present is None:
+            self.state, self.last_valid = state, valid
+        else:
+            self.state = np.where(self._rows(present), state, self.state)
+            self.last_valid = np.where(present, valid, self.last_valid)
         return actions, extras
+
+    def _rows(self, lanes: np.ndarray) -> np.ndarray:
+        return lanes.reshape(-1, *[1] * (self.state.ndim - 1))
 
 
 class Sampler:
@@ -211,28 +227,33 @@ class Sampler:
             if policy.initial_state(1) is not None
         }
         self.pool = ArrayPool()  # fragment memory, reused once a fragment has been copied out
+        #: a turn-based game's lanes: each policy's rows kept for its next fragment
+        self.in_turns = getattr(lanes, "in_turns", False)
+        self._carried: dict[str, Any] = {}
         #: per policy, looked up once: its normaliser (None: none) and its memory
         self._acting = [
             (pid, p, p.normalizer if p.normalizer.parts else None, self.memory.get(pid))
             for pid, p in policies.items()
         ]
 
-    def _act(self, explore: bool, active: dict[str, np.ndarray], raw: Any = None, t: int = 0):
-        """Every policy's actions for all its lanes (``active``: which act); each
-        policy's row so far: what it saw, did and recorded."""
+    def _act(self, explore: bool, active: dict[str, np.ndarray], present: Any = None):
+        """Every policy's actions for all its lanes (``active``: which act; ``present``,
+        in turn-based games: which write a row); each policy's row: what it saw (the raw
+        observation too, when normalised), did and recorded."""
         actions, rows = {}, {}
         for pid, policy, normalizer, memory in self._acting:
-            obs = self.obs[pid]
-            if raw is not None and raw[pid] is not None:  # the raw ones update the stats
-                raw[pid][t] = obs
+            obs = raw = self.obs[pid]
             if normalizer is not None:
-                obs = normalizer.observations(obs)
+                obs = normalizer.observations(raw)
             if memory is None:
                 a, extras = policy.compute_actions(obs, explore=explore)
             else:
-                a, extras = memory.compute_actions(obs, active[pid], explore=explore)
+                here = None if present is None else present[pid]
+                a, extras = memory.compute_actions(obs, active[pid], explore=explore, present=here)
             actions[pid] = policy.env_actions(a)
             rows[pid] = ((OBS, obs), (ACTIONS, a), *extras.items())
+            if normalizer is not None:
+                rows[pid] += ((RAW_OBS, raw),)
         return actions, rows
 
     def sample(self, steps: int) -> dict[str, Fragment]:
@@ -241,38 +262,43 @@ class Sampler:
         lanes, pool, policies = self.lanes, self.pool, self.policies
         cols: dict[str, dict[str, np.ndarray]] = {pid: {} for pid in policies}
         valid = {pid: np.empty((steps, len(o)), bool) for pid, o in self.obs.items()}
-        raw = {
-            pid: pool.empty(f"{pid}/raw_obs", (steps, *o.shape), o.dtype)
-            if policies[pid].normalizer.parts
-            else None
-            for pid, o in self.obs.items()
-        }
+        turns = {}  # a turn-based game's rows, each lane's own turns
+        if self.in_turns:
+            turns = {pid: TurnRows(len(o), steps, self._carried.get(pid))
+                     for pid, o in self.obs.items()}  # fmt: skip
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
                 active = lanes.active  # replaced, not changed, by the step
-                actions, rows = self._act(True, active, raw, t)
+                present = lanes.present if self.in_turns else None
+                actions, rows = self._act(True, active, present)
                 self.obs, rewards, terminated, truncated = lanes.step(actions)
                 for pid, row in rows.items():
-                    outcome = (
-                        (REWARDS, rewards[pid]),
-                        (TERMINATEDS, terminated[pid]),
-                        (TRUNCATEDS, truncated[pid]),
-                    )
+                    outcome = (rewards[pid], terminated[pid], truncated[pid])
+                    if present is not None:  # a turn's row, and what came after it
+                        turns[pid].add(row, outcome, active[pid], present[pid])
+                        continue
+                    outcome = ((REWARDS, outcome[0]), (TERMINATEDS, outcome[1]),
+                               (TRUNCATEDS, outcome[2]))  # fmt: skip
                     write_row(cols[pid], pool, t, steps, row + outcome, prefix=pid)
                     valid[pid][t] = active[pid]
-        return {
-            pid: finish_fragment(
-                policy,
-                cols[pid],
-                valid[pid],
-                self.obs[pid],
-                raw_obs=None if raw[pid] is None else raw[pid][valid[pid]],
-                pool=pool,
-                where=f"{self.where} (policy {pid})" if lanes.names_policies else self.where,
-                last_state=self.memory[pid].state if pid in self.memory else None,
-            )
-            for pid, policy in policies.items()
-        }
+        return {pid: self._fragment(pid, cols[pid], valid[pid], turns.get(pid)) for pid in policies}
+
+    def _fragment(self, pid: str, cols: dict, valid: np.ndarray, turns: Any) -> Fragment:
+        last_obs, pool = self.obs[pid], self.pool
+        if turns is not None:
+            (cols, valid, last_obs), pool = turns.finish(last_obs), None
+            self._carried[pid] = turns.carried
+        raw = cols.pop(RAW_OBS, None)
+        return finish_fragment(
+            self.policies[pid],
+            cols,
+            valid,
+            last_obs,
+            raw_obs=None if raw is None else raw[valid],
+            pool=pool,
+            where=f"{self.where} (policy {pid})" if self.lanes.names_policies else self.where,
+            last_state=self.memory[pid].state if pid in self.memory else None,
+        )
 
     def episodes(
         self, count: int, *, explore: bool, after_step: Callable[[list], None] | None = None
@@ -286,7 +312,8 @@ class Sampler:
         done: list[Any] = []
         with torch.inference_mode():
             while len(done) < count:
-                actions, _ = self._act(explore, self.lanes.active)
+                present = self.lanes.present if self.in_turns else None
+                actions, _ = self._act(explore, self.lanes.active, present)
                 self.obs = self.lanes.step(actions)[0]
                 copies = self.lanes.episode_copies[:]
                 finished = []

@@ -1,19 +1,20 @@
 """Turn-based games (PettingZoo's AEC API: tic-tac-toe, connect four) as lanes of
-policies: copies of the game played side by side, one move of every copy per step.
+policies: copies of the game played side by side, one move of every copy per step, each
+agent of each copy a lane of the policy it is mapped to (``TurnLanes``).
 
 In a turn-based game an agent's reward arrives while the others move: a loss is known
-only after the opponent's winning move. So each agent's rows are its own turns. A row
-(its observation, its move and what the policy recorded) stays open until the agent is to
-move again, or its game ends; then it takes the reward the agent earned since it moved
-(PettingZoo's cumulative reward) and the game's end flags, and joins the agent's finished
-rows. A game's end is followed by one row that is not learned from, holding the agent's
-final observation, as NEXT_STEP resets are (a truncated game bootstraps from it).
+only after the opponent's winning move. So a lane's rows are its own turns
+(``TurnRows``): a row is written at each step the lane is *present* in (it moves, or
+records its final observation after its game), and what the steps after it bring the
+agent (PettingZoo's cumulative reward, the game's end flags) is added to it until the
+agent's next row. A finished game spends its next step resetting, each seat writing a
+row of its final observation that is not learned from, as NEXT_STEP vector envs do (a
+truncated game bootstraps from it).
 
-A fragment of a policy is each of its lanes' finished rows, right-aligned in time
-(``[T, lanes]``, ``T`` the most any lane finished; shorter lanes start with rows that are
-not valid). Every lane's last row is then the fragment's last step, and bootstraps from
-the observation of the lane's open row, as single-agent fragments do from ``last_obs``.
-Open rows carry over to the next fragment.
+A fragment of a policy is each of its lanes' rows, right-aligned in time (``[T, lanes]``,
+``T`` the most any lane wrote; shorter lanes start with rows that are not valid), so every
+lane's last row is the fragment's last step and bootstraps from ``last_obs``. A lane's
+last row, still waiting for the other agents' moves, opens the next fragment.
 
 Examples:
     >>> from pettingzoo.classic import tictactoe_v3
@@ -24,179 +25,168 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from flowrl.core.config import ConfigError
-from flowrl.core.sample_batch import (
-    ACTIONS,
-    OBS,
-    REWARDS,
-    TERMINATEDS,
-    TRUNCATEDS,
-    VF_PREDS,
-    Fragment,
-)
-from flowrl.learning.multi import PolicyMap
-from flowrl.learning.spaces import RecordLayout, is_composite
+from flowrl.core.sample_batch import OBS, REWARDS, STATE_STARTS, TERMINATEDS, TRUNCATEDS
+from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite
 from flowrl.rollout.envs import step_env
-from flowrl.rollout.episodes import Episode, write_video
-from flowrl.rollout.fragments import finish_fragment
-from flowrl.rollout.multi_agent import (
-    Lanes,
-    agent_episode,
-    lane_action,
-    lane_mapping,
-)
-
-Row = dict[str, Any]
-Lane = tuple[str, int]  # (policy id, lane index)
+from flowrl.rollout.episodes import write_video
+from flowrl.rollout.fragments import RAW_OBS
+from flowrl.rollout.multi_agent import Lanes, lane_action
 
 
 class TurnLanes(Lanes):
     """``num_envs`` copies of an AEC game, each agent of each copy a lane of the policy
-    ``policy_of(agent, copy)`` names. ``sample`` plays one move in every copy per
-    step (a finished game starts over in place) and returns each policy's fragment;
-    ``illegal_moves`` counts moves an action mask forbade."""
+    ``policy_of(agent, copy)`` names, stepped by ``Sampler`` one move of every copy at a
+    time: ``active`` lanes move, ``present`` ones write a row (the movers, and the seats
+    of a game that ended, which reset). ``illegal_moves`` counts moves an action mask
+    forbade."""
 
-    def __init__(
-        self, make_env: Callable[[], Any], *, num_envs: int, policy_of: Callable[..., str]
-    ) -> None:
-        super().__init__(make_env, num_envs=num_envs, policy_of=policy_of)
-        self._finished: dict[Lane, list[Row]] = {lane: [] for lane in self.lane_of.values()}
-        self._open: dict[Lane, Row] = {}
-        self._ready: dict[int, tuple[str, int, np.ndarray]] = {}  # a copy's next mover
-        self._returns: list[dict[str, float]] = [{} for _ in self.envs]
-        self._moves = [0] * num_envs
-        self.episodes: list[Episode] = []
+    in_turns = True  # a lane's rows are its own turns (``TurnRows``)
+
+    def __init__(self, make_env: Callable[[], Any], **lanes: Any) -> None:
+        super().__init__(make_env, **lanes)
+        self.present = {pid: active.copy() for pid, active in self.active.items()}
+        self._mover: list[tuple[str, int]] = [("", 0)] * self.num_envs
         self.illegal_moves = 0
 
-    def reset(self, seed: int | None = None) -> None:
-        self._ready.clear()
+    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Start every copy (copy ``i`` seeded ``seed + i``); each policy's observations."""
+        outcome = self._outcome()
         for copy, env in enumerate(self.envs):
             env.reset(seed=None if seed is None else seed + copy)
+            self._start(copy, outcome)
+        return {pid: obs.copy() for pid, obs in self.obs.items()}
 
-    def _next_turn(self, copy: int) -> tuple[str, int, np.ndarray]:
-        """Settle copy ``copy`` up to its next move: close the rows of the agents that
-        earned rewards or finished, take finished agents out, start a finished game over.
-        Returns the mover's policy id, lane and observation."""
-        env = self.envs[copy]
-        while True:
-            if not env.agents:
-                self._finish_game(copy)
+    def _start(self, copy: int, outcome: tuple[dict[str, np.ndarray], ...]) -> None:
+        self._resetting[copy] = False
+        if self._hooks is not None:
+            self._hooks.start(copy)
+        self._settle(copy, *outcome)
+
+    def step(self, actions: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ...]:
+        """One move of every copy (a copy whose game ended resets instead); per policy,
+        the lanes' observations and what the step brought each lane's last row."""
+        self.active = {pid: np.zeros_like(a) for pid, a in self.active.items()}
+        self.present = {pid: np.zeros_like(a) for pid, a in self.active.items()}
+        outcome = self._outcome()
+        for copy, env in enumerate(self.envs):
+            if self._resetting[copy]:
                 env.reset()
+                self._start(copy, outcome)
                 continue
+            pid, lane = self._mover[copy]
+            move = lane_action(actions[pid], lane)
+            self._check_move(pid, lane, move)
+            step_env(env, move)
+            self._length[copy] += 1
+            if self._hooks is not None:  # the info of a move is each agent's
+                self._hooks.step_one(copy, float(sum(env.rewards.values())), dict(env.infos))
+            self._settle(copy, *outcome)
+        return ({pid: obs.copy() for pid, obs in self.obs.items()}, *outcome)
+
+    def _check_move(self, pid: str, lane: int, move: Any) -> None:
+        obs = self.obs[pid][lane]
+        if obs.dtype.names and ACTION_MASK in obs.dtype.names and np.ndim(move) == 0:
+            self.illegal_moves += not obs[ACTION_MASK].reshape(-1)[int(move)]
+
+    def _settle(self, copy: int, rewards: dict, terminated: dict, truncated: dict) -> None:
+        """Play copy ``copy`` up to its next move: each agent selected on the way is given
+        what it earned since it moved, and one that finished is taken out; a finished
+        game's seats are present at the next step, which resets it."""
+        env, returns = self.envs[copy], self._returns[copy]
+        while env.agents:
             agent = env.agent_selection
-            obs, reward, terminated, truncated, _ = env.last()
+            obs, reward, term, trunc, _ = env.last()
             pid, lane = self.lane_of[copy, agent]
-            returns = self._returns[copy]
+            self._observe(pid, lane, obs, agent)
+            rewards[pid][lane] += reward
             returns[agent] = returns.get(agent, 0.0) + float(reward)
-            row = self._open.pop((pid, lane), None)
-            if row is not None:
-                row.update({REWARDS: reward, TERMINATEDS: terminated, TRUNCATEDS: truncated})
-                self._finished[pid, lane].append(row)
-            if not (terminated or truncated):
-                return pid, lane, self.pack(pid, obs, agent)
-            if row is not None:  # the game's end: its final observation, not learned from
-                self._finished[pid, lane].append({OBS: self.pack(pid, obs, agent), "_final": True})
+            terminated[pid][lane] |= term
+            truncated[pid][lane] |= trunc
+            if not (term or trunc):
+                self._mover[copy] = (pid, lane)
+                self.active[pid][lane] = self.present[pid][lane] = True
+                return
             env.step(None)
-
-    def _finish_game(self, copy: int) -> None:
-        returns = self._returns[copy]
-        seats = {agent: self.lane_of[copy, agent][0] for agent in returns}
-        self.episodes.append(agent_episode(returns, self._moves[copy], seats))
-        self._returns[copy], self._moves[copy] = {}, 0
-
-    def take_episodes(self) -> list[Episode]:
-        episodes, self.episodes = self.episodes, []
-        return episodes
-
-    def sample(self, policies: PolicyMap, steps: int, *, where: str) -> dict[str, Fragment]:
-        """``steps`` moves of every copy; each policy's fragment of the rows finished."""
-        with torch.inference_mode():
-            for _ in range(steps):
-                movers: dict[str, list[tuple[int, int, np.ndarray]]] = {}
-                for copy in range(self.num_envs):
-                    pid, lane, obs = self._ready.pop(copy, None) or self._next_turn(copy)
-                    movers.setdefault(pid, []).append((copy, lane, obs))
-                for pid, moves in movers.items():
-                    self._move(policies[pid], pid, moves)
-        for copy in range(self.num_envs):  # settled now: a game just won ends in this fragment
-            self._ready[copy] = self._next_turn(copy)
-        return {pid: self._fragment(pid, policies[pid], where) for pid in policies}
-
-    def _move(self, policy: Any, pid: str, moves: list[tuple[int, int, np.ndarray]]) -> None:
-        obs = np.stack([o for _, _, o in moves])
-        actions, extras = policy.compute_actions(obs)
-        env_actions = policy.env_actions(actions)
-        masks = None  # moves the mask forbade are counted (Discrete actions)
-        if isinstance(policy.action_space, gym.spaces.Discrete) and obs.dtype.names:
-            masks = obs["action_mask"] if "action_mask" in obs.dtype.names else None
-        for j, (copy, lane, _) in enumerate(moves):
-            row = {OBS: obs[j], ACTIONS: actions[j], **{k: v[j] for k, v in extras.items()}}
-            self._open[pid, lane] = row
-            if masks is not None and not masks[j].reshape(-1)[int(actions[j])]:
-                self.illegal_moves += 1
-            step_env(self.envs[copy], lane_action(env_actions, j))
-            self._moves[copy] += 1
-
-    def _fragment(self, pid: str, policy: Any, where: str) -> Fragment:
-        """Policy ``pid``'s finished rows, right-aligned, as a time-major fragment."""
-        lanes = [self._finished[pid, i] for i in range(len(self.lanes[pid]))]
-        length = max(1, *map(len, lanes))
-        template = next((r for rows in lanes for r in rows if "_final" not in r), None)
-        if template is None:  # no move finished: an empty fragment
-            template = {OBS: self.pack(pid, self.observation_spaces[pid].sample())}
-        cols = {
-            k: np.zeros((length, len(lanes), *np.shape(v)), np.asarray(v).dtype)
-            for k, v in {**template, REWARDS: 0.0, TERMINATEDS: False, TRUNCATEDS: False}.items()
-        }
-        cols[REWARDS] = cols[REWARDS].astype(np.float32)
-        valid = np.zeros((length, len(lanes)), bool)
-        last_obs = np.zeros_like(cols[OBS][0])
-        finals = []
-        for i, rows in enumerate(lanes):
-            start = length - len(rows)
-            for t, row in enumerate(rows, start):
-                for k, v in row.items():
-                    if k != "_final":
-                        cols[k][t, i] = v
-                valid[t, i] = "_final" not in row
-                if "_final" in row:
-                    finals.append((t, i))
-            lane_open = self._open.get((pid, i))
-            if lane_open is not None:
-                last_obs[i] = lane_open[OBS]
-            elif rows:
-                last_obs[i] = rows[-1][OBS]
-            rows.clear()
-        if finals and VF_PREDS in cols:  # a truncated game bootstraps from its final row
-            t, i = map(np.array, zip(*finals, strict=True))
-            cols[VF_PREDS][t, i] = policy.compute_values(cols[OBS][t, i])
-        return finish_fragment(policy, cols, valid, last_obs, raw_obs=None, pool=None, where=where)
+        self._finish_episode(copy, dict(env.infos))
+        self._resetting[copy] = True
+        for pid, lane, _ in self._of_copy[copy]:
+            self.present[pid][lane] = True
 
 
-class TurnSampler:
-    """``TurnLanes`` played by a worker's policies (what ``Sampler`` is to other lanes)."""
+class TurnRows:
+    """One policy's rows of a fragment of ``TurnLanes`` (see the module's docstring):
+    ``add`` each step's row and outcome, ``finish`` for the right-aligned columns; a
+    lane's last row is kept back for the next fragment's (``carried``)."""
 
-    def __init__(self, lanes: TurnLanes, policies: PolicyMap, *, seed: int, where: str) -> None:
-        self.lanes, self.policies, self.where = lanes, policies, where
-        lanes.reset(seed=seed)
+    def __init__(self, lanes: int, steps: int, carried: dict[str, Any] | None) -> None:
+        self.cols: dict[str, np.ndarray] = {}
+        self.valid = np.zeros((steps + 1, lanes), bool)  # a carried row, then a row a step
+        self.rows = np.zeros(lanes, np.int64)  # each lane's rows so far
+        self.carried = carried  # the last fragment's: {"lanes": ..., column: rows}
 
-    def sample(self, steps: int) -> dict[str, Fragment]:
-        return self.lanes.sample(self.policies, steps, where=self.where)
+    def _make(self, row: Sequence[tuple[str, Any]]) -> None:
+        shape = self.valid.shape
+        for k, v in row:
+            self.cols[k] = np.zeros((*shape, *np.shape(v)[1:]), np.asarray(v).dtype)
+        self.cols[REWARDS] = np.zeros(shape, np.float32)
+        self.cols[TERMINATEDS], self.cols[TRUNCATEDS] = np.zeros((2, *shape), bool)
+        if self.carried is not None:
+            lanes = self.carried.pop("lanes")
+            for k, v in self.carried.items():
+                self.cols[k][0, lanes] = v
+            self.valid[0, lanes], self.rows[lanes] = True, 1
 
+    def add(self, row: Sequence[tuple[str, Any]], outcome: Sequence[np.ndarray],
+            active: np.ndarray, present: np.ndarray) -> None:  # fmt: skip
+        """A step's ``row`` (arrays over all lanes) for the ``present`` lanes (learned
+        from where ``active``), then its outcome (rewards, terminated, truncated) added
+        to each lane's last row."""
+        if not self.cols:
+            self._make(row)
+        lanes = np.flatnonzero(present)
+        at = self.rows[lanes]
+        for k, v in row:
+            self.cols[k][at, lanes] = v[lanes]
+        self.valid[at, lanes] = active[lanes]
+        self.rows[lanes] += 1
+        seen = np.flatnonzero(self.rows)
+        last = self.rows[seen] - 1
+        rewards, terminated, truncated = outcome
+        self.cols[REWARDS][last, seen] += rewards[seen]
+        self.cols[TERMINATEDS][last, seen] |= terminated[seen]
+        self.cols[TRUNCATEDS][last, seen] |= truncated[seen]
 
-def check_turn_config(config: Any) -> None:
-    """What turn-based games do not take yet, in one line."""
-    if getattr(config, "use_lstm", False):
-        raise ConfigError("use_lstm is not supported with turn-based (AEC) envs yet")
-    if getattr(config, "normalize_observations", False):
-        raise ConfigError("normalize_observations is not supported with turn-based (AEC) envs")
+    def finish(self, obs: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """The columns, each lane's rows right-aligned, ``valid``, and the observations
+        each lane's last row bootstraps from: its carried row's, else ``obs`` (the
+        lanes' last)."""
+        rows, n = self.rows.copy(), len(self.rows)
+        lanes = np.arange(n)
+        keep = np.flatnonzero(self.valid[np.maximum(rows - 1, 0), lanes] & (rows > 0))
+        rows[keep] -= 1
+        self.carried = {"lanes": keep, **{k: c[rows[keep], keep] for k, c in self.cols.items()}}
+        last_obs = obs.copy()
+        last_obs[keep] = self.carried.get(RAW_OBS, self.carried[OBS])
+        length = max(1, int(rows.max()))
+        lane = np.repeat(lanes, rows)  # each row kept: its lane, its row, its new row
+        src = np.arange(len(lane)) - np.repeat(np.cumsum(rows) - rows, rows)
+        dst = src + np.repeat(length - rows, rows)
+        cols = {}
+        for k, c in self.cols.items():
+            cols[k] = np.zeros((length, *c.shape[1:]), c.dtype)
+            cols[k][dst, lane] = c[src, lane]
+        valid = np.zeros((length, n), bool)
+        valid[dst, lane] = self.valid[src, lane]
+        if STATE_STARTS in cols:  # a recurrent unroll takes each lane's first row's state
+            cols[STATE_STARTS][length - rows[rows > 0], lanes[rows > 0]] = True
+        return cols, valid, last_obs
 
 
 Player = Callable[[Any], Any]  # an agent's observation -> its move
@@ -307,24 +297,3 @@ def match(
         **by_seat,
         "illegal_moves": illegal,
     }
-
-
-def play_turns(
-    policies: PolicyMap,
-    make_env: Callable[[], Any],
-    policy_of: Callable[..., str],
-    games: int,
-    *,
-    explore: bool,
-    seed: int,
-    video_dir: str | None = None,
-) -> list[Episode]:
-    """``games`` games with each agent moved by the policy it maps to (in env copy 0),
-    written to ``video_dir`` when given (``play_games``)."""
-    env = make_env()
-    agents = list(env.possible_agents)
-    env.close()
-    seats = {agent: lane_mapping(policy_of)(agent, 0, agents) for agent in agents}
-    players = {agent: policy_player(policies[pid], explore=explore) for agent, pid in seats.items()}
-    played = play_games(make_env, players, games, seed=seed, video_dir=video_dir)
-    return [agent_episode(game["returns"], game["moves"], seats) for game in played]

@@ -52,7 +52,7 @@ from flowrl.rollout.multi_agent import (
     policy_mapping,
 )
 from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
-from flowrl.rollout.turns import TurnLanes, TurnSampler, check_turn_config, play_turns
+from flowrl.rollout.turns import TurnLanes
 
 logger = logging.getLogger(__name__)
 
@@ -127,17 +127,13 @@ class RolloutWorker(ParallelIteratorWorker):
         """Multi-agent: lanes over copies of the env, and a policy per id."""
         cfg = self.config
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        if make_env.turn_based:
-            check_turn_config(cfg)
-            lanes: Any = TurnLanes(make_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of)
-        else:
-            lanes = AgentLanes(
-                make_env,
-                num_envs=cfg.num_envs_per_worker,
-                policy_of=policy_of,
-                callbacks=self.callbacks,
-                worker_index=self.worker_index,
-            )
+        lanes = (TurnLanes if make_env.turn_based else AgentLanes)(
+            make_env,
+            num_envs=cfg.num_envs_per_worker,
+            policy_of=policy_of,
+            callbacks=self.callbacks,
+            worker_index=self.worker_index,
+        )
         policies = PolicyMap()
         for pid in lanes.policy_ids:
             spec = self.policy_spec(pid)
@@ -149,8 +145,7 @@ class RolloutWorker(ParallelIteratorWorker):
                 worker_index=self.worker_index,
             )
         self.env, self.policy, self.policies = lanes, policies, policies
-        sampler = TurnSampler if make_env.turn_based else Sampler
-        self.sampler = sampler(lanes, policies, seed=seed, where=self._where)
+        self.sampler = Sampler(lanes, policies, seed=seed, where=self._where)
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -314,22 +309,17 @@ def evaluate_policies(
     where: str,
 ) -> list[Episode]:
     """Exactly ``episodes`` episodes of ``policies`` on fresh envs of ``cfg``'s env (a
-    multi-agent env's copies with every policy acting as mapped; a turn-based game one
-    game at a time); with ``video_dir``, one env whose episodes are written there."""
+    multi-agent env's copies with every policy acting as mapped); with ``video_dir``, one
+    env whose episodes are written there."""
     make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
     with contextlib.ExitStack() as stack:
         if video_dir:
             stack.enter_context(headless_rendering())
-        if make_agent_env is not None and make_agent_env.turn_based:
-            policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-            return play_turns(policies, make_agent_env, policy_of, episodes,
-                              explore=explore, seed=seed, video_dir=video_dir)  # fmt: skip
         copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
-        frames = None
         if make_agent_env is not None:
             policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-            lanes: Any = AgentLanes(make_agent_env, num_envs=copies, policy_of=policy_of)
-            frames = EpisodeFrames(lanes.envs[0], video_dir) if video_dir else None
+            kind = TurnLanes if make_agent_env.turn_based else AgentLanes
+            lanes: Any = kind(make_agent_env, num_envs=copies, policy_of=policy_of)
         elif video_dir:  # one env: its episodes are written one at a time
             env = make_recording_env(cfg.env, video_dir=video_dir, seed=seed,
                                      env_config=cfg.env_config)  # fmt: skip
@@ -338,7 +328,10 @@ def evaluate_policies(
             env = make_vector_env(cfg.env, num_envs=copies, seed=seed, env_config=cfg.env_config)
             lanes = VectorLanes(env)
         stack.callback(lanes.close)  # before the rendering variables go (videos are written)
-        sampler = Sampler(lanes, policies, seed=seed, where=where)
+        sampler = Sampler(lanes, policies, seed=seed, where=where)  # resets the lanes
+        frames = None  # a multi-agent env's frames (a recording vector env writes its own)
+        if video_dir and make_agent_env is not None:
+            frames = EpisodeFrames(lanes.envs[0], video_dir)
         return sampler.episodes(episodes, explore=explore, after_step=frames)
 
 
