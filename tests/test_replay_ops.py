@@ -95,6 +95,44 @@ def test_update_targets_hard_copies_on_period_and_soft_with_tau():
         UpdateTargets(soft.append)
 
 
+def test_two_update_targets_in_one_plan_keep_two_states_across_a_resume():
+    def plan(steps):
+        first, second = UpdateTargets(print, period=25), UpdateTargets(print, period=45)
+        return items(steps).for_each(Train()).for_each(first).for_each(second), first, second
+
+    trained, first, second = plan([10] * 5)
+    drain(trained)  # 50 steps trained: copies at 30 (first) and 50 (second)
+    state = trained.context.get_state()
+    assert sorted(state["plan_state"]) == ["update_targets", "update_targets_2"]
+    resumed, first_again, second_again = plan([0])
+    resumed.context.set_state(state)
+    next(resumed)  # builds the plan: each operator takes its own state back
+    assert (first_again._last, second_again._last) == (first._last, second._last) == (30, 50)
+
+
+def test_update_targets_of_one_policy_moves_that_policy_s_targets_only():
+    from flowrl.learning.multi import MultiLearner
+    from flowrl.ops.train import steps_trained
+
+    class Targets:
+        targets, moved = ["a target"], 0
+
+        def update_targets(self, tau):
+            self.moved += 1
+
+    class TrainA(Operator):
+        def __call__(self, n):
+            self.context.counters[steps_trained("dqn_a")] += n
+            return n
+
+    learners = MultiLearner({"dqn_a": Targets(), "dqn_b": Targets()})
+    update = UpdateTargets(learners.update_targets, period=10, policy_id="dqn_a")
+    drain(items([10]).for_each(TrainA()).for_each(update))
+    assert (learners["dqn_a"].moved, learners["dqn_b"].moved) == (1, 0)
+    learners.update_targets(1.0)  # without a policy id: every policy's
+    assert (learners["dqn_a"].moved, learners["dqn_b"].moved) == (2, 1)
+
+
 @pytest.mark.slow
 def test_training_intensity_gate_keeps_trained_within_the_ratio_of_sampled():
     sampled = items(list(range(100))).for_each(CountAs(STEPS_SAMPLED, 10))

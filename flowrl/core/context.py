@@ -100,6 +100,8 @@ class PlanContext:
     pending_state: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], Any]] = field(default_factory=list)
     profiler: Any = None  # a flowrl.diagnostics.profiler.Profiler when the plan is profiled
+    #: per name, the objects registered under it since the plan was built, in order
+    registered: dict[str, list[Any]] = field(default_factory=dict)
 
     def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
         """Times a piece of work inside an operator as its own row of the profile (the
@@ -125,13 +127,18 @@ class PlanContext:
         self.closers.append(fn)
 
     def close(self) -> None:
-        """Run and forget the ``on_close`` functions (a rebuilt plan keeps the context)."""
+        """Run and forget the ``on_close`` functions (a rebuilt plan keeps the context,
+        its operators registering their state anew)."""
         closers, self.closers = self.closers, []
+        self.registered.clear()
         for fn in closers:
             fn()
 
     def register_checkpointable(self, name: str, obj: Any) -> None:
-        """Have checkpoints keep ``obj``'s state (its ``get_state``/``set_state``).
+        """Have checkpoints keep ``obj``'s state (its ``get_state``/``set_state``) under a
+        key of its place in the plan: ``name`` for the first object registered under it as
+        the plan is built, ``name_2`` for the second (two ``UpdateTargets`` keep two
+        states), the same key again for an object registered twice.
 
         A restored state that arrived before the plan was built (plans build on their
         first pull) is applied now; an operator of a rebuilt plan (after a dead worker was
@@ -147,10 +154,19 @@ class PlanContext:
             >>> ctx = PlanContext()
             >>> old = Tally(); old.n = 3
             >>> ctx.register_checkpointable("tally", old)
+            >>> ctx.register_checkpointable("tally", Tally())  # a second one in the plan
+            >>> sorted(ctx.checkpointables)
+            ['tally', 'tally_2']
+            >>> ctx.close()  # the plan is rebuilt: its first tally takes over
             >>> ctx.register_checkpointable("tally", Tally())
             >>> ctx.checkpointables["tally"].n
             3
         """
+        taken = self.registered.setdefault(name, [])
+        if not any(o is obj for o in taken):
+            taken.append(obj)
+        place = next(i for i, o in enumerate(taken) if o is obj)
+        name = name if place == 0 else f"{name}_{place + 1}"
         previous = self.checkpointables.get(name)
         self.checkpointables[name] = obj
         if name in self.pending_state:

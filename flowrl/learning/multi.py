@@ -160,9 +160,10 @@ class MultiLearner:
         for learner in self.learners.values():
             learner.set_env_steps(env_steps)
 
-    def update_targets(self, tau: float = 1.0) -> None:
-        for learner in self.learners.values():
-            if learner.targets:
+    def update_targets(self, tau: float = 1.0, *, policy_id: str | None = None) -> None:
+        """Every learner's targets (``Learner.update_targets``), or ``policy_id``'s only."""
+        for pid, learner in self.learners.items():
+            if learner.targets and policy_id in (None, pid):
                 learner.update_targets(tau)
 
     def check_finite_weights(self) -> None:

@@ -120,8 +120,10 @@ class ApplyGradients(Operator):
 class UpdateTargets(Operator):
     """Copies the online network into the target network once ``period`` env steps
     (trained, or sampled when ``by="sampled"``) have passed since the last copy, or, with
-    ``tau``, blends it in softly after every item (Polyak averaging). With ``policy_id``,
-    the period counts that policy's rows trained (a branch of a multi-agent plan).
+    ``tau``, blends it in softly after every item (Polyak averaging). With ``policy_id``
+    (a branch of a multi-agent plan), the period counts that policy's rows trained and
+    only that policy's targets move: ``update_fn`` is called with ``policy_id=``
+    (``MultiLearner.update_targets``).
 
     Examples:
         >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP
@@ -158,13 +160,19 @@ class UpdateTargets(Operator):
     def set_state(self, state: dict[str, int]) -> None:
         self._last = state["last"]
 
+    def _update(self, tau: float) -> None:
+        if hasattr(self, "policy_id"):
+            self._update_fn(tau, policy_id=self.policy_id)
+        else:
+            self._update_fn(tau)
+
     def __call__(self, item: Any) -> Any:
         if self.tau is not None:
-            self._update_fn(self.tau)
+            self._update(self.tau)
             return item
         steps = self.context.counters[self._counter]
         if steps - self._last >= self.period:
-            self._update_fn(1.0)
+            self._update(1.0)
             self._last = steps
             self.context.counters[NUM_TARGET_UPDATES] += 1
         return item
