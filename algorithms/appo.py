@@ -35,7 +35,7 @@ from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS
 from flowrl.learning.losses import AdaptiveKL, clipped_surrogate, masked_mean
 from flowrl.learning.policy import Policy
-from flowrl.ops import Concurrently, Dequeue, StandardMetricsReporting, UpdateKL, UpdateTargets
+from flowrl.ops import Concurrently, Dequeue, StandardMetricsReporting, UpdateTargets
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import ATARI, Preset
 from flowrl.run.spec import AlgorithmSpec
@@ -83,7 +83,7 @@ class APPOLearner(IMPALALearner):
     def __init__(self, policy: Policy, config: APPOConfig) -> None:
         super().__init__(policy, config)
         self.target = self.target_of(self.module)
-        self.kl = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
+        self.kl = self.adapted["kl"] = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg, policy = self.config, self.policy
@@ -109,14 +109,12 @@ class APPOLearner(IMPALALearner):
 
 def execution_plan(workers: WorkerSet, config: APPOConfig) -> LocalIterator[dict[str, Any]]:
     """IMPALA's plan; after each trained batch, UpdateTargets (a copy every
-    ``target_update_frequency`` batches) and UpdateKL, between two of the learner's
-    updates."""
+    ``target_update_frequency`` batches), between two of the learner's updates (the learner
+    adapts its KL weight after each batch)."""
     learner, thread = workers.learner, learner_thread(workers, config)
     period = config.target_update_frequency * config.train_batch_size  # env steps trained
-    update_op = (
-        Dequeue(thread)
-        .for_each(UpdateTargets(thread.between_updates(learner.update_targets), period=period))
-        .for_each(UpdateKL(thread.between_updates(learner.kl.update)))
+    update_op = Dequeue(thread).for_each(
+        UpdateTargets(thread.between_updates(learner.update_targets), period=period)
     )
     train_op = Concurrently(
         [enqueue_rollouts(workers, config, thread), update_op], mode="async", output_indexes=[1]

@@ -44,7 +44,6 @@ from flowrl.ops import (
     StandardizeFields,
     StandardMetricsReporting,
     TrainOneStep,
-    UpdateKL,
 )
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import ATARI, MUJOCO, Preset
@@ -127,7 +126,7 @@ class PPOLearner(Learner):
 
     def __init__(self, policy: Policy, config: PPOConfig) -> None:
         super().__init__(policy, config)
-        self.kl = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
+        self.kl = self.adapted["kl"] = AdaptiveKL(coeff=config.kl_coeff, target=config.kl_target)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         cfg, mean = self.config, valid_mean(batch)
@@ -150,8 +149,8 @@ class PPOLearner(Learner):
 
 
 def execution_plan(workers: WorkerSet, config: PPOConfig) -> LocalIterator[dict[str, Any]]:
-    """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> UpdateKL
-    -> report."""
+    """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> report
+    (the learner adapts its KL weight after each batch)."""
     train = TrainOneStep(
         workers, num_sgd_iter=config.num_sgd_iter, sgd_minibatch_size=config.sgd_minibatch_size
     )
@@ -160,7 +159,6 @@ def execution_plan(workers: WorkerSet, config: PPOConfig) -> LocalIterator[dict[
         .combine(ConcatBatches(min_batch_size=config.train_batch_size))
         .for_each(StandardizeFields([ADVANTAGES]))
         .for_each(train)
-        .for_each(UpdateKL(workers.learner.kl.update))
     )
     return StandardMetricsReporting(train_op, workers, config)
 

@@ -21,7 +21,6 @@ from flowrl.ops import (
     StandardMetricsReporting,
     StoreToReplayBuffer,
     TrainOneStep,
-    UpdateKL,
     UpdateTargets,
 )  # fmt: skip
 from flowrl.replay import make_replay
@@ -52,7 +51,6 @@ def plan(workers, config):
         to_ppo.for_each(SelectExperiences(["ppo"]))
         .for_each(StandardizeFields(["advantages"]))
         .for_each(TrainOneStep(workers, **sgd))
-        .for_each(UpdateKL(workers.learner.kl.update))
     )
     buffer = make_replay(dqn, multi_agent=True)
     store_op = to_dqn.for_each(SelectExperiences(["dqn"])).for_each(StoreToReplayBuffer(buffer))

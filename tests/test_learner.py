@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from flowrl.core.config import Config
-from flowrl.core.context import LEARNER_INFO, STEPS_TRAINED
+from flowrl.core.context import STEPS_TRAINED
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import SampleBatch
 from flowrl.learning.learner import Learner, NonFiniteError, Optimized
 from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.optim import FusedAdam, adam
 from flowrl.learning.policy import Policy
-from flowrl.ops import UpdateKL, UpdateTargets
+from flowrl.ops import UpdateTargets
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.spec import list_algorithms
 
@@ -99,19 +99,34 @@ def test_no_algorithm_writes_its_own_sgd_loop():
             assert not {"loss", "learn_on_batch", "optimizer"} & set(vars(cls)), cls.__name__
 
 
-def test_update_kl_adapts_the_weight_after_each_batch_and_reports_it():
-    kl = AdaptiveKL(coeff=0.2, target=0.01)
+class KLLearner(Learner):
+    """A loss with a KL penalty whose batches report a given mean KL."""
 
-    def learned(item):  # what TrainOneStep leaves in the context
-        op.context.info[LEARNER_INFO] = {"kl": item[1]["kl"]}
-        return item
+    loss_columns = ("obs", "kl")
 
-    op = UpdateKL(kl.update)
-    plan = LocalIterator.from_items([(None, {"kl": k}) for k in (0.05, 0.01, 0.001)])
+    def __init__(self, policy, config):
+        super().__init__(policy, config)
+        self.kl = self.adapted["kl"] = AdaptiveKL(coeff=0.2, target=0.01)
+
+    def loss(self, batch):
+        loss = self.policy.distribution(batch["obs"])[1].pow(2).mean()
+        return loss, {"kl": batch["kl"].mean()}
+
+
+def test_a_loss_s_kl_weight_adapts_after_each_batch_and_is_checkpointed_with_its_learner():
+    learner = KLLearner(Policy(*SPACES, Config()), Config())
     coeffs = []
-    for _ in plan.for_each(learned).for_each(op):
-        coeffs.append(op.context.info[LEARNER_INFO]["kl_coeff"])
+    for kl in (0.05, 0.01, 0.001):  # overshoot: x1.5; near the target: kept; far under: x0.5
+        rows = batch(4)
+        rows["kl"] = np.full(4, kl, np.float32)
+        coeffs.append(learner.learn_on_batch(rows)["kl_coeff"])
     assert coeffs == pytest.approx([0.3, 0.3, 0.15])
+    clone = KLLearner(Policy(*SPACES, Config()), Config())
+    clone.set_state(learner.get_state())
+    assert clone.kl.coeff == pytest.approx(0.15)
+    older = {k: v for k, v in learner.get_state().items() if k != "adapted"}
+    clone.set_state({**older, "kl_coeff": 0.6})  # a checkpoint from before adapted parts
+    assert clone.kl.coeff == 0.6
 
 
 def test_update_targets_keeps_its_last_copy_in_checkpoints():

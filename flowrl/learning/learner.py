@@ -33,7 +33,6 @@ from torch import nn
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import OBS, STATE_IN, STATE_STARTS, SampleBatch
 from flowrl.core.schedules import Schedule, is_schedule, scheduled
-from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
 from flowrl.learning.postprocessing import VALID
@@ -212,8 +211,9 @@ class Learner:
         self.env_steps = 0.0
         #: (online, target) pairs that ``update_targets`` moves together
         self.targets: list[tuple[nn.Module, nn.Module]] = []
-        #: the adaptive KL penalty's weight, for losses that have one (``AdaptiveKL``)
-        self.kl: AdaptiveKL | None = None
+        #: parts of the loss that adapt after every trained batch, by name (a KL penalty's
+        #: weight: ``AdaptiveKL``): ``after_batch(stats)`` returns statistics to report
+        self.adapted: dict[str, Any] = {}
         _spend_read_only_warning()
 
     @property
@@ -315,6 +315,8 @@ class Learner:
             for idx, minibatch in minibatches(tensors, rows=rows, seq=seq, size=size, order=order):
                 stats.append(take_per_row(self._sgd_step(minibatch), per_row, idx, rows))
         out: dict[str, Any] = {**mean_stats(stats), **self.batch_stats(batch)}
+        for part in self.adapted.values():
+            out.update(part.after_batch(out))
         return out | {k: v.cpu().numpy() for k, v in per_row.items()}
 
     def _order(self, n: int) -> torch.Tensor | None:
@@ -425,13 +427,13 @@ class Learner:
 
     def get_state(self) -> dict[str, Any]:
         """What a restore needs beyond the policy's weights: the learner's own networks,
-        optimisers, shuffling RNG, update count and KL weight."""
+        optimisers, shuffling RNG, update count and adapted parts."""
         return {
             "modules": {k: module_weights(m) for k, m in self._own_modules().items()},
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "rng": self.rng.bit_generator.state,
             "num_updates": self.num_updates,
-            "kl_coeff": None if self.kl is None else self.kl.coeff,
+            "adapted": {name: part.get_state() for name, part in self.adapted.items()},
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -442,5 +444,8 @@ class Learner:
             load_optimizer_state(optimizer, state["optimizers"][name], lr)
         self.rng.bit_generator.state = state["rng"]
         self.num_updates = state["num_updates"]
-        if self.kl is not None:
-            self.kl.coeff = state["kl_coeff"]
+        # checkpoints written before adapted parts kept the KL weight alone
+        adapted = state.get("adapted", {"kl": {"coeff": state.get("kl_coeff")}})
+        for name, part in self.adapted.items():
+            if adapted.get(name, {}).get("coeff", 0) is not None:
+                part.set_state(adapted[name])

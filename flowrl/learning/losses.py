@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,11 +70,22 @@ def clipped_surrogate(
 
 class AdaptiveKL:
     """The KL penalty's weight, adapted after each trained batch as in the PPO paper: x1.5
-    when the KL overshoots twice its target, x0.5 when it stays under half of it. A plan
-    adapts it with ``UpdateKL``; a weight of 0 stays 0 (no KL term)."""
+    when the KL overshoots twice its target, x0.5 when it stays under half of it; a weight
+    of 0 stays 0 (no KL term). The loss that uses it owns it: a learner keeps it among its
+    ``adapted`` parts, which adapt after every batch and are checkpointed with it."""
 
     def __init__(self, *, coeff: float, target: float) -> None:
         self.coeff, self.target = coeff, target
+
+    def after_batch(self, stats: dict[str, Any]) -> dict[str, float]:
+        """Adapt to a trained batch's mean ``kl`` statistic; the new weight, to report."""
+        return {"kl_coeff": self.update(float(stats["kl"]))}
+
+    def get_state(self) -> dict[str, float]:
+        return {"coeff": self.coeff}
+
+    def set_state(self, state: dict[str, float]) -> None:
+        self.coeff = state["coeff"]
 
     def update(self, kl: float) -> float:
         """Adapt to a batch's mean ``kl``; returns the new weight."""

@@ -27,7 +27,6 @@ import numpy as np
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
 from flowrl.learning.learner import Learner
-from flowrl.learning.losses import AdaptiveKL
 from flowrl.learning.policy import Policy
 
 #: results of one policy are ``policy/<id>/<name>``
@@ -94,18 +93,6 @@ class PolicyMap(dict):
             self[pid].normalizer.merge(u)
 
 
-class PolicyKLs:
-    """The adaptive KL penalties of several learners (an ``AdaptiveKL`` each),
-    updated together from each policy's mean KL."""
-
-    def __init__(self, kls: Mapping[str, AdaptiveKL]) -> None:
-        self.kls = dict(kls)
-
-    def update(self, values: Mapping[str, float]) -> dict[str, float]:
-        """Each named policy's new KL weight, from its mean KL (others' are skipped)."""
-        return {pid: self.kls[pid].update(v) for pid, v in values.items() if pid in self.kls}
-
-
 class MultiLearner:
     """The learners of a multi-agent run by policy id, trained each on its own rows.
 
@@ -126,12 +113,6 @@ class MultiLearner:
     @property
     def optimizers(self) -> dict[str, Any]:
         return {pid: learner.optimizers for pid, learner in self.learners.items()}
-
-    @property
-    def kl(self) -> PolicyKLs:
-        """Each KL-penalised learner's penalty: ``kl.update({id: kl})`` returns the new
-        weights by id."""
-        return PolicyKLs({pid: lr.kl for pid, lr in self.learners.items() if lr.kl is not None})
 
     def _parts(self, batch: MultiAgentBatch) -> dict[str, SampleBatch]:
         if not isinstance(batch, MultiAgentBatch):

@@ -27,7 +27,7 @@ from flowrl.ops.rollouts import (
     StandardizeFields,
 )
 from flowrl.ops.selfplay import SelfPlay
-from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateKL, UpdateTargets
+from flowrl.ops.train import ApplyGradients, TrainOneStep, UpdateTargets
 
 __all__ = [
     "AggregatedRollouts",
@@ -54,7 +54,6 @@ __all__ = [
     "StoreToReplayBuffer",
     "TrainOneStep",
     "TrainingIntensity",
-    "UpdateKL",
     "UpdatePriorities",
     "UpdateTargets",
 ]

@@ -1,5 +1,5 @@
 """Learning operators: TrainOneStep (minibatch SGD on the learner), ApplyGradients, and the
-periodic updates a plan shows as steps of its own: UpdateTargets and UpdateKL.
+periodic updates a plan shows as steps of its own: UpdateTargets.
 
 Examples:
     >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
@@ -175,39 +175,4 @@ class UpdateTargets(Operator):
             self._update(1.0)
             self._last = steps
             self.context.counters[NUM_TARGET_UPDATES] += 1
-        return item
-
-
-class UpdateKL(Operator):
-    """Adapts the KL penalty's weight from each trained batch's mean KL (the learner's
-    ``kl`` statistic), through ``update_fn`` (``flowrl.learning.losses.AdaptiveKL.update``), and
-    reports the new weight as ``learner/kl_coeff``. Takes and passes on ``(batch, stats)``.
-    With several policies (``PolicyStats``), ``update_fn`` takes and returns values by
-    policy id (``MultiLearner.kl.update``), reported as ``policy/<id>/kl_coeff``.
-
-    Examples:
-        >>> from flowrl.learning.losses import AdaptiveKL
-        >>> kl = AdaptiveKL(coeff=0.2, target=0.01)
-        >>> update = UpdateKL(kl.update)
-        >>> update.bind(PlanContext())
-        >>> _ = update(([], {"kl": 0.05}))
-        >>> round(kl.coeff, 2)
-        0.3
-    """
-
-    def __init__(self, update_fn: Callable[[float], float]) -> None:
-        self._update_fn = update_fn
-
-    def __call__(self, item: tuple[Any, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
-        _, stats = item
-        info = self.context.info.get(LEARNER_INFO)
-        if isinstance(stats, PolicyStats):
-            kls = {pid: float(s["kl"]) for pid, s in stats.items() if "kl" in s}
-            coeffs = {pid: {"kl_coeff": c} for pid, c in self._update_fn(kls).items()}
-            if info is not None:
-                info.update(PolicyStats(coeffs).flat())
-            return item
-        coeff = self._update_fn(float(stats["kl"]))
-        if info is not None:
-            info["kl_coeff"] = coeff
         return item
