@@ -117,7 +117,10 @@ class DQNPolicy(Policy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.timesteps = 0  # env steps this copy acted for; drives epsilon
+        self.timesteps = 0  # env steps this copy acted for
+        #: the run's env steps sampled when last heard (``set_env_steps_sampled``: the plan's
+        #: counter, every iteration), and this copy's ``timesteps`` then
+        self.heard = (0, 0)
 
     def make_module(self) -> nn.Module:
         cfg, obs_space, action_space = self.config, self.input_space, self.action_space
@@ -131,10 +134,12 @@ class DQNPolicy(Policy):
         )
 
     def epsilon(self) -> float:
-        """``exploration_eps`` at (approximately) the run's env steps, or by default a
-        linear decay over ``exploration_timesteps`` down to ``final_epsilon``."""
+        """``exploration_eps`` at the run's env steps, or by default a linear decay over
+        ``exploration_timesteps`` down to ``final_epsilon``: the plan's counter as last
+        heard, plus this copy's steps since times the copies sampling."""
         cfg = self.config
-        steps = self.timesteps * max(cfg.num_workers, 1)  # this copy's share, times copies
+        run, mine = self.heard
+        steps = run + (self.timesteps - mine) * max(cfg.num_workers, 1)
         if cfg.exploration_eps != -1.0:
             return scheduled(cfg.exploration_eps, steps)
         progress = min(1.0, steps / cfg.exploration_timesteps)
@@ -145,7 +150,7 @@ class DQNPolicy(Policy):
         return self.config.exploration_final_eps
 
     def set_env_steps_sampled(self, steps: int) -> None:
-        self.timesteps = steps // max(self.config.num_workers, 1)  # this copy's share
+        self.heard = (steps, self.timesteps)
 
     @inference
     def compute_actions(

@@ -127,3 +127,18 @@ def test_replay_buffer_survives_a_dead_rollout_worker(ray_session):
     assert algo.plan.context.checkpointables["replay_buffer"] is buffer  # ... on the old rows
     assert buffer.num_added > stored
     algo.stop()
+
+
+def test_epsilon_reads_the_run_s_env_steps_as_last_heard_plus_this_copy_s_since():
+    import gymnasium as gym
+
+    from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
+
+    config = DQNConfig(num_workers=4, exploration_timesteps=10_000, exploration_final_eps=0.0)
+    policy = DQNPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), config)
+    policy.compute_actions(np.zeros((100, 2), np.float32))  # 100 steps, before hearing
+    assert policy.epsilon() == pytest.approx(1 - 400 / 10_000)  # 4 copies sampled alike
+    policy.set_env_steps_sampled(5_000)  # the plan's counter, each iteration
+    assert policy.epsilon() == pytest.approx(0.5)
+    policy.compute_actions(np.zeros((10, 2), np.float32))
+    assert policy.epsilon() == pytest.approx(1 - 5_040 / 10_000)

@@ -311,20 +311,19 @@ class Algorithm(Checkpointing):
                 return result
 
     def _step_schedules(self) -> dict[str, float]:
-        """The iteration begins: the learner takes its schedules' values at the env steps
-        sampled so far (and, when the config has schedules, so do the remote workers,
-        where A3C computes its loss); the results show the config's as
+        """The iteration begins: every schedule reads the plan's env steps sampled so far,
+        the learner's and those of every worker's policies (DQN's epsilon, A3C's loss on
+        remote workers), told without waiting; the results show the config's as
         ``schedule/<name>``."""
         steps = self.plan.context.counters[STEPS_SAMPLED]
+        self.workers.local_worker.set_env_steps_sampled(steps)
         self.workers.local_worker.learner.set_env_steps(steps)
-        shown = {
+        self.workers.set_env_steps_sampled(steps)
+        return {
             f"schedule/{f.name}": scheduled(getattr(self.config, f.name), steps)
             for f in dataclasses.fields(self.config)
             if f.metadata.get("schedule") and is_schedule(getattr(self.config, f.name))
         }
-        if shown:
-            self.workers.set_env_steps_sampled(steps)
-        return shown
 
     def profile(self, *, since_start: bool = True) -> Profile:
         """Where the plan's time went since it started (or in the last iteration): each
