@@ -307,15 +307,15 @@ class Scripted:
         self.observation_space = lanes.observation_spaces["shared"]
         self.action_space = lanes.action_spaces["shared"]
 
-    def compute_actions(self, obs, explore=True):
+    def act(self, obs, explore=True):
+        from flowrl.learning.policy import Acted
+
         actions = np.array([np.argmax(m) for m in obs["action_mask"]])  # 0 when none is legal
-        return actions, {"vf_preds": np.full(len(obs), 0.5, np.float32)}
+        values = np.full(len(obs), 0.5, np.float32)
+        return Acted(actions, (("obs", obs), ("actions", actions), ("vf_preds", values)), None)
 
     def initial_state(self, n):
         return None
-
-    def env_actions(self, actions):
-        return actions
 
     class normalizer:
         parts = ()

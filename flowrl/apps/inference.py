@@ -60,16 +60,13 @@ class LoadedPolicy:
         Dict or Tuple space's batch is its nest of arrays. A recurrent policy takes each
         env's state (None: fresh episodes) and returns ``(actions, next_states)``."""
         policy = self.policy
-        if policy.obs_layout is not None:
-            obs = policy.obs_layout.pack(obs)
-        obs = policy.normalizer.observations(obs)
+        obs = np.asarray(obs) if policy.obs_layout is None else policy.obs_layout.pack(obs)
         if not policy.module.recurrent:
-            actions, _ = policy.compute_actions(obs, explore=explore)
-            return policy.env_actions(actions)
+            return policy.act(obs, explore=explore).env_actions
         if state is None:
             state = policy.initial_state(len(obs))
-        actions, extras = policy.compute_actions(obs, explore=explore, state=state)
-        return policy.env_actions(actions), extras[STATE_OUT]
+        acted = policy.act(obs, explore=explore, state=state)
+        return acted.env_actions, acted.state
 
     def compute_action(
         self, obs: Any, *, explore: bool = False, state: np.ndarray | None = None

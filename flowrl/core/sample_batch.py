@@ -34,6 +34,9 @@ VALUE_TARGETS = "value_targets"
 STATE_IN = "state_in"
 #: the recurrent state after a step, in ``Policy.compute_actions``'s extras only
 STATE_OUT = "state_out"
+#: a step's observation before normalisation, in the rows of a policy that normalises
+#: (the valid ones update the statistics)
+RAW_OBS = "raw_obs"
 #: where a recurrent learner's unroll takes the step's ``state_in`` rather than going on
 #: from the step before (an episode's start: a fresh state; a lane's first row after the
 #: rows that pad it)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,8 @@ from flowrl.core.sample_batch import (
     ACTION_DIST_INPUTS,
     ACTIONS,
     LOGP,
+    OBS,
+    RAW_OBS,
     STATE_OUT,
     VF_PREDS,
     Fragment,
@@ -157,6 +159,15 @@ def inference(method: Method) -> Method:
     return wrapper  # type: ignore[return-value]
 
 
+class Acted(NamedTuple):
+    """What ``Policy.act`` gives: the env's actions, the row to record (name, array pairs)
+    and the next recurrent state (None without one)."""
+
+    env_actions: Any
+    row: tuple[tuple[str, np.ndarray], ...]
+    state: np.ndarray | None
+
+
 class Policy:
     """The acting side of an algorithm: acting module, distribution, normaliser,
     exploration and postprocessing. Subclasses change how it acts or postprocesses."""
@@ -279,6 +290,33 @@ class Policy:
         module has no value head)."""
         out = self.forward(obs)
         return self.dist_cls(out.dist_inputs), out.value
+
+    def act(
+        self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
+    ) -> Acted:
+        """The one acting call: a batch of raw observations (a record array for Dict and
+        Tuple spaces, its action mask among its fields) and a recurrent module's state
+        give the env's actions, the row to record (the observations as the module saw
+        them, normalised, and the raw ones when normalised; the actions; what
+        ``compute_actions`` recorded) and the next state. Sampling, evaluation,
+        ``load_policy`` and game players all act through it.
+
+        Examples:
+            >>> policy = Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config())
+            >>> acted = policy.act(np.zeros((4, 3), np.float32), explore=False)
+            >>> acted.env_actions.shape, [name for name, _ in acted.row]
+            ((4,), ['obs', 'actions', 'action_dist_inputs', 'vf_preds'])
+        """
+        seen = self.normalizer.observations(obs) if self.normalizer.parts else obs
+        if state is None:  # (a policy without memory may take no state)
+            actions, extras = self.compute_actions(seen, explore=explore)
+        else:
+            actions, extras = self.compute_actions(seen, explore=explore, state=state)
+        next_state = extras.pop(STATE_OUT, None)
+        row = ((OBS, seen), (ACTIONS, actions), *extras.items())
+        if seen is not obs:
+            row += ((RAW_OBS, obs),)
+        return Acted(self.env_actions(actions), row, next_state)
 
     @inference
     def compute_actions(

@@ -26,9 +26,6 @@ from flowrl.learning.spaces import ACTION_MASK, field, float_columns, is_composi
 
 logger = logging.getLogger(__name__)
 
-#: a row's observation before normalisation (its valid rows update the statistics)
-RAW_OBS = "raw_obs"
-
 
 def non_finite_sample(cols: dict[str, np.ndarray], last_obs: np.ndarray) -> str | None:
     """``"reward"`` or ``"observation"`` when the env returned a NaN or infinity in a

@@ -52,11 +52,9 @@ import torch
 
 from flowrl.core.callbacks import Callbacks
 from flowrl.core.sample_batch import (
-    ACTIONS,
-    OBS,
+    RAW_OBS,
     REWARDS,
     STATE_IN,
-    STATE_OUT,
     STATE_STARTS,
     TERMINATEDS,
     TRUNCATEDS,
@@ -64,9 +62,10 @@ from flowrl.core.sample_batch import (
     Fragment,
 )
 from flowrl.learning.multi import PolicyMap
+from flowrl.learning.policy import Acted
 from flowrl.rollout.envs import step_env
 from flowrl.rollout.episodes import Episode, EpisodeHooks
-from flowrl.rollout.fragments import RAW_OBS, finish_fragment, write_row
+from flowrl.rollout.fragments import finish_fragment, write_row
 from flowrl.rollout.turns import TurnRows
 
 #: the policy id of a single-agent env's lanes
@@ -186,7 +185,7 @@ class LaneMemory:
 
     Examples:
         >>> memory = LaneMemory(policy, lanes=8)  # doctest: +SKIP
-        >>> actions, extras = memory.compute_actions(obs, valid)  # doctest: +SKIP
+        >>> acted = memory.act(obs, valid)  # doctest: +SKIP
     """
 
     def __init__(self, policy: Any, lanes: int) -> None:
@@ -194,21 +193,22 @@ class LaneMemory:
         self.fresh = self.state = policy.initial_state(lanes)
         self.last_valid = np.ones(lanes, bool)
 
-    def compute_actions(
+    def act(
         self, obs: Any, valid: np.ndarray, *, explore: bool = True, present: Any = None
-    ) -> tuple[Any, dict[str, np.ndarray]]:
+    ) -> Acted:
+        """``Policy.act`` from each lane's state; its row records that state and where it
+        was fresh."""
         starts = ~self.last_valid
         if starts.any():
             self.state = np.where(self._rows(starts), self.fresh, self.state)
-        actions, extras = self.policy.compute_actions(obs, explore=explore, state=self.state)
-        extras[STATE_IN], extras[STATE_STARTS] = self.state, starts
-        state = extras.pop(STATE_OUT)
+        state_in = self.state
+        acted = self.policy.act(obs, explore=explore, state=state_in)
         if present is None:
-            self.state, self.last_valid = state, valid
+            self.state, self.last_valid = acted.state, valid
         else:
-            self.state = np.where(self._rows(present), state, self.state)
+            self.state = np.where(self._rows(present), acted.state, self.state)
             self.last_valid = np.where(present, valid, self.last_valid)
-        return actions, extras
+        return acted._replace(row=(*acted.row, (STATE_IN, state_in), (STATE_STARTS, starts)))
 
     def _rows(self, lanes: np.ndarray) -> np.ndarray:
         return lanes.reshape(-1, *[1] * (self.state.ndim - 1))
@@ -230,30 +230,20 @@ class Sampler:
         #: a turn-based game's lanes: each policy's rows kept for its next fragment
         self.in_turns = getattr(lanes, "in_turns", False)
         self._carried: dict[str, Any] = {}
-        #: per policy, looked up once: its normaliser (None: none) and its memory
-        self._acting = [
-            (pid, p, p.normalizer if p.normalizer.parts else None, self.memory.get(pid))
-            for pid, p in policies.items()
-        ]
+        #: per policy, looked up once: its memory (None: not recurrent)
+        self._acting = [(pid, p, self.memory.get(pid)) for pid, p in policies.items()]
 
     def _act(self, explore: bool, active: dict[str, np.ndarray], present: Any = None):
         """Every policy's actions for all its lanes (``active``: which act; ``present``,
-        in turn-based games: which write a row); each policy's row: what it saw (the raw
-        observation too, when normalised), did and recorded."""
+        in turn-based games: which write a row), and each policy's row (``Policy.act``)."""
         actions, rows = {}, {}
-        for pid, policy, normalizer, memory in self._acting:
-            obs = raw = self.obs[pid]
-            if normalizer is not None:
-                obs = normalizer.observations(raw)
+        for pid, policy, memory in self._acting:
             if memory is None:
-                a, extras = policy.compute_actions(obs, explore=explore)
+                acted = policy.act(self.obs[pid], explore=explore)
             else:
                 here = None if present is None else present[pid]
-                a, extras = memory.compute_actions(obs, active[pid], explore=explore, present=here)
-            actions[pid] = policy.env_actions(a)
-            rows[pid] = ((OBS, obs), (ACTIONS, a), *extras.items())
-            if normalizer is not None:
-                rows[pid] += ((RAW_OBS, raw),)
+                acted = memory.act(self.obs[pid], active[pid], explore=explore, present=here)
+            actions[pid], rows[pid] = acted.env_actions, acted.row
         return actions, rows
 
     def sample(self, steps: int) -> dict[str, Fragment]:

@@ -32,11 +32,10 @@ import numpy as np
 import torch
 
 from flowrl.core.config import ConfigError
-from flowrl.core.sample_batch import OBS, REWARDS, STATE_STARTS, TERMINATEDS, TRUNCATEDS
+from flowrl.core.sample_batch import OBS, RAW_OBS, REWARDS, STATE_STARTS, TERMINATEDS, TRUNCATEDS
 from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite
 from flowrl.rollout.envs import step_env
 from flowrl.rollout.episodes import write_video
-from flowrl.rollout.fragments import RAW_OBS
 from flowrl.rollout.multi_agent import Lanes, lane_action
 
 
@@ -213,8 +212,7 @@ def policy_player(policy: Any, *, explore: bool = False) -> Player:
 
     def move(obs: Any) -> Any:
         batch = np.asarray(obs)[None] if layout is None else layout.pack_one(obs)
-        actions, _ = policy.compute_actions(policy.normalizer.observations(batch), explore=explore)
-        return lane_action(policy.env_actions(actions), 0)
+        return lane_action(policy.act(batch, explore=explore).env_actions, 0)
 
     return move
 
