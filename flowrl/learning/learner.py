@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Iterator
@@ -189,15 +190,13 @@ class Learner:
         ['model']
     """
 
-    #: The batch columns ``loss`` reads: the loop moves and slices only these for each
-    #: minibatch (all of the batch's columns when None).
+    #: The batch columns ``loss`` reads, the only ones each minibatch moves (None: all).
     loss_columns: ClassVar[tuple[str, ...] | None] = None
-    #: Minibatches are shuffled index sets of rows (or sequences) each pass; False: slices
-    #: in row order (replayed rows are a random sample already).
+    #: Minibatches are shuffled rows (or sequences) each pass; False: slices in row order
+    #: (replayed rows are a random sample already).
     shuffle: ClassVar[bool] = True
-    #: With several optimisers: each loss reaches only its own optimiser's parameters (the
-    #: loss detaches the others'), so one backward pass of their sum gives every optimiser
-    #: its own gradient. False: one pass per loss.
+    #: Several optimisers whose losses each reach only their own parameters: one backward
+    #: pass of their sum (``backward``). False: one pass per loss.
     disjoint_losses: ClassVar[bool] = False
 
     def __init__(self, policy: Policy, config: Config) -> None:
@@ -218,9 +217,8 @@ class Learner:
 
     @property
     def sequence_length(self) -> int:
-        """Rows that belong together, in order (a V-trace learner's time steps of one env,
-        a recurrent module's sequences): minibatches are made of whole sequences. 1:
-        every row stands alone."""
+        """Rows that belong together in order (a V-trace learner's steps of one env, a
+        recurrent module's sequences; 1: none), kept whole in minibatches."""
         return self.config.max_seq_len if self.module.recurrent else 1
 
     def forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None) -> Any:
@@ -233,7 +231,7 @@ class Learner:
         length = self.sequence_length
         states = batch[STATE_IN].unflatten(0, (-1, length))
         starts = batch[STATE_STARTS].view(-1, length)
-        return self.policy.unroll(batch[OBS], states, starts, module=module)
+        return self.policy.forward(batch[OBS], states, module=module, starts=starts)
 
     def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """The action distribution and value estimates of a minibatch (``forward``)."""
@@ -242,10 +240,8 @@ class Learner:
 
     # -- what a subclass supplies ----------------------------------------------------------
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
-        """The loss of a minibatch and a dict of detached statistics; with several
-        optimisers, one loss per optimiser name of ``optimized``. A statistic with
-        one value per row (a TD error) comes back from ``learn_on_batch`` in row
-        order."""
+        """The loss of a minibatch (one per ``optimized`` name with several optimisers) and
+        detached statistics; one with a value per row (a TD error) comes back in row order."""
         raise NotImplementedError
 
     def optimized(self) -> dict[str, Optimized]:
@@ -270,8 +266,7 @@ class Learner:
 
     @cached_property
     def optimizers(self) -> dict[str, Any]:
-        """One Adam per ``optimized`` entry (``adam``),
-        built on first use."""
+        """One Adam per ``optimized`` entry (``adam``), built on first use."""
         return {
             name: adam(o.params, scheduled(o.lr, self.env_steps), eps=o.eps)
             for name, o in self._optimized.items()
@@ -321,9 +316,7 @@ class Learner:
 
     def _order(self, n: int) -> torch.Tensor | None:
         """A shuffled order of ``n`` rows (or sequences) for one pass, or None: in order."""
-        if not self.shuffle:
-            return None
-        return torch.from_numpy(self.rng.permutation(n)).to(self.device)
+        return torch.from_numpy(self.rng.permutation(n)).to(self.device) if self.shuffle else None
 
     def _tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
         keys = batch.keys() if self.loss_columns is None else self.loss_columns
@@ -345,21 +338,9 @@ class Learner:
         optimizers = self.optimizers
         for optimizer in optimizers.values():
             optimizer.zero_grad(set_to_none=True)
-        losses, stats = self._loss(batch)
-        if isinstance(losses, torch.Tensor):  # one optimiser: plain backward
-            losses.backward()
-            losses = {name: losses for name in optimizers}
-        elif self.disjoint_losses:
-            torch.stack(list(losses.values())).sum().backward()
-        else:
-            names = list(losses)
-            for i, name in enumerate(names):
-                params = self._optimized[name].params
-                grads = torch.autograd.grad(
-                    losses[name], params, retain_graph=i < len(names) - 1, allow_unused=True
-                )
-                for p, g in zip(params, grads, strict=True):
-                    p.grad = g
+        with naming_missing_columns(self, batch):
+            losses, stats = self.loss(batch)
+        losses = backward(losses, self._optimized, disjoint=self.disjoint_losses)
         for name, loss in losses.items():
             norm = clip_gradients(self._optimized[name].params, self.config.grad_clip)
             if not torch.isfinite(norm):  # before any optimiser steps
@@ -369,26 +350,11 @@ class Learner:
                 stats["grad_norm" if name == "model" else f"{name}_grad_norm"] = norm
         return stats
 
-    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[Losses, dict[str, Any]]:
-        try:
-            return self.loss(batch)
-        except KeyError as e:
-            missing = e.args[0] if e.args else None
-            if self.loss_columns is None or missing is None or missing in batch:
-                raise
-            raise KeyError(
-                missing_column(type(self).__name__, missing, self.loss_columns)
-            ) from None
-
     # -- gradients computed elsewhere (A3C) ------------------------------------------------
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict[str, float]]:
         """Gradients of the loss on ``batch`` as numpy arrays (parameters are unchanged)."""
         stats = self._gradients(self._tensors(batch))
-        grads = [
-            np.zeros(p.shape, np.float32) if p.grad is None else p.grad.cpu().numpy()
-            for p in self._params()
-        ]
-        return grads, mean_stats([stats])
+        return [as_numpy_gradient(p) for p in self._params()], mean_stats([stats])
 
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
         """One optimiser step with gradients computed elsewhere."""
@@ -427,25 +393,77 @@ class Learner:
 
     def get_state(self) -> dict[str, Any]:
         """What a restore needs beyond the policy's weights: the learner's own networks,
-        optimisers, shuffling RNG, update count and adapted parts."""
-        return {
-            "modules": {k: module_weights(m) for k, m in self._own_modules().items()},
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-            "rng": self.rng.bit_generator.state,
-            "num_updates": self.num_updates,
-            "adapted": {name: part.get_state() for name, part in self.adapted.items()},
-        }
+        optimisers, shuffling RNG, update count and adapted parts (``learner_state``)."""
+        return learner_state(self)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        for name, module in self._own_modules().items():
-            load_module_weights(module, state["modules"][name])
-        for name, optimizer in self.optimizers.items():
-            lr = scheduled(self._optimized[name].lr, self.env_steps)
-            load_optimizer_state(optimizer, state["optimizers"][name], lr)
-        self.rng.bit_generator.state = state["rng"]
-        self.num_updates = state["num_updates"]
-        # checkpoints written before adapted parts kept the KL weight alone
-        adapted = state.get("adapted", {"kl": {"coeff": state.get("kl_coeff")}})
-        for name, part in self.adapted.items():
-            if adapted.get(name, {}).get("coeff", 0) is not None:
-                part.set_state(adapted[name])
+        load_learner_state(self, state)
+
+
+def backward(losses: Losses, optimized: dict[str, Optimized], *, disjoint: bool) -> dict[str, Any]:
+    """The gradients of ``losses`` into each optimiser's parameters: one backward pass for
+    one loss, or for the sum of ``disjoint`` ones (each reaching its own optimiser's
+    parameters alone), else one pass per loss into its optimiser's. Returns the losses
+    by optimiser name."""
+    if isinstance(losses, torch.Tensor):  # one optimiser: plain backward
+        losses.backward()
+        return {name: losses for name in optimized}
+    if disjoint:
+        torch.stack(list(losses.values())).sum().backward()
+        return losses
+    names = list(losses)
+    for i, name in enumerate(names):
+        params = optimized[name].params
+        grads = torch.autograd.grad(
+            losses[name], params, retain_graph=i < len(names) - 1, allow_unused=True
+        )
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+    return losses
+
+
+@contextlib.contextmanager
+def naming_missing_columns(learner: Learner, batch: dict[str, Any]) -> Iterator[None]:
+    """A loss's KeyError for a column the minibatch lacks because ``loss_columns`` leaves
+    it out becomes one that says so (``missing_column``)."""
+    try:
+        yield
+    except KeyError as e:
+        missing, columns = e.args[0] if e.args else None, learner.loss_columns
+        if columns is None or missing is None or missing in batch:
+            raise
+        raise KeyError(missing_column(type(learner).__name__, missing, columns)) from None
+
+
+def learner_state(learner: Learner) -> dict[str, Any]:
+    """``Learner.get_state``: its own networks (targets, critics), optimisers, shuffling
+    RNG, update count and adapted parts."""
+    return {
+        "modules": {k: module_weights(m) for k, m in learner._own_modules().items()},
+        "optimizers": {k: o.state_dict() for k, o in learner.optimizers.items()},
+        "rng": learner.rng.bit_generator.state,
+        "num_updates": learner.num_updates,
+        "adapted": {name: part.get_state() for name, part in learner.adapted.items()},
+    }
+
+
+def load_learner_state(learner: Learner, state: dict[str, Any]) -> None:
+    """``Learner.set_state``: ``learner_state``'s output back, each optimiser at the
+    learning rate its schedule gives now."""
+    for name, module in learner._own_modules().items():
+        load_module_weights(module, state["modules"][name])
+    for name, optimizer in learner.optimizers.items():
+        lr = scheduled(learner._optimized[name].lr, learner.env_steps)
+        load_optimizer_state(optimizer, state["optimizers"][name], lr)
+    learner.rng.bit_generator.state = state["rng"]
+    learner.num_updates = state["num_updates"]
+    # checkpoints written before adapted parts kept the KL weight alone
+    adapted = state.get("adapted", {"kl": {"coeff": state.get("kl_coeff")}})
+    for name, part in learner.adapted.items():
+        if adapted.get(name, {}).get("coeff", 0) is not None:
+            part.set_state(adapted[name])
+
+
+def as_numpy_gradient(param: torch.Tensor) -> np.ndarray:
+    """A parameter's gradient as a numpy array (zeros where it has none)."""
+    return np.zeros(param.shape, np.float32) if param.grad is None else param.grad.cpu().numpy()

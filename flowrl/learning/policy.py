@@ -174,13 +174,9 @@ class Policy:
 
     #: the action spaces this policy acts in
     action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (
-        gym.spaces.Discrete,
-        gym.spaces.MultiDiscrete,
-        gym.spaces.MultiBinary,
-        gym.spaces.Box,
-        gym.spaces.Tuple,
-        gym.spaces.Dict,
-    )
+        gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary,
+        gym.spaces.Box, gym.spaces.Tuple, gym.spaces.Dict,
+    )  # fmt: skip
 
     @classmethod
     def check_action_space(cls, space: gym.Space, config: Config) -> None:
@@ -231,18 +227,7 @@ class Policy:
         encoder when the config names one, or your whole module
         (``flowrl.learning.registry``)."""
         cfg, obs_space, action_space = self.config, self.input_space, self.action_space
-
-        def default(trunk: nn.Module | None) -> ActingModule:
-            if getattr(cfg, "use_lstm", False):
-                return RecurrentActorCritic(
-                    obs_space,
-                    action_space,
-                    hiddens=cfg.model_hiddens,
-                    cell_size=cfg.lstm_cell_size,
-                    trunk=trunk,
-                )
-            return ActorCritic(obs_space, action_space, hiddens=cfg.model_hiddens, trunk=trunk)
-
+        default = functools.partial(actor_critic, cfg, obs_space, action_space)
         return build_module(cfg, obs_space, action_space, default)
 
     # -- acting --------------------------------------------------------------------------
@@ -255,29 +240,17 @@ class Policy:
         return without_mask(obs) if self.masked else (obs, None)
 
     def forward(
-        self, obs: Any, state: Any = None, *, module: nn.Module | None = None
+        self, obs: Any, state: Any = None, *, module: nn.Module | None = None, starts: Any = None
     ) -> ActingOutput:
-        """The acting module (or ``module``, a target copy of it) on ``obs`` (from
-        ``state``, when it is recurrent), with the invalid actions of a masked
-        observation masked (``mask_inputs``)."""
+        """The acting module (or ``module``, a target copy of it) on ``obs`` from ``state``
+        when recurrent, or over sequences when ``starts`` is given (``ActingModule.unroll``,
+        ``state`` the one each step recorded); a masked observation's invalid actions
+        masked (``mask_inputs``)."""
         inputs, mask = self.inputs(obs)
         module = self.module if module is None else module
-        out = module(inputs, state) if module.recurrent else module(inputs)
-        return self._masked(out, mask)
-
-    def unroll(
-        self, obs: Any, states: Any, starts: torch.Tensor, *, module: nn.Module | None = None
-    ) -> ActingOutput:
-        """A recurrent module over sequences (``ActingModule.unroll``), masked."""
-        inputs, mask = self.inputs(obs)
-        out = (self.module if module is None else module).unroll(inputs, states, starts)
-        return self._masked(out, mask)
-
-    @staticmethod
-    def _masked(out: ActingOutput, mask: torch.Tensor | None) -> ActingOutput:
-        if mask is None:
-            return out
-        return out._replace(dist_inputs=mask_inputs(out.dist_inputs, mask))
+        if starts is not None:
+            return masked(module.unroll(inputs, state, starts), mask)
+        return masked(module(inputs, state) if module.recurrent else module(inputs), mask)
 
     def initial_state(self, n: int) -> np.ndarray | None:
         """The recurrent state of ``n`` fresh episodes (None: the module has none)."""
@@ -294,12 +267,11 @@ class Policy:
     def act(
         self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
     ) -> Acted:
-        """The one acting call: a batch of raw observations (a record array for Dict and
-        Tuple spaces, its action mask among its fields) and a recurrent module's state
-        give the env's actions, the row to record (the observations as the module saw
-        them, normalised, and the raw ones when normalised; the actions; what
-        ``compute_actions`` recorded) and the next state. Sampling, evaluation,
-        ``load_policy`` and game players all act through it.
+        """The one acting call (sampling, evaluation, ``load_policy`` and game players):
+        raw observations (records for Dict and Tuple spaces, the action mask among them)
+        and the recurrent state give the env's actions, the row to record (observations
+        as the module saw them, and raw when normalised; actions; ``compute_actions``'s
+        extras) and the next state.
 
         Examples:
             >>> policy = Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config())
@@ -323,9 +295,8 @@ class Policy:
         self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions for a batch of observations, with the distribution inputs and value
-        estimates that gave them (and a recurrent module's next state, ``state_out``,
-        from ``state``). The actions' log-probs are added per fragment by
-        ``postprocess`` (one vectorised pass instead of a gather per step)."""
+        estimates that gave them (and a recurrent module's next state, ``state_out``);
+        ``postprocess`` adds their log-probs per fragment, in one vectorised pass."""
         out = self.forward(self._as_tensor(obs), self._state_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
@@ -371,17 +342,10 @@ class Policy:
     def env_actions(self, actions: np.ndarray) -> Any:
         """What the env receives: Box actions are clipped to their bounds, and a Tuple or
         Dict space's records become its nest of arrays."""
-        if self.action_layout is not None:
-            values = []
-            for leaf in self.action_layout.leaves:
-                value = field(actions, leaf.path)
-                if isinstance(leaf.space, gym.spaces.Box):
-                    value = np.clip(value, leaf.space.low, leaf.space.high)
-                values.append(value)
-            return self.action_layout.build(values)
-        if isinstance(self.action_space, gym.spaces.Box):
-            return np.clip(actions, self.action_space.low, self.action_space.high)
-        return actions
+        layout = self.action_layout
+        if layout is None:
+            return clip_to_box(self.action_space, actions)
+        return layout.build([clip_to_box(x.space, field(actions, x.path)) for x in layout.leaves])
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
         """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
@@ -389,12 +353,7 @@ class Policy:
         normalised. A recurrent module's export also takes ``state`` and returns the
         actions and the next state."""
         out = self.forward(obs, state)
-        dist = self.dist_cls(out.dist_inputs)
-        if self.action_layout is not None:  # one tensor per leaf, not records' bytes
-            leaves = zip(self.action_layout.leaves, dist.parts, strict=True)
-            actions = tuple(clip_box(leaf.space, part.mode()) for leaf, part in leaves)
-        else:
-            actions = clip_box(self.action_space, dist.mode())
+        actions = greedy_actions(self.dist_cls(out.dist_inputs), self.action_space)
         return actions if state is None else (actions, out.state)
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
@@ -429,6 +388,41 @@ class Policy:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
+
+
+def actor_critic(
+    cfg: Config, obs_space: gym.Space, action_space: gym.Space, trunk: nn.Module | None
+) -> ActingModule:
+    """flowrl's actor-critic (recurrent with ``use_lstm``), on ``trunk`` when given."""
+    if getattr(cfg, "use_lstm", False):
+        return RecurrentActorCritic(
+            obs_space, action_space, hiddens=cfg.model_hiddens, cell_size=cfg.lstm_cell_size,
+            trunk=trunk,
+        )  # fmt: skip
+    return ActorCritic(obs_space, action_space, hiddens=cfg.model_hiddens, trunk=trunk)
+
+
+def masked(out: ActingOutput, mask: torch.Tensor | None) -> ActingOutput:
+    """``out`` with its distribution inputs masked (``mask_inputs``) when there is a mask."""
+    if mask is None:
+        return out
+    return out._replace(dist_inputs=mask_inputs(out.dist_inputs, mask))
+
+
+def clip_to_box(space: gym.Space, actions: np.ndarray) -> np.ndarray:
+    """Box actions clipped to their bounds (numpy); others as they are."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(actions, space.low, space.high)
+    return actions
+
+
+def greedy_actions(dist: Distribution, space: gym.Space) -> Any:
+    """The mode of ``dist`` clipped to ``space``'s Box bounds, in torch: a Tuple or Dict
+    space's as one tensor per leaf (not records' bytes), for exports to trace."""
+    if not is_composite(space):
+        return clip_box(space, dist.mode())
+    leaves = zip(RecordLayout(space).leaves, dist.parts, strict=True)
+    return tuple(clip_box(leaf.space, part.mode()) for leaf, part in leaves)
 
 
 def clip_box(space: gym.Space, actions: torch.Tensor) -> torch.Tensor:

@@ -102,50 +102,33 @@ class RolloutWorker(ParallelIteratorWorker):
         make_agent_env = agent_env_maker(config.env, config.env_config)
         #: whether the env has several agents (``policy`` is then the policy map)
         self.multi_agent = make_agent_env is not None
-        if self.multi_agent:
-            self._init_agents(make_agent_env, device, seed)
-            return
-        vector_env = make_vector_env(
-            config.env,
-            num_envs=config.num_envs_per_worker,
-            seed=seed,
-            num_threads=threads,
-            env_config=config.env_config,
-        )
-        self.env = VectorLanes(vector_env, callbacks=self.callbacks, worker_index=worker_index)
-        self.policy = policy_cls(
-            vector_env.single_observation_space,
-            vector_env.single_action_space,
-            config,
-            device=device,
-            worker_index=worker_index,
-        )
-        self.policies = PolicyMap({SINGLE: self.policy})
-        self.sampler: Any = Sampler(self.env, self.policies, seed=seed, where=self._where)
-
-    def _init_agents(self, make_env: Callable[[], Any], device: str, seed: int) -> None:
-        """Multi-agent: lanes over copies of the env, and a policy per id."""
-        cfg = self.config
-        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        lanes = (TurnLanes if make_env.turn_based else AgentLanes)(
-            make_env,
-            num_envs=cfg.num_envs_per_worker,
-            policy_of=policy_of,
-            callbacks=self.callbacks,
-            worker_index=self.worker_index,
-        )
-        policies = PolicyMap()
-        for pid in lanes.policy_ids:
+        #: the env as lanes, and a policy for each policy id of them (``SINGLE`` alone for
+        #: a single-agent env)
+        self.env = self._lanes(make_agent_env, seed, threads)
+        self.policies = PolicyMap()
+        for pid in self.env.policy_ids:
             spec = self.policy_spec(pid)
-            policies[pid] = spec.policy_cls(
-                lanes.observation_spaces[pid],
-                lanes.action_spaces[pid],
+            self.policies[pid] = spec.policy_cls(
+                self.env.observation_spaces[pid],
+                self.env.action_spaces[pid],
                 spec.config,
                 device=device,
-                worker_index=self.worker_index,
+                worker_index=worker_index,
             )
-        self.env, self.policy, self.policies = lanes, policies, policies
-        self.sampler = Sampler(lanes, policies, seed=seed, where=self._where)
+        self.policy = self.policies if self.multi_agent else self.policies[SINGLE]
+        self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where)
+
+    def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
+        """The config's env as lanes: a vector env's (one policy), or a multi-agent env's
+        copies (a Parallel env's or a turn-based game's), each agent mapped to a policy."""
+        cfg, hooks = self.config, {"callbacks": self.callbacks, "worker_index": self.worker_index}
+        if make_agent_env is None:
+            env = make_vector_env(cfg.env, num_envs=cfg.num_envs_per_worker, seed=seed,
+                                  num_threads=threads, env_config=cfg.env_config)  # fmt: skip
+            return VectorLanes(env, **hooks)
+        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+        kind = TurnLanes if make_agent_env.turn_based else AgentLanes
+        return kind(make_agent_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of, **hooks)
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -366,16 +349,12 @@ class WorkerSet:
         policy_specs: dict[str, PolicySpec] | None = None,
     ) -> None:
         self.config = config
-        self.policy_cls, self.learner_cls = policy_cls, learner_cls
-        self.policy_specs = dict(policy_specs or {})
-        self.local_worker = RolloutWorker(
-            policy_cls=policy_cls,
-            learner_cls=learner_cls,
-            config=config,
-            worker_index=0,
-            device=config.device,
-            policy_specs=self.policy_specs,
+        #: what every worker is built with
+        specs = dict(policy_specs or {})
+        self._worker_args = dict(
+            policy_cls=policy_cls, learner_cls=learner_cls, config=config, policy_specs=specs
         )
+        self.local_worker = RolloutWorker(**self._worker_args, device=config.device)
         if learner_cls is not None:  # built now: its networks take their seeds in order
             _ = self.local_worker.learner
         self._remote_cls: Any = None
@@ -428,13 +407,10 @@ class WorkerSet:
     def _make_remote(self, index: int, **options: Any) -> Any:
         cls = self._remote_cls.options(**options) if options else self._remote_cls
         return cls.remote(
-            policy_cls=self.policy_cls,
-            learner_cls=self.learner_cls,
-            config=self.config,
+            **self._worker_args,
             worker_index=index,
             env_creator=registered_creator(self.config.env),
             model_cls=registered_model(self.config.model),
-            policy_specs=self.policy_specs,
         )
 
     def make_evaluation_worker(self) -> Any:
