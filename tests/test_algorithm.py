@@ -44,6 +44,15 @@ def test_the_metrics_operator_checkpoints_its_own_window_and_time(tmp_path):
     clone.stop()
 
 
+def test_a_run_says_when_its_lr_schedule_reaches_0_before_its_step_budget(tmp_path, caplog):
+    from flowrl.run.runner import StopCriteria, run
+
+    algo = Algorithm("ppo", env="CartPole-v1", lr=[[0, 1e-3], [4000, 0.0]], **FAST)
+    with algo:
+        run(algo, stop=StopCriteria(timesteps=50_000, iters=1), output_dir=tmp_path)
+    assert "lr reaches 0 at 4,000 env steps, before this run's stop at 50,000" in caplog.text
+
+
 def test_lr_and_entropy_coeff_follow_their_schedules_across_a_resume(tmp_path):
     from flowrl.core.schedules import scheduled
 

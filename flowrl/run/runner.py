@@ -35,6 +35,7 @@ from flowrl.core.context import (
     TIME_TOTAL_S,
     WORKER_RESTARTS,
 )
+from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.learning.learner import NonFiniteError
 from flowrl.learning.policy import Weights
 from flowrl.rollout.envs import EnvError, env_name, reward_threshold
@@ -68,6 +69,22 @@ class Trainable(Protocol):
     def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]: ...
 
     def save(self, path: Path, *, weights: Weights | None = None) -> Path: ...
+
+
+def _warn_if_learning_stops(config: Config, stop: StopCriteria) -> None:
+    """Say so when the learning rate's schedule reaches 0 before the run's step budget
+    (a preset's annealing, say): nothing would be learned after that."""
+    lr = getattr(config, "lr", None)
+    if lr is None or not is_schedule(lr) or stop.timesteps is None:
+        return
+    end = lr[-1][0]
+    if scheduled(lr, end) == 0 and end < stop.timesteps:
+        logger.warning(
+            "lr reaches 0 at %s env steps, before this run's stop at %s: nothing is learned "
+            "after it (give lr a schedule of your own, or a constant)",
+            f"{end:,.0f}",
+            f"{stop.timesteps:,}",
+        )
 
 
 @dataclass
@@ -304,6 +321,7 @@ def run(
     ``progress`` draws a progress bar on stderr (default: when stderr is a terminal).
     """
     stop = (stop or StopCriteria()).for_config(algo.config)
+    _warn_if_learning_stops(algo.config, stop)
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
