@@ -165,6 +165,60 @@ def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, A
     return {k: v for k, v in preset.values.items() if k in fields}
 
 
+def check_and_start_ray(spec: AlgorithmSpec, config: Config, address: str | None) -> None:
+    """What a config must pass before anything starts, one line each (its env id, its
+    video settings, an address for a run that has no workers, the env and the CPUs before
+    Ray starts), then Ray started or joined when the config uses it."""
+    check_env_id(config.env)
+    if config.evaluation_video_dir:  # before training, not at the first evaluation
+        check_video_extra(config.env)
+        check_video_dir(config.evaluation_video_dir)
+    if address and not config.uses_ray:
+        raise ConfigError(
+            f"address={address} joins a Ray cluster, but this config runs in-process "
+            "(num_workers=0): set num_workers > 0 or drop the address"
+        )
+    if config.uses_ray:
+        check_env(spec, config)  # before Ray starts
+        check_worker_cpus(config, address)  # before a local Ray starts
+        ensure_ray(address)
+        check_worker_cpus(config, address)  # a cluster, once joined
+
+
+def auto_algorithm(
+    cls: type[Algorithm],
+    algo: str | AlgorithmSpec,
+    config: Config | Mapping[str, Any] | None,
+    *,
+    plan: Plan | None,
+    address: str | None,
+    stop: StopCriteria | None,
+    **overrides: Any,
+) -> Algorithm:
+    """``Algorithm.auto``: the layout ``choose_layout`` measures fastest, built (or the
+    measuring run itself, when it is the choice)."""
+    spec = get_algorithm(algo) if isinstance(algo, str) else algo
+    values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
+    values.update(overrides)
+    values.pop("num_workers", None)
+    if address:
+        ensure_ray(address)
+    config = build_config(spec, values)
+    layout, run, results = choose_layout(
+        spec,
+        config,
+        algorithm_cls=cls,
+        plan=plan,
+        envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
+        min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
+        until=stop.for_config(config).reason if stop is not None else None,
+    )
+    if run is None:
+        run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
+    run.layout, run.unreported = layout, results
+    return run
+
+
 class Algorithm(Checkpointing):
     """An algorithm ready to train: its config, workers and execution plan.
 
@@ -197,24 +251,11 @@ class Algorithm(Checkpointing):
         #: the layout ``auto`` chose, and why (None: the config's own)
         self.layout: Layout | None = None
         self.config = build_config(self.spec, config, **overrides)
-        check_env_id(self.config.env)
         try:  # the driver's own instance: train results and checkpoints
             self.callbacks = load_callbacks(self.config.callbacks)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.config.evaluation_video_dir:  # before training, not at the first evaluation
-            check_video_extra(self.config.env)
-            check_video_dir(self.config.evaluation_video_dir)
-        if address and not self.config.uses_ray:
-            raise ConfigError(
-                f"address={address} joins a Ray cluster, but this config runs in-process "
-                "(num_workers=0): set num_workers > 0 or drop the address"
-            )
-        if self.config.uses_ray:
-            check_env(self.spec, self.config)  # before Ray starts
-            check_worker_cpus(self.config, address)  # before a local Ray starts
-            ensure_ray(address)
-            check_worker_cpus(self.config, address)  # a cluster, once joined
+        check_and_start_ray(self.spec, self.config, address)
         torch.manual_seed(self.config.seed)
         policy_cls, learner_cls = self.spec.classes(self.config)
         self.workers = WorkerSet(
@@ -266,26 +307,7 @@ class Algorithm(Checkpointing):
             >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
             >>> print(algo.layout.reason)  # doctest: +SKIP
         """
-        spec = get_algorithm(algo) if isinstance(algo, str) else algo
-        values = {**(config.to_dict() if isinstance(config, Config) else config or {})}
-        values.update(overrides)
-        values.pop("num_workers", None)
-        if address:
-            ensure_ray(address)
-        config = build_config(spec, values)
-        layout, run, results = choose_layout(
-            spec,
-            config,
-            algorithm_cls=cls,
-            plan=plan,
-            envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
-            min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
-            until=stop.for_config(config).reason if stop is not None else None,
-        )
-        if run is None:
-            run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
-        run.layout, run.unreported = layout, results
-        return run
+        return auto_algorithm(cls, algo, config, plan=plan, address=address, stop=stop, **overrides)
 
     def __repr__(self) -> str:
         return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
