@@ -317,9 +317,8 @@ def run(
 
     A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
-    ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary.
-    ``progress`` draws a progress bar on stderr (default: when stderr is a terminal).
-    """
+    ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
+    ``progress`` draws a progress bar on stderr (default: when stderr is a terminal)."""
     stop = (stop or StopCriteria()).for_config(algo.config)
     _warn_if_learning_stops(algo.config, stop)
     budget = failure_budget or FailureBudget()
@@ -327,8 +326,7 @@ def run(
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
     bar = _progress_bar(stop, sys.stderr.isatty() if progress is None else progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
-    best_eval, shown = -math.inf, {}
-    last_checkpoint: Path | None = None
+    kept, shown = _Kept(), {}
     error: Exception | None = None
     try:
         while stopped_by is None or pending:  # every result made is logged
@@ -339,12 +337,7 @@ def run(
                 tracker.log(result)
             if log is not None:
                 log.log(result)
-                if checkpoint_every and result[ITERATION] % checkpoint_every == 0:
-                    last_checkpoint = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
-                if result.get(EVAL_RETURN_MEAN, -math.inf) > best_eval:
-                    best_eval = result[EVAL_RETURN_MEAN]
-                    scored = algo.evaluation.scored_weights
-                    algo.save(output_dir / "checkpoints" / BEST, weights=scored)
+                kept.checkpoint(algo, result, output_dir, checkpoint_every)
             _show_progress(bar, stop, result, shown)
             stopped_by = stopped_by or stop.reason(result)
     except KeyboardInterrupt:
@@ -356,13 +349,30 @@ def run(
         bar.close()
     with sigint_ignored():
         summary, error = _finish(
-            algo, log, result, (best, best_eval), stopped_by, error, last_checkpoint
+            algo, log, result, (best, kept.best_eval), stopped_by, error, kept.last
         )
         for tracker in trackers:
             tracker.finish(summary)
     if error is not None:
         raise error
     return summary
+
+
+@dataclass
+class _Kept:
+    """The checkpoints a run keeps as it goes: every ``checkpoint_every`` iterations (the
+    last of them), and the weights of the best evaluation so far."""
+
+    last: Path | None = None
+    best_eval: float = -math.inf
+
+    def checkpoint(self, algo: Trainable, result: dict, output_dir: Path, every: int) -> None:
+        if every and result[ITERATION] % every == 0:
+            self.last = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+        if result.get(EVAL_RETURN_MEAN, -math.inf) > self.best_eval:
+            self.best_eval = result[EVAL_RETURN_MEAN]
+            scored = algo.evaluation.scored_weights
+            algo.save(output_dir / "checkpoints" / BEST, weights=scored)
 
 
 def _log_unlogged(
