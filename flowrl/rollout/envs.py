@@ -316,23 +316,7 @@ def make_recording_env(
     """
     check_video_extra(env)
     check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
-    target, kwargs = resolve_env(env), dict(env_config or {})
-    fps = None
-    if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
-        one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
-        one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
-        one = gym.wrappers.FrameStackObservation(one, stack_size=4)
-        fps = one.metadata.get("render_fps", 60) // 4  # one frame per agent step
-    elif isinstance(target, gym.envs.registration.EnvSpec):
-        one = gym.make(target.id, render_mode="rgb_array", **kwargs)
-    elif makes_vector_envs(target):
-        raise ConfigError(
-            f"env {env} makes vector envs, which cannot be recorded: record with a creator "
-            "of one env"
-        )
-    else:
-        args, kw = creator_arguments(env, target, kwargs, render=True)
-        one = target(*args, **kw)
+    one, fps = _rendering_env(env, dict(env_config or {}))
     if one.render_mode != "rgb_array":
         one.close()
         raise ConfigError(
@@ -359,6 +343,26 @@ def make_recording_env(
     vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     vec.action_space.seed(seed)
     return as_records(vec)
+
+
+def _rendering_env(env: str, kwargs: dict[str, Any]) -> tuple[gym.Env, int | None]:
+    """One env of ``env`` asked for ``rgb_array`` frames, and the frame rate of its video
+    (None: the env's own); an Atari id preprocessed as ``make_vector_env`` does."""
+    target = resolve_env(env)
+    if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
+        one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
+        one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
+        one = gym.wrappers.FrameStackObservation(one, stack_size=4)
+        return one, one.metadata.get("render_fps", 60) // 4  # one frame per agent step
+    if isinstance(target, gym.envs.registration.EnvSpec):
+        return gym.make(target.id, render_mode="rgb_array", **kwargs), None
+    if makes_vector_envs(target):
+        raise ConfigError(
+            f"env {env} makes vector envs, which cannot be recorded: record with a creator "
+            "of one env"
+        )
+    args, kw = creator_arguments(env, target, kwargs, render=True)
+    return target(*args, **kw), None
 
 
 # ale-py's vector env defaults, for the single Atari env a recording uses.
