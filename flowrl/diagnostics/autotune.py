@@ -220,6 +220,19 @@ def best_layout(
                 | {"steps_per_s": rate}
             )
     best = max(candidates, key=lambda c: c["steps_per_s"])
+    return Layout(
+        best["num_workers"],
+        best["num_envs_per_worker"],
+        best["fragment"],
+        best["steps_per_s"],
+        _reason(best, candidates, costs),
+        candidates,
+    )
+
+
+def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs) -> str:
+    """Why ``best`` of the ``candidates``: its predicted rate, the costs it comes from, and
+    the best rate with another number of workers."""
     runner_up = max(
         (c for c in candidates if c["num_workers"] != best["num_workers"]),
         key=lambda c: c["steps_per_s"],
@@ -239,14 +252,7 @@ def best_layout(
             f"; best with {n or 'no'} worker{'s' if n != 1 else ''}: "
             f"~{runner_up['steps_per_s']:,.0f}/s"
         )
-    return Layout(
-        best["num_workers"],
-        best["num_envs_per_worker"],
-        best["fragment"],
-        best["steps_per_s"],
-        reason,
-        candidates,
-    )
+    return reason
 
 
 def predict(costs: Costs, workers: int, envs: int, fragment: int) -> float:
