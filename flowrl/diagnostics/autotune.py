@@ -27,11 +27,12 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,57 +115,37 @@ def choose_layout(
     until: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tuple[Layout, Any, list[dict[str, Any]]]:
     """Measure the costs of ``spec``'s plan (or ``plan``) with ``config`` (its layout
-    aside) and return the layout with the most env steps per second on ``cpus`` (default:
-    the Ray cluster's when Ray runs, else this machine's), and the in-process run that
-    measured learning when that layout is its own (it goes on training; else it is
-    stopped and None comes back), with the results that run produced (none when it was
-    stopped). ``until`` is the run's stop criterion: the measuring run stops once a result
-    meets it, and is then the run whatever the model predicts (it is done). ``envs``: the
-    envs per worker to try. With
-    ``horizon_steps``, the time to start Ray counts against the layouts that need it,
-    spread over that many env steps; ``min_workers`` 1 keeps every layout on Ray (a
-    cluster was named). ``Algorithm`` calls it for
-    ``auto`` (``algorithm_cls`` runs the plan in-process).
+    aside); return the layout with the most env steps per second on ``cpus`` (default: the
+    Ray cluster's when Ray runs, else this machine's), the in-process run that measured
+    learning when that layout is its own (it goes on training; else it is stopped and None
+    comes back) and that run's results. ``until`` is the run's stop criterion: a measuring
+    run that meets it is the run (it is done). ``envs``: the envs per worker to try. With
+    ``horizon_steps``, Ray's start counts against the layouts that need it, spread over
+    that many env steps; ``min_workers`` 1 keeps every layout on Ray (a cluster was
+    named). ``Algorithm.auto`` calls it (``algorithm_cls`` runs the plan in-process).
 
     Examples:
         >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
         >>> print(algo.layout.reason)  # doctest: +SKIP
     """
-    round_steps = max(1, config.num_workers) * config.num_envs_per_worker
-    round_steps *= config.rollout_fragment_length
-    floor = config.min_fragment_length
-    envs = [n for n in envs or ENVS_PER_WORKER if round_steps / n >= floor] or [
-        max(1, round_steps // floor)
-    ]
+    round_steps, floor = round_of(config), config.min_fragment_length
+    envs = [n for n in envs or ENVS_PER_WORKER if round_steps / n >= floor]
+    envs = envs or [max(1, round_steps // floor)]
     sample_s, step_bytes = measure_sampling(spec, config, tuple(envs), seconds / 8)
     # learning is measured on the fastest in-process layout, which can then keep going
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
-    run = algorithm_cls(
-        spec,
-        config.replace(
-            num_workers=0, num_envs_per_worker=in_process, rollout_fragment_length=fragment
-        ),
-        plan=plan,
-    )
+    layout_now = {"num_workers": 0, "num_envs_per_worker": in_process,
+                  "rollout_fragment_length": fragment}  # fmt: skip
+    run = algorithm_cls(spec, config.replace(**layout_now), plan=plan)
     results: list[dict[str, Any]] = []
-    try:
+    with _stopped_on_error(run):
         learn_s, learner_thread, weight_bytes, rate = measure_learning(
             run, seconds, results=results, until=until
         )
-    except BaseException:
-        run.stop()
-        raise
-    costs = Costs(
-        sample_s=sample_s,
-        step_bytes=step_bytes,
-        learn_s=learn_s,
-        learner_thread=learner_thread,
-        weight_bytes=weight_bytes,
-        cpus=cpus if cpus is not None else cluster_cpus(),
-        ray_running=ray_running(),
-        measured=(in_process, rate),
-    )
+    cpus = cpus if cpus is not None else cluster_cpus()
+    costs = Costs(sample_s, step_bytes, learn_s, learner_thread, weight_bytes, cpus,
+                  ray_running(), measured=(in_process, rate))  # fmt: skip
     layout = best_layout(
         costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers, floor=floor
     )
@@ -174,6 +155,23 @@ def choose_layout(
         run.stop()
         return layout, None, []
     return layout, run, results
+
+
+def round_of(config: Any) -> int:
+    """The env steps of one sampling round of ``config``'s layout (every worker's envs x
+    its fragment), which every layout tried keeps."""
+    workers = max(1, config.num_workers)
+    return workers * config.num_envs_per_worker * config.rollout_fragment_length
+
+
+@contextlib.contextmanager
+def _stopped_on_error(run: Any) -> Iterator[None]:
+    """``run`` stopped when what the block does with it fails (or is interrupted)."""
+    try:
+        yield
+    except BaseException:
+        run.stop()
+        raise
 
 
 def _finished_while_measured(envs: int, fragment: int, rate: float) -> Layout:
