@@ -167,3 +167,15 @@ def test_the_package_imports_its_names_on_first_use():
     assert "Algorithm" in dir(flowrl)
     with pytest.raises(AttributeError, match="no attribute 'Algorithmm'"):
         flowrl.Algorithmm  # noqa: B018
+
+
+def test_no_class_is_over_220_lines_and_no_function_over_60():
+    """The house rules (CONTRIBUTING.md): a class that outgrows 220 lines, or a function
+    60, holds more than one thing; split it."""
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = {ast.ClassDef: 220, ast.FunctionDef: 60}.get(type(node))
+            if limit and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, long

@@ -406,10 +406,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         trial_error,
         trial_rows,
     )
-    from flowrl.diagnostics.autotune import ray_running
     from flowrl.rollout.envs import check_env_id
     from flowrl.run.algorithm import get_algorithm
-    from flowrl.run.ray_start import init_ray
 
     stop = _stop_criteria(args)
     grid, space = parse_grid(args.grid), parse_space(args.space)
@@ -433,14 +431,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     if said:
         print(f"flowrl: {said}")
-    if not ray_running():  # trials report in the table, not through Ray's forwarded output
-        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # nor Tune's progress boxes
-        init_ray(
-            num_cpus=os.cpu_count() or 1,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
+    _start_quiet_ray()
     results = sweep(
         args.algo,
         grid,
@@ -465,6 +456,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     trials = _count(len(rows), "trial")
     print(f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'}")
     return 1 if failed else 0
+
+
+def _start_quiet_ray() -> None:
+    """Ray for a sweep's trials, unless it runs: their reports go to flowrl's table, not
+    through Ray's forwarded output, nor Tune's progress boxes."""
+    from flowrl.diagnostics.autotune import ray_running
+    from flowrl.run.ray_start import init_ray
+
+    if not ray_running():
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        init_ray(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")  # fmt: skip
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -224,33 +224,11 @@ def sweep(
     ``space`` holds ranges (``parse_space``) that each trial draws from: at random,
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
-    spec = get_algorithm(algo)
-    known = spec.config_cls.__dataclass_fields__
     space = dict(space or {})
-    for key in [*grid, *space, *(fixed or {})]:
-        if key not in known:
-            raise ConfigError(f"unknown config key '{key}' for {spec.name}")
-    if search not in SEARCHES:
-        raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")
-    if search == "optuna" and (grid or not space):
-        raise ConfigError("--search optuna draws from ranges: give --space, not --grid")
-    if scheduler == "pbt" and (space or not grid):
-        raise ConfigError("--scheduler pbt moves trials between --grid values: give --grid")
+    _check_sweep(algo, grid, space, fixed or {}, search, scheduler)
     params = {**(fixed or {}), ALGO_KEY: algo}
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
     params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
-    if scheduler not in SCHEDULERS:
-        raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
-    chosen = None  # fifo: Tune's default
-    if scheduler == "asha":
-        chosen = tune.schedulers.ASHAScheduler(time_attr="training_iteration")
-    elif scheduler == "pbt":
-        chosen = tune.schedulers.PopulationBasedTraining(
-            time_attr="training_iteration",
-            perturbation_interval=perturbation_interval,
-            hyperparam_mutations={key: list(values) for key, values in grid.items()},
-            synch=True,
-        )
     tuner = tune.Tuner(
         FlowrlTrainable,
         param_space=params,
@@ -258,7 +236,7 @@ def sweep(
             metric=METRIC,
             mode="max",
             num_samples=num_samples,
-            scheduler=chosen,
+            scheduler=_scheduler(scheduler, grid, perturbation_interval),
             search_alg=optuna_search(seed) if search == "optuna" else None,
         ),
         run_config=tune.RunConfig(
@@ -278,6 +256,41 @@ def sweep(
     # line), and "wrote the results to <path>" at the end
     with quiet_loggers("ray.tune", "ray.train", level=logging.CRITICAL):
         return tuner.fit()
+
+
+def _check_sweep(
+    algo: str, grid: Mapping, space: Mapping, fixed: Mapping, search: str, scheduler: str
+) -> None:
+    """A ConfigError, one line, for a key ``algo``'s config lacks, an unknown search or
+    scheduler, or a search or scheduler given what it cannot use."""
+    spec = get_algorithm(algo)
+    known = spec.config_cls.__dataclass_fields__
+    for key in [*grid, *space, *fixed]:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{key}' for {spec.name}")
+    if search not in SEARCHES:
+        raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")
+    if search == "optuna" and (grid or not space):
+        raise ConfigError("--search optuna draws from ranges: give --space, not --grid")
+    if scheduler == "pbt" and (space or not grid):
+        raise ConfigError("--scheduler pbt moves trials between --grid values: give --grid")
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
+
+
+def _scheduler(name: str, grid: Mapping[str, list[Any]], interval: int) -> Any:
+    """Tune's trial scheduler called ``name`` (None for fifo, Tune's default); PBT moves
+    trials between the ``grid``'s values every ``interval`` iterations."""
+    if name == "asha":
+        return tune.schedulers.ASHAScheduler(time_attr="training_iteration")
+    if name == "pbt":
+        return tune.schedulers.PopulationBasedTraining(
+            time_attr="training_iteration",
+            perturbation_interval=interval,
+            hyperparam_mutations={key: list(values) for key, values in grid.items()},
+            synch=True,
+        )
+    return None
 
 
 def optuna_search(seed: int | None) -> Any:
