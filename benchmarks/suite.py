@@ -48,6 +48,7 @@ CLEANRL_PPO = "CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds, about 
 CLEANRL_SAC = "CleanRL sac_continuous_action, v4 envs, 1M steps, about 175 min a run"
 RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
 MEMORY = ("--set", "use_lstm=true")
+LONG_MEMORY = (*MEMORY, "--set", "max_seq_len=64")
 #: PPO's MuJoCo preset before it took CleanRL's two other settings: observations as they
 #: are, lr constant
 CONSTANT_LR = ("--set", "normalize_observations=false", "--set", "lr=0.0003")
@@ -94,9 +95,12 @@ PARTS: dict[str, list[Run]] = {
             ("repeat_previous_easy", 300_000),
             ("position_only_cartpole_easy", 300_000),
             ("repeat_previous_medium", 500_000),
+            ("position_only_cartpole_medium", 500_000),
         ]
         for args, variant in [((), "no memory"), (MEMORY, "lstm")]
-    ],
+    ]
+    # the card 32 steps back: sequences long enough for the gradient to reach it
+    + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
     "atari": [
         Run("ppo", "ALE/Breakout-v5", 1_000_000),
         Run("dqn", "ALE/Breakout-v5", 1_000_000),

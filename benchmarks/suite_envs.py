@@ -42,3 +42,7 @@ def position_only_cartpole_easy() -> gym.Env:
 
 def repeat_previous_medium() -> gym.Env:
     return _popgym("RepeatPreviousMedium")
+
+
+def position_only_cartpole_medium() -> gym.Env:
+    return _popgym("PositionOnlyCartPoleMedium")
