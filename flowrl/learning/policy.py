@@ -211,6 +211,7 @@ class Policy:
         self.masked = mask_space is not None
         #: how Tuple or Dict actions lie in the data path's record arrays
         self.action_layout = RecordLayout(action_space) if is_composite(action_space) else None
+        self.box_actions = isinstance(action_space, gym.spaces.Box)  # clipped to bounds
         if mask_space is not None:
             check_action_mask(mask_space, action_space)
         self.dist_cls = self.distribution_class()
@@ -344,7 +345,7 @@ class Policy:
         Dict space's records become its nest of arrays."""
         layout = self.action_layout
         if layout is None:
-            return clip_to_box(self.action_space, actions)
+            return clip_to_box(self.action_space, actions) if self.box_actions else actions
         return layout.build([clip_to_box(x.space, field(actions, x.path)) for x in layout.leaves])
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:

@@ -119,15 +119,15 @@ class VectorLanes:
             obs, rewards, terminated, truncated, infos = self.env.step(actions[pid])
         except Exception as e:
             raise EnvError(env_fault(e, self.env), -1) from e
-        done = terminated | truncated
+        k = self._steps
+        done = np.logical_or(terminated, truncated, out=self._done[k])
         if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
             self._hooks.step(rewards, done, self.active[pid], infos)
-        k = self._steps
-        self._rewards[k], self._done[k] = rewards, done
+        self._rewards[k] = rewards
+        self.active = {pid: ~done}
         self._steps += 1
         if self._steps == COUNT_EVERY:
             self._count()
-        self.active = {pid: ~done}
         return {pid: obs}, {pid: rewards}, {pid: terminated}, {pid: truncated}
 
     def _count(self) -> None:
