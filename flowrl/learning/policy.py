@@ -199,8 +199,7 @@ class Policy:
         self.config = config
         #: the worker this copy acts for: 0 is the local worker (the learner's), 1..N remote
         self.worker_index = worker_index
-        self.observation_space = observation_space
-        self.action_space = action_space
+        self.observation_space, self.action_space = observation_space, action_space
         self.device = resolve_device(device)
         self.check_action_space(action_space, config)
         #: how composite observations lie in the data path's record arrays
