@@ -181,3 +181,18 @@ def test_an_lstm_shared_by_the_agents_of_a_partially_observable_parallel_env_rem
     assert summary["stopped_by"] == "reward", summary
     summary = reach(Algorithm("ppo", env=CUES, num_workers=0, seed=0), 1.8, 30_000)
     assert summary["episode_return_mean"] < 1.3, summary
+
+
+@pytest.mark.slow
+def test_masks_and_memory_together_learn_a_masked_recall():
+    """MaskedRecall asks, 4 steps after a cue, to name it among the 2 actions its mask
+    allows (1 at best; a forbidden action costs 1). PPO with an LSTM and the mask reached
+    1.0 at about 15k env steps (seeds 0, 1); without memory it stays at the mask's 1 in 2
+    (0.43-0.56 over 60k)."""
+    recall = "flowrl.rollout.toy_envs:MaskedRecall"
+    summary = reach(
+        Algorithm("ppo", env=recall, num_workers=0, seed=0, use_lstm=True), 0.95, 40_000
+    )
+    assert summary["stopped_by"] == "reward", summary
+    summary = reach(Algorithm("ppo", env=recall, num_workers=0, seed=0), 0.95, 20_000)
+    assert summary["episode_return_mean"] < 0.7, summary

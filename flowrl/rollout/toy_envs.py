@@ -109,6 +109,54 @@ class MaskedChoice(_Drawn):
         return self._draw(), reward, False, self.t >= self.length, {}
 
 
+class MaskedRecall(_Drawn):
+    """A cue (one of ``n``) is shown at the first step only; ``delay`` steps later the
+    agent is asked to name it. Every step allows ``valid`` of the ``n`` actions
+    (``action_mask``), the cue among them when asked. Naming the cue earns 1; another
+    allowed action earns 0; a forbidden action ends the episode with -1. The best return
+    is 1. A policy without memory guesses among the allowed actions when asked (1 /
+    ``valid`` on average); one that acts unmasked also loses episodes to forbidden
+    actions. Memory and masks together are needed for 1.
+
+    Examples:
+        >>> env = MaskedRecall()
+        >>> obs, _ = env.reset(seed=0)
+        >>> obs["observation"].shape, int(obs["action_mask"].sum())
+        ((5,), 2)
+    """
+
+    def __init__(self, n: int = 4, valid: int = 2, delay: int = 4) -> None:
+        self.n, self.valid, self.delay, self.length = n, valid, delay, delay + 1
+        self.action_space = gym.spaces.Discrete(n)
+        self.observation_space = gym.spaces.Dict({
+            "observation": gym.spaces.Box(0.0, 1.0, (n + 1,), np.float32),  # cue, asked
+            "action_mask": gym.spaces.Box(0, 1, (n,), np.int8),
+        })  # fmt: skip
+
+    def _draw(self) -> dict[str, np.ndarray]:
+        if self.t == 0:
+            self.cue = int(self.np_random.integers(self.n))
+        asked = self.t == self.delay
+        obs = np.zeros(self.n + 1, np.float32)
+        if self.t == 0:
+            obs[self.cue] = 1.0
+        obs[-1] = float(asked)
+        others = [a for a in range(self.n) if not (asked and a == self.cue)]
+        picked = self.np_random.permutation(others)[: self.valid - asked]
+        self.allowed = np.zeros(self.n, np.int8)
+        self.allowed[[*picked, *([self.cue] if asked else [])]] = 1
+        return {"observation": obs, "action_mask": self.allowed.copy()}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        action, asked = int(action), self.t == self.delay
+        self.t += 1
+        if not self.allowed[action]:
+            return self._draw(), -1.0, True, False, {}
+        if asked:
+            return self._draw(), float(action == self.cue), True, False, {}
+        return self._draw(), 0.0, False, False, {}
+
+
 class ImageAndVector(_Drawn):
     """A Dict observation of a small image and a vector, both needed: the image (8x8, one
     channel, uint8) lights one column, the vector holds a sign; action 1 is right when the
