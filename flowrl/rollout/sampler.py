@@ -188,7 +188,8 @@ class LaneMemory:
     last row left, fresh where that row was not valid (a reset step, an agent that did
     not act: the lane's next valid row begins an episode); its extras record the state it
     started from (``state_in``) and whether that was a fresh one (``state_starts``),
-    where the learner's unroll resets it. Lanes that write no row at a step (``present``
+    where the learner's unroll takes the recorded state again. Lanes that write no row at
+    a step (``present``
     False: a turn-based game's waiting agents) keep their state.
 
     Examples:
