@@ -189,8 +189,7 @@ class LaneMemory:
     not act: the lane's next valid row begins an episode); its extras record the state it
     started from (``state_in``) and whether that was a fresh one (``state_starts``),
     where the learner's unroll takes the recorded state again. Lanes that write no row at
-    a step (``present``
-    False: a turn-based game's waiting agents) keep their state.
+    a step (``present`` False: a turn-based game's waiting agents) keep their state.
 
     Examples:
         >>> memory = LaneMemory(policy, lanes=8)  # doctest: +SKIP
