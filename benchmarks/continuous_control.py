@@ -1,6 +1,7 @@
 """The MuJoCo presets, measured on Hopper-v5 (issue 18): SAC's env steps to a return of
-1,000 within 100k, and PPO with observation and reward normalisation (the preset), each
-alone and neither, on the same env-step budget and seeds (ratios are against neither).
+1,000 within 100k, and PPO with observation and reward normalisation (both: the preset's,
+whose lr now anneals to 0 at 1M env steps), each alone and neither, on the same env-step
+budget and seeds (ratios are against neither).
 
 Each run trains in this process (both presets run without Ray). Returns are the mean of
 the last episodes the run finished (10 for SAC, 100 for PPO) and of 10 greedy episodes at
@@ -31,7 +32,7 @@ NORMALISATION = {
     "none": (False, False),
     "observations": (True, False),
     "rewards": (False, True),
-    "both": (True, True),  # the preset
+    "both": (True, True),  # the preset's
 }
 
 
