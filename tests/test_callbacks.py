@@ -47,8 +47,8 @@ def test_episode_hooks_follow_next_step_autoreset_and_match_the_episodes():
     env = ScriptedVectorEnv(np.ones((3, 2)), done, infos)
     lanes = VectorLanes(env, callbacks=recorder, worker_index=1)
     lanes.reset()
-    for _ in range(3):
-        lanes.step({SINGLE: np.zeros(2, np.int64)})
+    steps = [lanes.step({SINGLE: np.zeros(2, np.int64)}) for _ in range(3)]
+    lanes.count(*(np.stack([step[k][SINGLE] for step in steps]) for k in (1, 2, 3)))
     assert recorder.calls == [
         ("start", 0), ("start", 1),
         ("step", 0, 0), ("step", 1, 1),

@@ -70,16 +70,15 @@ from flowrl.rollout.turns import TurnRows
 
 #: the policy id of a single-agent env's lanes
 SINGLE = "default"
-#: the steps ``VectorLanes`` counts episodes over at once, at most
-COUNT_EVERY = 256
 
 
 class VectorLanes:
     """A gymnasium vector env (NEXT_STEP autoreset) as the lanes of one policy, lane ``i``
     being env ``i``: a step that only resets an env (the one after its episode ended) is not
-    active. Keeps each env's running return and length (counted every ``COUNT_EVERY`` steps
-    and when asked for, with running sums along time rather than a Python step per env
-    step), and runs the episode hooks of ``callbacks`` with each env's info."""
+    active. Keeps each env's running return and length (``count``: the sampler gives it a
+    fragment's rewards and flags at once, and it counts with running sums along time
+    rather than a Python step per env step), and runs the episode hooks of ``callbacks``
+    with each env's info."""
 
     def __init__(
         self,
@@ -94,53 +93,61 @@ class VectorLanes:
         self.num_envs, self.policy_ids = n, [policy_id]
         self.observation_spaces = {policy_id: env.single_observation_space}
         self.action_spaces = {policy_id: env.single_action_space}
-        self.active = {policy_id: np.ones(n, bool)}
         self._hooks = None if callbacks is None else EpisodeHooks(callbacks, n, worker_index)
         self._return, self._length = np.zeros(n), np.zeros(n, np.int64)
-        #: the steps not yet counted: their rewards and ends, the first ``_steps``; and
-        #: the ends of the last step counted
-        self._rewards = np.zeros((COUNT_EVERY, n))
-        self._done = np.zeros((COUNT_EVERY, n), bool)
+        #: whether each env's last step ended its episode (its next step only resets it)
+        self._done = np.zeros(n, bool)
+        self._active: dict[str, np.ndarray] | None = None  # from _done, when asked
+        self._ended: tuple[np.ndarray, np.ndarray] | None = None  # the last step's flags
+        #: the ends of the last step ``count`` was given
         self._last_done = np.zeros(n, bool)
-        self._steps = 0
         self._episodes: list[Episode] = []
         self._copies: list[int] = []
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        self.active = {self.pid: np.ones(self.num_envs, bool)}
-        self._return[:], self._length[:], self._steps = 0.0, 0, 0
-        self._last_done[:] = False
+        self._ended, self._active = None, None
+        self._done[:], self._last_done[:] = False, False
+        self._return[:], self._length[:] = 0.0, 0
         return {self.pid: obs}
+
+    @property
+    def active(self) -> dict[str, np.ndarray]:
+        """Which envs act at the next step: those whose last step did not end an episode
+        (worked out when asked: the sampler asks only when it needs it)."""
+        if self._active is None:
+            if self._ended is not None:
+                self._done = np.logical_or(*self._ended)
+                self._ended = None
+            self._active = {self.pid: ~self._done}
+        return self._active
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, np.ndarray], ...]:
         pid = self.pid
+        if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
+            valid = self.active[pid]
         try:  # (step_env, inlined: this is the loop's hottest call)
             obs, rewards, terminated, truncated, infos = self.env.step(actions[pid])
         except Exception as e:
             raise EnvError(env_fault(e, self.env), -1) from e
-        k = self._steps
-        done = np.logical_or(terminated, truncated, out=self._done[k])
-        if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
-            self._hooks.step(rewards, done, self.active[pid], infos)
-        self._rewards[k] = rewards
-        self.active = {pid: ~done}
-        self._steps += 1
-        if self._steps == COUNT_EVERY:
-            self._count()
+        self._ended, self._active = (terminated, truncated), None
+        if self._hooks is not None:
+            self._hooks.step(rewards, np.logical_or(terminated, truncated), valid, infos)
         return {pid: obs}, {pid: rewards}, {pid: terminated}, {pid: truncated}
 
-    def _count(self) -> None:
-        """Adds the steps not yet counted to each env's running episode, recording the
-        episodes that ended (in the order they ended), with array operations alone."""
-        steps, self._steps = self._steps, 0
-        if not steps:
-            return
-        rewards, done = self._rewards[:steps], self._done[:steps]
-        valid = np.empty_like(done)  # a step after an episode's end only resets its env
+    def count(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> np.ndarray:
+        """Add ``[T, N]`` steps (the env's rewards and flags, as sampled since the last
+        call) to each env's running episode, recording the episodes that ended (in the
+        order they ended) with array operations alone; returns which steps were valid
+        (a step after an episode's end only resets its env)."""
+        done = terminated | truncated
+        valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._last_done, ~done[:-1]
         self._last_done = done[-1].copy()
-        returns, lengths = np.cumsum(rewards * valid, axis=0), np.cumsum(valid, axis=0)
+        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)  # (int rewards too)
+        lengths = np.cumsum(valid, axis=0)
         end_t, end_i = np.nonzero(done & valid)  # in the order the episodes ended
         by_env = np.lexsort((end_t, end_i))  # env by env, in time within each
         t, i = end_t[by_env], end_i[by_env]
@@ -162,17 +169,16 @@ class VectorLanes:
         self._length += lengths[-1]
         self._return[i[last]] = returns[-1, i[last]] - returns[t[last], i[last]]
         self._length[i[last]] = lengths[-1, i[last]] - lengths[t[last], i[last]]
+        return valid
 
     @property
     def episode_copies(self) -> list[int]:
         """The env of each episode ``take_episodes`` gives next."""
-        self._count()
         return self._copies
 
     def take_episodes(self) -> list[Episode]:
-        """The episodes finished since the last call, with what the hooks reported of each
+        """The episodes counted since the last call, with what the hooks reported of each
         when there are callbacks."""
-        self._count()
         episodes, self._episodes, self._copies = self._episodes, [], []
         if self._hooks is not None:
             custom = self._hooks.take()
@@ -239,6 +245,8 @@ class Sampler:
         #: a turn-based game's lanes: each policy's rows kept for its next fragment
         self.in_turns = getattr(lanes, "in_turns", False)
         self._carried: dict[str, Any] = {}
+        #: a vector env's lanes count episodes from the steps' columns (``VectorLanes.count``)
+        self._count = getattr(lanes, "count", None)
         #: per policy, looked up once: its memory (None: not recurrent)
         self._acting = [(pid, p, self.memory.get(pid)) for pid, p in policies.items()]
 
@@ -265,9 +273,11 @@ class Sampler:
         if self.in_turns:
             turns = {pid: TurnRows(len(o), steps, self._carried.get(pid))
                      for pid, o in self.obs.items()}  # fmt: skip
+        # lanes that count episodes from the fragment's columns give its validity after it
+        per_step = self._count is None or bool(self.memory)
         with torch.inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
-                active = lanes.active  # replaced, not changed, by the step
+                active = lanes.active if per_step else None  # replaced, not changed, by a step
                 present = lanes.present if self.in_turns else None
                 actions, rows = self._act(True, active, present)
                 self.obs, rewards, terminated, truncated = lanes.step(actions)
@@ -279,7 +289,11 @@ class Sampler:
                     row += ((REWARDS, rewards[pid]), (TERMINATEDS, terminated[pid]),
                             (TRUNCATEDS, truncated[pid]))  # fmt: skip
                     write_row(cols[pid], pool, t, steps, row, prefix=pid)
-                    valid[pid][t] = active[pid]
+                    if self._count is None:
+                        valid[pid][t] = active[pid]
+        if self._count is not None:
+            for pid, c in cols.items():
+                valid[pid] = self._count(c[REWARDS], c[TERMINATEDS], c[TRUNCATEDS])
         return {pid: self._fragment(pid, cols[pid], valid[pid], turns.get(pid)) for pid in policies}
 
     def _fragment(self, pid: str, cols: dict, valid: np.ndarray, turns: Any) -> Fragment:
@@ -313,7 +327,10 @@ class Sampler:
             while len(done) < count:
                 present = self.lanes.present if self.in_turns else None
                 actions, _ = self._act(explore, self.lanes.active, present)
-                self.obs = self.lanes.step(actions)[0]
+                self.obs, rewards, terminated, truncated = self.lanes.step(actions)
+                if self._count is not None:
+                    for pid in rewards:
+                        self._count(rewards[pid][None], terminated[pid][None], truncated[pid][None])
                 copies = self.lanes.episode_copies[:]
                 finished = []
                 for episode, copy in zip(self.lanes.take_episodes(), copies, strict=True):
