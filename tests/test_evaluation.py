@@ -75,7 +75,7 @@ def test_remote_evaluation_runs_on_its_own_worker_and_survives_its_death(ray_ses
         "ppo", num_workers=1, evaluation_interval=1, evaluation_episodes=2, train_batch_size=512
     )
     evaluated = []
-    for _ in range(12):
+    for _ in range(40):  # a new evaluation worker takes seconds to start on a busy host
         result = algo.train()
         if EVAL_RETURN_MEAN in result:
             evaluated.append(result["evaluation/iteration"])
