@@ -164,8 +164,7 @@ class ApexPolicy(DQNPolicy):
 def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict[str, Any]]:
     """Concurrently(async): rollouts(async) -> store in the replay shards -> weights to the
     worker; replay -> Enqueue into the learner thread; Dequeue -> priorities -> targets."""
-    multi_agent = bool(workers.policy_ids)  # a buffer per policy
-    shards = workers.keep("replay", lambda: make_replay(config, multi_agent=multi_agent))
+    shards = workers.keep("replay", lambda: make_replay(config))
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size,
                             sgd_minibatch_size=config.train_batch_size)  # fmt: skip
     update_targets = learner.between_updates(workers.learner.update_targets)

@@ -55,7 +55,6 @@ def worker_rate(env: str, num_envs: int):
     import torch
 
     from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-    from flowrl.core.sample_batch import MultiAgentBatch
     from flowrl.rollout.worker import RolloutWorker
 
     torch.set_num_threads(1)
@@ -66,11 +65,8 @@ def worker_rate(env: str, num_envs: int):
     def measure(seconds: float) -> tuple[float, float]:
         start, steps = time.perf_counter(), 0
         while time.perf_counter() - start < seconds:
-            batch = worker.sample()
-            if isinstance(batch, MultiAgentBatch):
-                steps += sum(len(batch[pid]) for pid in batch.policy_ids)
-            else:
-                steps += len(batch)
+            batch = worker.sample()  # rows of every policy: one per agent step
+            steps += sum(len(rows) for rows in batch.policy_batches.values())
         return steps, time.perf_counter() - start
 
     return measure

@@ -52,7 +52,7 @@ def plan(workers, config):
         .for_each(StandardizeFields(["advantages"]))
         .for_each(TrainOneStep(workers, **sgd))
     )
-    buffer = make_replay(dqn, multi_agent=True)
+    buffer = make_replay(dqn)
     store_op = to_dqn.for_each(SelectExperiences(["dqn"])).for_each(StoreToReplayBuffer(buffer))
     period = dqn.target_network_update_freq
     dqn_op = (

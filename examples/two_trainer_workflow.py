@@ -52,7 +52,7 @@ def plan(workers, config):
     rollouts = ParallelRollouts(workers, mode="bulk_sync")
     to_dqn, to_ppo = rollouts.duplicate(2)
 
-    buffer = make_replay(dqn, multi_agent=True)
+    buffer = make_replay(dqn)
     store_op = to_dqn.for_each(SelectExperiences(["dqn_policy"])).for_each(
         StoreToReplayBuffer(buffer)
     )

@@ -20,11 +20,12 @@ def test_train_save_restore_keeps_weights_counters_and_optimizer(tmp_path):
     path = algo.save(tmp_path / "ckpt")
     clone = Algorithm.from_checkpoint(path)
     a, b = algo.workers.local_worker.get_weights(), clone.workers.local_worker.get_weights()
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert list(a) == list(b) == ["default"]
+    assert all(np.array_equal(a["default"][k], b["default"][k]) for k in a["default"])
     assert clone.iteration == 2
     nxt = clone.train()
     assert nxt["iteration"] == 3 and nxt["env_steps_sampled"] > result["env_steps_sampled"]
-    assert clone.workers.learner.optimizers["model"].state_dict()["state"]
+    assert clone.workers.learner["default"].optimizers["model"].state_dict()["state"]
     algo.stop()
     clone.stop()
 
@@ -60,7 +61,7 @@ def test_lr_and_entropy_coeff_follow_their_schedules_across_a_resume(tmp_path):
     algo = Algorithm("ppo", env="CartPole-v1", lr=lr, entropy_coeff=entropy, **FAST)
 
     def follows(agent, result, steps_before):
-        learner = agent.workers.local_worker.learner
+        learner = agent.workers.local_worker.learner["default"]
         assert result["schedule/lr"] == pytest.approx(scheduled(agent.config.lr, steps_before))
         assert learner.optimizers["model"].param_groups[0]["lr"] == result["schedule/lr"]
         assert result["schedule/entropy_coeff"] == pytest.approx(
@@ -232,7 +233,7 @@ def test_atari_frames_train_through_the_cnn_and_stay_uint8():
         "ppo", env="ALE/Pong-v5", num_workers=0, num_envs_per_worker=2,
         rollout_fragment_length=32, train_batch_size=64, sgd_minibatch_size=32, num_sgd_iter=1,
     )  # fmt: skip
-    assert algo.workers.local_worker.sample()["obs"].dtype == np.uint8
+    assert algo.workers.local_worker.sample()["default"]["obs"].dtype == np.uint8
     assert algo.train()["env_steps_trained"] >= 64
     algo.stop()
 

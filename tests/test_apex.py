@@ -56,7 +56,7 @@ def reference_td_errors(p: ApexPolicy, batch: SampleBatch) -> np.ndarray:
 def test_workers_send_their_td_errors_as_initial_priorities():
     config = ApexConfig(env="CartPole-v1", num_workers=2, num_envs_per_worker=2)
     worker = RolloutWorker(policy_cls=ApexPolicy, config=config, worker_index=1)
-    batch = worker.sample()
+    batch = worker.sample()["default"]
     assert batch["terminateds"].any() or batch["discounts"].min() < config.gamma**config.n_step
     np.testing.assert_allclose(
         batch[PRIORITIES], reference_td_errors(worker.policy, batch), rtol=1e-5, atol=1e-5
@@ -64,7 +64,7 @@ def test_workers_send_their_td_errors_as_initial_priorities():
     off = RolloutWorker(
         policy_cls=ApexPolicy, config=config.replace(worker_side_prioritization=False)
     )
-    assert PRIORITIES not in off.sample()
+    assert PRIORITIES not in off.sample()["default"]
 
 
 def test_a_prioritized_buffer_takes_the_initial_priorities_and_does_not_store_them():

@@ -37,7 +37,7 @@ class FakeWorker:
         if self.fail:
             raise ValueError("loss is NaN")
         self.learned.append(len(batch))
-        return {"loss": float(len(batch)), "td_error": np.zeros(len(batch))}
+        return {"default": {"loss": float(len(batch)), "td_error": np.zeros(len(batch))}}
 
     def get_weights(self):
         return {"w": np.full(2, len(self.learned), np.float32)}
@@ -211,10 +211,10 @@ def test_appo_checkpoint_keeps_its_target_policy_and_kl_coeff(tmp_path):
     algo = Algorithm("appo", env="CartPole-v1", num_workers=0, train_batch_size=200, kl_coeff=0.2)
     algo.train()
     algo.stop()  # the learner thread has stopped: nothing changes after the save
-    learner = algo.workers.learner
+    learner = algo.workers.learner["default"]
     path = algo.save(tmp_path / "ckpt")
     restored = Algorithm.from_checkpoint(path)
-    clone = restored.workers.learner
+    clone = restored.workers.learner["default"]
     assert clone.kl.coeff == learner.kl.coeff
     copied = algo.plan.context.checkpointables["update_targets"].get_state()
     assert restored.plan.context.pending_state["update_targets"] == copied

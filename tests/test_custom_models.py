@@ -73,7 +73,11 @@ def test_a_registered_model_reaches_the_ray_workers(ray_session):
     try:
         local = algo.workers.local_worker.parameter_count()
         remote = ray.get(algo.workers.remote_workers[0].parameter_count.remote())
-        assert remote == local == sum(p.numel() for p in algo.workers.learner.module.parameters())
+        assert (
+            remote
+            == local
+            == sum(p.numel() for p in algo.workers.learner["default"].module.parameters())
+        )
         assert algo.train()["env_steps_trained"] >= 128
     finally:
         algo.stop()

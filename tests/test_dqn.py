@@ -28,8 +28,8 @@ def test_learning_on_minibatches_steps_on_each_in_turn_and_keeps_the_rows_order(
     # Ape-X's replay requests bring several train batches; the learner steps on each in turn
     algo = Algorithm("dqn", env="CartPole-v1", **SMALL)
     algo.train()
-    learner = algo.workers.learner
-    batch = algo.workers.keep("replay", None).sample(256)
+    learner = algo.workers.learner["default"]
+    batch = algo.workers.keep("replay", None).buffers["default"].sample(256)
     q, target = q_and_targets(
         learner.policy, learner.target, learner._tensors(batch), double_q=True
     )
@@ -55,7 +55,7 @@ def test_dqn_checkpoint_keeps_target_net_and_exploration(tmp_path):
     algo = Algorithm("dqn", env="CartPole-v1", **SMALL)
     algo.train()
     clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-    a, b = algo.workers.learner, clone.workers.learner
+    a, b = algo.workers.learner["default"], clone.workers.learner["default"]
     for pa, pb in zip(a.target.parameters(), b.target.parameters(), strict=True):
         assert np.array_equal(pa.detach().numpy(), pb.detach().numpy())
     assert a.policy.timesteps == b.policy.timesteps
@@ -95,6 +95,7 @@ def test_dqn_checkpoint_keeps_the_replay_buffer_when_asked(tmp_path, keep):
     clone.train()
     restored = clone.plan.context.checkpointables.get("replay_buffer")
     if keep:
+        original, restored = original.buffers["default"], restored.buffers["default"]
         sampled = clone.last_result["env_steps_sampled"] - algo.last_result["env_steps_sampled"]
         assert restored.num_added == original.num_added + sampled
         assert np.array_equal(restored._columns["obs"][:100], original._columns["obs"][:100])
@@ -118,14 +119,14 @@ def test_replay_buffer_survives_a_dead_rollout_worker(ray_session):
                      **{**SMALL, "num_workers": 2})  # fmt: skip
     algo.train()
     buffer = algo.plan.context.checkpointables["replay_buffer"]
-    stored = buffer.num_added
+    stored = buffer.buffers["default"].num_added
     dead = algo.workers.remote_workers[0]
     ray_session.kill(dead)
     summary = algo.run(stop=StopCriteria(iters=3))
     assert summary["stopped_by"] == "iterations"
     assert algo.workers.remote_workers[0] is not dead  # the plan was rebuilt ...
     assert algo.plan.context.checkpointables["replay_buffer"] is buffer  # ... on the old rows
-    assert buffer.num_added > stored
+    assert buffer.buffers["default"].num_added > stored
     algo.stop()
 
 

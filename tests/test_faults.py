@@ -201,11 +201,11 @@ def test_checkpoint_round_trip_keeps_the_prioritized_replay_buffer(tmp_path):
     config = {"num_workers": 0, "prioritized_replay": True, "store_buffer_in_checkpoints": True}
     with Algorithm("dqn", env="CartPole-v1", **config) as algo:
         algo.train()
-        buffer = algo.plan.context.checkpointables["replay_buffer"]
+        buffer = algo.plan.context.checkpointables["replay_buffer"].buffers["default"]
         path = algo.save(tmp_path / "ckpt")
     with Algorithm.from_checkpoint(path) as restored:
         restored.train()  # the plan registers its buffer on the first pull
-        again = restored.plan.context.checkpointables["replay_buffer"]
+        again = restored.plan.context.checkpointables["replay_buffer"].buffers["default"]
     assert again.num_added >= buffer.num_added and len(again) >= len(buffer)
     assert again.sampler.max_priority >= buffer.sampler.max_priority > 1.0
 
@@ -239,7 +239,7 @@ def test_a_nan_loss_is_caught_before_the_step_and_never_saved(tmp_path, monkeypa
     with Algorithm("ppo", env="CartPole-v1", **QUICK) as algo:
         algo.train()
         good = algo.save(tmp_path / "good")
-        policy, learner = algo.workers.local_worker.policy, algo.workers.learner
+        policy, learner = algo.workers.local_worker.policy, algo.workers.learner["default"]
         before = {k: v.copy() for k, v in policy.get_weights().items()}
         loss = learner.loss
         monkeypatch.setattr(learner, "loss", lambda b: (loss(b)[0] * math.nan, {}))

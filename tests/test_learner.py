@@ -158,7 +158,7 @@ def test_a_remote_rollout_worker_holds_only_the_acting_module(name, ray_session)
         assert ray.get(remote.parameter_count.remote()) == acting
         # DQN: the Q-network and its target; SAC: the actor, two critics and their targets
         assert learner >= (2 if name == "dqn" else 4) * acting
-        sent = workers.local_worker.get_weights()
+        sent = workers.local_worker.get_weights()["default"]
         assert sum(v.size for k, v in sent.items() if not k.startswith("normalizer/")) == acting
     finally:
         workers.stop()

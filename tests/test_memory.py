@@ -59,10 +59,10 @@ def test_fragments_record_the_state_each_step_started_from_reset_at_episode_star
 
 def test_the_learner_replays_the_sequences_as_the_workers_acted():
     worker = recurrent_worker()
-    batch = worker.sample()  # GAE, then sequences of max_seq_len steps, padded
+    batch = worker.sample()[SINGLE]  # GAE, then sequences of max_seq_len steps, padded
     assert len(batch) == 3 * 56  # 50 steps: 7 sequences of 8, the last padded by 6
     assert not batch[VALID].reshape(3, 7, 8)[:, -1, 2:].any()
-    learner = worker.learner
+    learner = worker.learner[SINGLE]
     tensors = learner._tensors(batch)
     with torch.no_grad():
         out = learner.forward(tensors)

@@ -369,7 +369,7 @@ def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_
     try:
         while (result := algo.train())["env_steps_sampled"] < 30_000:
             pass
-        policy = algo.workers.local_worker.policy["shared"]
+        policy = algo.workers.local_worker.policies["shared"]
         rates = match(tictactoe_v3.env, policy_player(policy), random_player(0), games=1000)
     finally:
         algo.stop()
@@ -387,7 +387,7 @@ def test_self_play_keeps_a_pool_of_snapshots_and_seats_one_against_the_policy(tm
     algo = Algorithm(example, rollout_fragment_length=64, **settings)
     try:
         results = [algo.train() for _ in range(6)]
-        policies = algo.workers.local_worker.policy
+        policies = algo.workers.local_worker.policies
         assert sorted(policies) == ["main", "opponent"] and sorted(
             algo.workers.learner.learners
         ) == ["main"]

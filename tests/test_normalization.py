@@ -121,9 +121,9 @@ def test_ray_workers_statistics_are_merged_on_the_learner_and_sent_back_with_the
         workers.collect_metrics(timeout_s=30)
         learner = workers.local_worker.policy.normalizer
         # the observations of the steps learned from: every step but the reset steps
-        assert learner.obs.count == sum(len(b) for b in batches)
+        assert learner.obs.count == sum(len(b[SINGLE]) for b in batches)
         workers.sync_weights()
-        state = ray.get(workers.remote_workers[0].get_weights.remote())
+        state = ray.get(workers.remote_workers[0].get_weights.remote())[SINGLE]
         assert float(state["normalizer/obs_count"]) == learner.obs.count
         np.testing.assert_allclose(state["normalizer/obs_mean"], learner.obs.mean)
     finally:

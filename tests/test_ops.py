@@ -8,7 +8,7 @@ import pytest
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import SampleBatch
+from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
 from flowrl.ops import (
     AggregatedRollouts,
     ApplyGradients,
@@ -22,17 +22,23 @@ from flowrl.ops import (
 from flowrl.rollout.worker import WorkerSet
 
 
+def rows(n: int) -> MultiAgentBatch:
+    return MultiAgentBatch({SINGLE: SampleBatch(x=np.arange(n))}, env_steps=n)
+
+
 def test_concat_batches_emits_once_enough_steps_are_buffered():
-    batches = [SampleBatch(x=np.arange(n)) for n in (3, 3, 5, 2, 1)]
+    batches = [rows(n) for n in (3, 3, 5, 2, 1)]
     out = LocalIterator.from_items(batches).combine(ConcatBatches(min_batch_size=6)).take(5)
     assert [len(b) for b in out] == [6, 7]
+    assert out[1][SINGLE]["x"].tolist() == [0, 1, 2, 3, 4, 0, 1]
 
 
-def test_standardize_fields():
-    batch = SampleBatch(a=np.array([1.0, 2.0, 3.0, 6.0]), b=np.array([1.0, 2.0, 3.0, 6.0]))
-    out = StandardizeFields(["a"])(batch)
-    assert abs(out["a"].mean()) < 1e-6 and abs(out["a"].std() - 1) < 1e-6
-    assert out["b"].tolist() == [1.0, 2.0, 3.0, 6.0]
+def test_standardize_fields_on_each_policys_rows_that_have_them():
+    values = np.array([1.0, 2.0, 3.0, 6.0])
+    a, b = SampleBatch(a=values.copy(), b=values.copy()), SampleBatch(b=values.copy())
+    out = StandardizeFields(["a"])(MultiAgentBatch({"p": a, "q": b}, env_steps=4))
+    assert abs(out["p"]["a"].mean()) < 1e-6 and abs(out["p"]["a"].std() - 1) < 1e-6
+    assert out["p"]["b"].tolist() == out["q"]["b"].tolist() == [1.0, 2.0, 3.0, 6.0]
 
 
 def test_local_plan_counts_steps_and_reports_results():
@@ -50,7 +56,7 @@ def test_local_plan_counts_steps_and_reports_results():
     assert second["iteration"] == 2 and second["env_steps_sampled"] == ctx.counters[STEPS_SAMPLED]
     assert ctx.counters[STEPS_TRAINED] >= 200
     assert "learner/policy_loss" in first and "timers/learn_ms" in first
-    after = workers.local_worker.get_weights()
+    before, after = before[SINGLE], workers.local_worker.get_weights()[SINGLE]
     assert any(not np.array_equal(before[k], after[k]) for k in before)
 
 
@@ -61,14 +67,14 @@ def test_async_gradients_locally_apply_and_count():
     infos = plan.take(3)
     assert all(info["batch_count"] > 0 for info in infos)
     assert plan.context.counters[STEPS_TRAINED] == sum(i["batch_count"] for i in infos)
-    assert workers.learner.num_updates == 3
+    assert workers.learner["default"].num_updates == 3
 
 
 def remote_match_local(ray, workers: WorkerSet) -> list[bool]:
     """Whether each remote worker holds the local worker's weights."""
-    local = workers.local_worker.get_weights()
+    local = workers.local_worker.get_weights()[SINGLE]
     remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
-    return [all(np.array_equal(r[k], local[k]) for k in local) for r in remote]
+    return [all(np.array_equal(r[SINGLE][k], local[k]) for k in local) for r in remote]
 
 
 @pytest.mark.ray

@@ -7,9 +7,10 @@ import pytest
 
 from flowrl import Algorithm
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import SampleBatch
+from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
 from flowrl.ops import Concurrently, Replay, StoreToReplayBuffer, UpdatePriorities
 from flowrl.replay import (
+    PolicyBuffers,
     PrioritizedSampler,
     ReplayActor,
     ReplayBuffer,
@@ -18,25 +19,33 @@ from flowrl.replay import (
 )
 
 
-def rows(start, n):
-    return SampleBatch(obs=np.arange(start, start + n, dtype=np.float32)[:, None])
+def rows(start, n, policy_ids=(SINGLE,)):
+    obs = np.arange(start, start + n, dtype=np.float32)[:, None]
+    return MultiAgentBatch({pid: SampleBatch(obs=obs + i) for i, pid in enumerate(policy_ids)}, n)
 
 
 def prioritized(shard_index):
-    return ReplayBuffer(64, sampler=PrioritizedSampler(64, alpha=1.0, eps=0.0), seed=shard_index)
+    return PolicyBuffers(
+        lambda i: ReplayBuffer(
+            64, sampler=PrioritizedSampler(64, alpha=1.0, eps=0.0), seed=shard_index + 10 * i
+        )
+    )
 
 
-def test_a_shard_hands_out_global_indexes_and_takes_back_only_its_own():
+def test_a_shard_hands_out_global_indexes_per_policy_and_takes_back_only_its_own():
     shard = ReplayActor(prioritized, shard_index=1, num_shards=3)
     assert shard.sample(4, learning_starts=8) is None
-    shard.add(rows(0, 8))
+    shard.add(rows(0, 8, ("a", "b")))
     batch = shard.sample(4, learning_starts=8)
-    shards, local = shard_of(batch["batch_indexes"], 3)
-    assert (shards == 1).all()
-    assert np.array_equal(shard.buffer._columns["obs"][local], batch["obs"])
-    shard.update_priorities(batch["batch_indexes"], np.ones(4))
+    assert batch.policy_ids == ["a", "b"]
+    for pid in ("a", "b"):
+        shards, local = shard_of(batch[pid]["batch_indexes"], 3)
+        assert (shards == 1).all()
+        stored = shard.buffer.buffers[pid]._columns["obs"][local]
+        assert np.array_equal(stored, batch[pid]["obs"])
+    shard.update_priorities({"b": (batch["b"]["batch_indexes"], np.ones(4))})
     with pytest.raises(ValueError, match="shard 1 got rows"):
-        shard.update_priorities(np.array([0, 3]), np.ones(2))
+        shard.update_priorities({"a": (np.array([0, 3]), np.ones(2))})
 
 
 @pytest.mark.ray
@@ -55,14 +64,14 @@ def test_store_replay_and_priorities_over_shards(ray_session):
     # send a huge priority to one row per shard: those rows then dominate each shard's samples
     batch = batches[0]
     picked = {}
-    for index in batch["batch_indexes"]:
+    for index in batch[SINGLE]["batch_indexes"]:
         picked.setdefault(int(index) % 2, int(index))
     indexes = np.array(list(picked.values()))
-    trained = (SampleBatch(batch_indexes=indexes), {"td_error": np.full(len(indexes), 1e6)})
-    UpdatePriorities(shards)(trained)
+    trained = MultiAgentBatch({SINGLE: SampleBatch(batch_indexes=indexes)}, len(indexes))
+    UpdatePriorities(shards)((trained, {SINGLE: {"td_error": np.full(len(indexes), 1e6)}}))
     for s, index in picked.items():
         again = ray.get(shards[s].sample.remote(64))
-        assert np.mean(again["batch_indexes"] == index) > 0.9
+        assert np.mean(again[SINGLE]["batch_indexes"] == index) > 0.9
 
 
 @pytest.mark.ray

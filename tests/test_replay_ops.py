@@ -7,7 +7,7 @@ import pytest
 
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, PlanContext
 from flowrl.core.iter import LocalIterator, NotReady, Operator
-from flowrl.core.sample_batch import SampleBatch
+from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
 from flowrl.ops import (
     Concurrently,
     Replay,
@@ -17,7 +17,7 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
-from flowrl.replay import PrioritizedSampler, ReplayBuffer
+from flowrl.replay import PolicyBuffers, PrioritizedSampler, ReplayBuffer
 
 
 def items(xs):
@@ -55,24 +55,32 @@ def test_bad_arguments():
 
 
 def frag(start, n):
-    return SampleBatch(obs=np.arange(start, start + n, dtype=np.float32)[:, None])
+    obs = np.arange(start, start + n, dtype=np.float32)[:, None]
+    return MultiAgentBatch({SINGLE: SampleBatch(obs=obs)}, env_steps=n)
 
 
 def test_store_then_replay_waits_for_learning_starts():
-    buf = ReplayBuffer(100)
+    buf = PolicyBuffers(lambda i: ReplayBuffer(100))
     store = items([frag(0, 4), frag(4, 4), frag(8, 4)]).for_each(StoreToReplayBuffer(buf))
     replay = Replay(buf, batch_size=3, learning_starts=8)
     plan = Concurrently([store, replay], output_indexes=[1])
     first = next(x for x in plan if x is not NotReady)
-    assert len(buf) == 8 and len(first) == 3
+    assert len(buf) == 8 and len(first) == 3 and len(first[SINGLE]) == 3
+
+
+def test_a_plain_buffer_is_a_clear_error():
+    with pytest.raises(TypeError, match="expected PolicyBuffers"):
+        StoreToReplayBuffer(ReplayBuffer(100))
 
 
 def test_update_priorities_uses_the_rows_a_batch_came_from():
-    buf = ReplayBuffer(4, sampler=PrioritizedSampler(4, alpha=1.0, eps=0.0))
+    buf = PolicyBuffers(
+        lambda i: ReplayBuffer(4, sampler=PrioritizedSampler(4, alpha=1.0, eps=0.0))
+    )
     buf.add(frag(0, 4))
-    batch = buf.sample(2)
-    UpdatePriorities(buf)((batch, {"td_error": np.array([-3.0, 3.0])}))
-    probs = buf.sampler.probabilities(batch["batch_indexes"])
+    batch = buf.sample_after(2, learning_starts=0)
+    UpdatePriorities(buf)((batch, {SINGLE: {"td_error": np.array([-3.0, 3.0])}}))
+    probs = buf.buffers[SINGLE].sampler.probabilities(batch[SINGLE]["batch_indexes"])
     assert (probs > 0.25).all()
 
 
@@ -111,7 +119,7 @@ def test_two_update_targets_in_one_plan_keep_two_states_across_a_resume():
 
 
 def test_update_targets_of_one_policy_moves_that_policy_s_targets_only():
-    from flowrl.learning.multi import MultiLearner
+    from flowrl.learning.multi import Learners
     from flowrl.ops.train import steps_trained
 
     class Targets:
@@ -125,7 +133,7 @@ def test_update_targets_of_one_policy_moves_that_policy_s_targets_only():
             self.context.counters[steps_trained("dqn_a")] += n
             return n
 
-    learners = MultiLearner({"dqn_a": Targets(), "dqn_b": Targets()})
+    learners = Learners({"dqn_a": Targets(), "dqn_b": Targets()})
     update = UpdateTargets(learners.update_targets, period=10, policy_id="dqn_a")
     drain(items([10]).for_each(TrainA()).for_each(update))
     assert (learners["dqn_a"].moved, learners["dqn_b"].moved) == (1, 0)

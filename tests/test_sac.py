@@ -73,7 +73,7 @@ def test_soft_q_target_matches_a_reference_loop():
 )
 def test_sac_trains_and_soft_updates_targets(env, extra):
     algo = Algorithm("sac", env=env, **SMALL, **extra)
-    learner = algo.workers.learner
+    learner = algo.workers.learner["default"]
     target_before = [p.clone() for p in learner.q_target.parameters()]
     first, second = algo.train(), algo.train()
     assert second["env_steps_trained"] > first["env_steps_trained"] > 0
@@ -107,7 +107,7 @@ def test_sac_checkpoint_keeps_critics_targets_and_temperature(tmp_path):
     algo = Algorithm("sac", env="Pendulum-v1", **SMALL)
     algo.train()
     clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
-    a, b = algo.workers.learner, clone.workers.learner
+    a, b = algo.workers.learner["default"], clone.workers.learner["default"]
     for module in ("module", "q", "q_target"):
         for pa, pb in zip(
             getattr(a, module).parameters(), getattr(b, module).parameters(), strict=True

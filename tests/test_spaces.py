@@ -67,7 +67,7 @@ def test_the_on_policy_family_trains_on_multidiscrete_actions(name):
     try:
         result = algo.train()
         assert result["env_steps_trained"] > 0 and np.isfinite(result["learner/entropy"])
-        actions = algo.workers.local_worker.sample()["actions"]
+        actions = algo.workers.local_worker.sample()["default"]["actions"]
         assert actions.shape[1:] == (2,) and actions[:, 1].max() <= 3
     finally:
         algo.stop()

@@ -51,7 +51,7 @@ def test_fragment_shapes_and_reset_steps_are_masked():
 
 def test_episode_returns_match_lengths_on_cartpole():
     worker = local_worker()
-    batches = [worker.sample() for _ in range(10)]
+    batches = [worker.sample()[SINGLE] for _ in range(10)]
     episodes, policy_metrics, unsent = worker.get_metrics()
     assert episodes, "random CartPole episodes are short"
     assert all(ep.episode_return == ep.length for ep in episodes)
@@ -101,7 +101,7 @@ def test_action_logp_is_the_sampling_policys_log_prob(env):
     # added per fragment from the recorded distribution inputs; must equal the log-prob
     # the unchanged policy gives each row's action
     worker = local_worker(env=env)
-    batch = worker.sample()
+    batch = worker.sample()[SINGLE]
     with torch.no_grad():
         dist, _ = worker.policy.distribution(torch.from_numpy(batch[OBS]))
         expected = dist.log_prob(torch.from_numpy(batch[ACTIONS])).numpy()
@@ -125,7 +125,7 @@ def test_inference_methods_run_in_inference_mode_whoever_calls_them():
 
 def test_continuous_actions_are_clipped_for_the_env_only():
     worker = local_worker(env="Pendulum-v1")
-    batch = worker.sample()
+    batch = worker.sample()[SINGLE]
     assert batch["actions"].shape == (len(batch), 1)
     clipped = worker.policy.env_actions(np.array([[5.0], [-5.0]], np.float32))
     assert clipped.tolist() == [[2.0], [-2.0]]
@@ -137,14 +137,14 @@ def test_evaluate_runs_exactly_the_episodes_asked_for():
 
 
 def test_same_seed_same_samples():
-    a, b = local_worker(seed=3).sample(), local_worker(seed=3).sample()
+    a, b = local_worker(seed=3).sample()[SINGLE], local_worker(seed=3).sample()[SINGLE]
     assert a.keys() == b.keys()
     assert all(np.array_equal(v, b[k]) for k, v in a.items())
 
 
 def test_a_kept_batch_is_never_overwritten_and_a_dropped_one_is_reused():
     worker = local_worker()
-    kept = worker.sample()
+    kept = worker.sample()[SINGLE]
     copy = {k: v.copy() for k, v in kept.items()}
     for _ in range(3):  # CartPole with 4 envs ends episodes: some rows dropped, some not
         worker.sample()
@@ -161,7 +161,7 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
     workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
     try:
         policy = workers.local_worker.policy
-        built = vars(workers.learner)
+        built = vars(workers.learner["default"])
         assert "optimizers" in built, "the learner's optimiser was built while they started"
         for p in policy.module.parameters():
             p.data.add_(1.0)
@@ -169,9 +169,11 @@ def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
         remote = ray.get([w.get_weights.remote() for w in workers.remote_workers])
         local = policy.get_weights()
         for weights in remote:
-            assert all(np.array_equal(weights[k], local[k]) for k in local)
+            assert all(np.array_equal(weights[SINGLE][k], local[k]) for k in local)
         seeds = ray.get([w.sample.remote() for w in workers.remote_workers])
-        assert not np.array_equal(seeds[0][OBS], seeds[1][OBS]), "workers use different seeds"
+        assert not np.array_equal(seeds[0][SINGLE][OBS], seeds[1][SINGLE][OBS]), (
+            "workers use different seeds"
+        )
         episodes = []
         for _ in range(50):
             episodes += workers.collect_metrics(timeout_s=1.0)[0]
@@ -199,15 +201,15 @@ def test_dead_worker_is_replaced_with_current_weights(ray_session):
         assert workers.recreate_failed_workers() == [1]
         assert workers.remote_workers[0] is not dead
         weights = ray.get(workers.remote_workers[0].get_weights.remote())
-        local = workers.local_worker.get_weights()
-        assert all(np.array_equal(weights[k], local[k]) for k in local)
+        local = workers.local_worker.get_weights()[SINGLE]
+        assert all(np.array_equal(weights[SINGLE][k], local[k]) for k in local)
     finally:
         workers.stop()
 
 
 def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
     worker = local_worker()
-    batch = worker.sample()
+    batch = worker.sample()[SINGLE]
     seen = []
 
     class Spy(PPOLearner):
@@ -228,7 +230,7 @@ def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
 
 def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_always():
     worker = local_worker()
-    batch = {k: torch.from_numpy(v) for k, v in worker.sample().items()}
+    batch = {k: torch.from_numpy(v) for k, v in worker.sample()[SINGLE].items()}
     spaces = worker.env.observation_spaces[SINGLE], worker.env.action_spaces[SINGLE]
     losses = {}
     for coeff in (0.0, 0.5):

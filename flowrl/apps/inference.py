@@ -115,7 +115,6 @@ def load_policy(
         policy_cls, config, obs_space, action_space = _agent_policy(
             spec, config, make_agent_env, policy_id, list(state)
         )
-        state = state[policy_id or next(iter(state))]
     else:
         if policy_id is not None:
             raise ConfigError(f"policy_id {policy_id!r}: {config.env} is a single-agent env")
@@ -123,6 +122,7 @@ def load_policy(
         obs_space, action_space = env.single_observation_space, env.single_action_space
         env.close()
         policy_cls, _ = spec.classes(config)
+    state = state[policy_id or next(iter(state))]
     policy = policy_cls(obs_space, action_space, config, device="cpu")
     try:
         policy.set_weights(state["weights"])

@@ -57,8 +57,8 @@ class Callbacks:
 
     def on_fragment_postprocessed(self, *, batch: Any, worker_index: int) -> None:
         """A worker postprocessed a fragment (advantages, n-step returns) into ``batch``,
-        which goes to the plan next (with several policies, a ``MultiAgentBatch`` of each
-        policy's part)."""
+        which goes to the plan next: a ``MultiAgentBatch`` of each policy's part
+        (``batch["default"]`` in a single-agent env)."""
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         """The driver has an iteration's ``result``; keys added to it are reported too."""

@@ -122,9 +122,14 @@ class SampleBatch:
         return SampleBatch(columns)
 
 
+#: the policy id of a run with one policy (a single-agent env's)
+SINGLE = "default"
+
+
 class MultiAgentBatch:
-    """Rows of several policies from the same env steps: one ``SampleBatch`` per
-    policy id, and the number of env steps they came from. ``len()`` is the env steps (an
+    """Rows of one or more policies from the same env steps: one ``SampleBatch`` per
+    policy id (a single-agent run's under ``SINGLE``), and the number of env steps they
+    came from. Every batch a plan passes on is one of these. ``len()`` is the env steps (an
     env step of three agents is one env step and three rows), which is what
     ``train_batch_size`` and the step counters count.
 

@@ -1,17 +1,17 @@
-"""Several policies in one run: a ``PolicyMap`` of acting policies by id (what a
-multi-agent rollout worker holds) and a ``MultiLearner`` that trains each trainable
-one on its own rows of a ``MultiAgentBatch``.
+"""A run's policies by id: a ``PolicyMap`` of acting policies (what every rollout worker
+holds; a single-agent run's has the one id ``SINGLE``) and ``Learners``, which trains each
+trainable one on its own rows of a ``MultiAgentBatch``.
 
-Both answer what plans and workers ask of one policy and one learner (weights, state,
-``learn_on_batch``, ``update_targets``, the KL weight), so a single-policy plan runs
-unchanged over several policies; statistics come back per policy (``PolicyStats``).
+Weights, state and statistics are keyed by policy id, whether a run has one policy or
+several, so no plan or operator asks how many there are. Statistics come back per policy
+(``PolicyStats``) and reach results as ``policy/<id>/<name>``, or ``<name>`` for ``SINGLE``.
 
 Examples:
     >>> import gymnasium as gym, numpy as np
     >>> from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
     >>> obs, act, config = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), PPOConfig()
     >>> policies = PolicyMap({pid: PPOPolicy(obs, act, config) for pid in ("a", "b")})
-    >>> learner = MultiLearner({pid: PPOLearner(p, config) for pid, p in policies.items()})
+    >>> learner = Learners({pid: PPOLearner(p, config) for pid, p in policies.items()})
     >>> sorted(policies.get_weights()), learner.policy_ids
     (['a', 'b'], ['a', 'b'])
 """
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
+from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
 from flowrl.learning.learner import Learner
 from flowrl.learning.policy import Policy
 
@@ -49,13 +49,31 @@ class PolicyStats(dict):
     """A learner's statistics by policy id (``{"a": {"loss": ...}, ...}``)."""
 
     def flat(self) -> dict[str, Any]:
-        """One level: ``policy/<id>/<name>``, as results have them.
+        """One level, as results have them: ``policy/<id>/<name>``, and ``<name>`` for the
+        one policy of a single-agent run.
 
         Examples:
-            >>> PolicyStats(a={"loss": 0.5}).flat()
-            {'policy/a/loss': 0.5}
+            >>> PolicyStats(a={"loss": 0.5}, default={"loss": 0.25}).flat()
+            {'policy/a/loss': 0.5, 'loss': 0.25}
         """
-        return {f"{POLICY_PREFIX}{pid}/{k}": v for pid, s in self.items() for k, v in s.items()}
+        return {policy_key(pid, k): v for pid, s in self.items() for k, v in s.items()}
+
+
+def scalar_stats(stats: PolicyStats) -> dict[str, Any]:
+    """The learner statistics that go into results, flat (``PolicyStats.flat``): per-row
+    ones (a DQN's ``td_error``, for priorities) stay out.
+
+    Examples:
+        >>> scalar_stats(PolicyStats(default={"loss": 0.5, "td_error": np.zeros(3)}))
+        {'loss': 0.5}
+    """
+    return {k: v for k, v in PolicyStats(stats).flat().items() if np.ndim(v) == 0}
+
+
+def policy_key(policy_id: str, name: str) -> str:
+    """Policy ``policy_id``'s result ``name``: ``policy/<id>/<name>``, or ``name`` alone for
+    ``SINGLE``."""
+    return name if policy_id == SINGLE else f"{POLICY_PREFIX}{policy_id}/{name}"
 
 
 class PolicyMap(dict):
@@ -79,6 +97,12 @@ class PolicyMap(dict):
     def metrics(self) -> dict[str, float]:
         return PolicyStats({pid: p.metrics() for pid, p in self.items()}).flat()
 
+    def postprocess(self, fragments: Mapping[str, Any], env_steps: int) -> MultiAgentBatch:
+        """Each policy's fragment post-processed by its policy (GAE, n-step, sequences); a
+        policy all of whose agents sat the fragment out has no rows."""
+        parts = {pid: self[pid].postprocess(f) for pid, f in fragments.items() if f.valid.any()}
+        return MultiAgentBatch(parts, env_steps)
+
     def set_env_steps_sampled(self, steps: int) -> None:
         for policy in self.values():
             policy.set_env_steps_sampled(steps)
@@ -93,11 +117,12 @@ class PolicyMap(dict):
             self[pid].normalizer.merge(u)
 
 
-class MultiLearner:
-    """The learners of a multi-agent run by policy id, trained each on its own rows.
+class Learners:
+    """A run's learners by policy id, each trained on its own policy's rows.
 
-    ``learn_on_batch`` takes a ``MultiAgentBatch`` and trains every policy of it
-    that is trainable and has rows; statistics come back as ``PolicyStats``.
+    ``learn_on_batch`` takes a ``MultiAgentBatch`` and trains every policy of it that is
+    trainable and has rows; statistics come back as ``PolicyStats``, gradients and state
+    keyed by policy id.
     """
 
     def __init__(self, learners: Mapping[str, Learner]) -> None:
@@ -115,8 +140,6 @@ class MultiLearner:
         return {pid: learner.optimizers for pid, learner in self.learners.items()}
 
     def _parts(self, batch: MultiAgentBatch) -> dict[str, SampleBatch]:
-        if not isinstance(batch, MultiAgentBatch):
-            raise TypeError(f"a multi-agent learner trains on a MultiAgentBatch, got {batch!r}")
         return {pid: b for pid, b in batch.policy_batches.items() if pid in self.learners and b}
 
     def learn_on_batch(self, batch: MultiAgentBatch, **kwargs: Any) -> PolicyStats:

@@ -25,8 +25,8 @@ from flowrl.core.context import (
     TimerStat,
 )
 from flowrl.core.iter import LocalIterator, NotReady, Operator
-from flowrl.core.sample_batch import SampleBatch
-from flowrl.ops.train import scalar_stats
+from flowrl.core.sample_batch import MultiAgentBatch
+from flowrl.learning.multi import PolicyStats, scalar_stats
 from flowrl.rollout.worker import WorkerSet
 
 T = TypeVar("T")
@@ -122,8 +122,8 @@ class LearnerThread(threading.Thread):
         if inbox_size < 1:
             raise ValueError(f"inbox_size must be >= 1, got {inbox_size}")
         self.worker = worker
-        self.inbox: queue.Queue[SampleBatch] = queue.Queue(maxsize=inbox_size)
-        self.outbox: queue.Queue[tuple[SampleBatch, dict[str, Any]]] = queue.Queue()
+        self.inbox: queue.Queue[MultiAgentBatch] = queue.Queue(maxsize=inbox_size)
+        self.outbox: queue.Queue[tuple[MultiAgentBatch, PolicyStats]] = queue.Queue()
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.version = 0
         self.learn_timer = TimerStat()
@@ -220,7 +220,7 @@ class Enqueue(Operator):
 
     def __init__(self, learner: LearnerThread) -> None:
         self._learner = learner
-        self._held: SampleBatch | None = None
+        self._held: MultiAgentBatch | None = None
 
     @property
     def sends_to(self) -> LearnerThread:
@@ -235,7 +235,7 @@ class Enqueue(Operator):
             timer = self._learner.learn_timer
             context.profiler.watch_thread("learner", lambda: timer.total_s)
 
-    def __call__(self, batch: SampleBatch) -> Any:
+    def __call__(self, batch: MultiAgentBatch) -> Any:
         learner = self._learner
         if self.context.profiler is not None:
             self.context.profiler.queue_depth("learner_inbox", learner.inbox.qsize())
@@ -255,7 +255,7 @@ class Enqueue(Operator):
         return batch
 
 
-def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[SampleBatch, dict[str, Any]]]:
+def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[MultiAgentBatch, PolicyStats]]:
     """What a learner thread finished: ``(batch, stats)`` items, the batch's rows counted
     as env steps trained and the stats reported as the learner's; ``NotReady`` while there
     is none. Closing the plan stops the thread (``Enqueue`` started it and registered

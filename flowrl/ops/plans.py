@@ -40,9 +40,8 @@ def replay_plan(
         >>> next(plan)["env_steps_trained"] > 0
         True
     """
-    multi_agent = bool(workers.policy_ids)
     # kept: the buffer survives a plan rebuild
-    buffer = workers.keep("replay", lambda: make_replay(config, multi_agent=multi_agent))
+    buffer = workers.keep("replay", lambda: make_replay(config))
     store_op = ParallelRollouts(workers, mode="bulk_sync").for_each(
         StoreToReplayBuffer(buffer, seed=config.seed, checkpoint=config.store_buffer_in_checkpoints)
     )

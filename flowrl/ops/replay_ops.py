@@ -2,17 +2,20 @@
 
 Examples:
     >>> from flowrl.ops import Concurrently
-    >>> buffer = ReplayBuffer(100)
-    >>> store_op = LocalIterator.from_items([SampleBatch(obs=np.arange(4))], repeat=True)
+    >>> from flowrl.replay import ReplayBuffer
+    >>> buffer = PolicyBuffers(lambda i: ReplayBuffer(100))
+    >>> rows = MultiAgentBatch({"default": SampleBatch(obs=np.arange(4))}, env_steps=4)
+    >>> store_op = LocalIterator.from_items([rows], repeat=True)
     >>> store_op = store_op.for_each(StoreToReplayBuffer(buffer))
     >>> replay_op = Replay(buffer, batch_size=2, learning_starts=4)
     >>> plan = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1])
-    >>> len(plan.take(1)[0])
-    2
+    >>> plan.take(1)[0]
+    MultiAgentBatch(2 env steps; default: 2 rows)
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,20 +23,21 @@ import numpy as np
 
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
-from flowrl.core.sample_batch import SampleBatch
-from flowrl.learning.multi import PolicyStats
-from flowrl.replay import BATCH_INDEXES, PolicyBuffers, ReplayBuffer, SampleShard, shard_of
+from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
+from flowrl.replay import BATCH_INDEXES, PolicyBuffers, SampleShard, shard_of
 
-# a local buffer (one per policy in a multi-agent run), or ReplayActor handles
-ReplayTarget = ReplayBuffer | PolicyBuffers | Sequence[Any]
+# local buffers (one per policy id), or ReplayActor handles
+ReplayTarget = PolicyBuffers | Sequence[Any]
 
 
 def _is_local(target: ReplayTarget) -> bool:
-    if isinstance(target, ReplayBuffer | PolicyBuffers):
+    if isinstance(target, PolicyBuffers):
         return True
     if isinstance(target, Sequence) and len(target) > 0:
         return False
-    raise TypeError(f"expected a ReplayBuffer or a non-empty list of ReplayActors, got {target!r}")
+    raise TypeError(
+        f"expected PolicyBuffers (make_replay) or a non-empty list of ReplayActors, got {target!r}"
+    )
 
 
 class StoreToReplayBuffer(Operator):
@@ -71,7 +75,7 @@ class StoreToReplayBuffer(Operator):
         if self._checkpoint:
             context.register_checkpointable("replay_buffer", self._target)
 
-    def __call__(self, batch: SampleBatch) -> SampleBatch:
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
         if self._local:
             self._target.add(batch)
             return batch
@@ -88,11 +92,11 @@ class StoreToReplayBuffer(Operator):
 
 def Replay(
     target: ReplayTarget, *, batch_size: int, learning_starts: int = 0, num_async: int = 1
-) -> LocalIterator[SampleBatch]:
-    """Sampled training batches once the buffer has received ``learning_starts`` rows
-    (each shard its share of them); ``NotReady`` before that. Over replay actors, every
-    shard has ``num_async`` sample requests in flight and batches come in completion
-    order.
+) -> LocalIterator[MultiAgentBatch]:
+    """Sampled training batches, ``batch_size`` rows of each policy whose buffer has
+    received ``learning_starts`` rows (each shard its share of them); ``NotReady`` before
+    that. Over replay actors, every shard has ``num_async`` sample requests in flight and
+    batches come in completion order.
 
     Examples:
         >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)  # doctest: +SKIP
@@ -176,7 +180,7 @@ class SamplingLead(Operator):
 class UpdatePriorities(Operator):
     """Writes new priorities (absolute TD errors) back to the buffer rows, or the replay
     shards, a trained batch came from. Takes TrainOneStep's ``(batch, stats)`` with
-    ``stats["td_error"]``.
+    each policy's ``stats[policy_id]["td_error"]``.
 
     Examples:
         >>> train_op.for_each(UpdatePriorities(buffer))  # doctest: +SKIP
@@ -186,19 +190,22 @@ class UpdatePriorities(Operator):
         self._local = _is_local(target)
         self._target = target
 
-    def __call__(self, item: tuple[SampleBatch, dict[str, Any]]) -> Any:
+    def __call__(self, item: tuple[MultiAgentBatch, dict[str, Any]]) -> Any:
         batch, stats = item
-        if isinstance(stats, PolicyStats):  # a buffer per policy
-            self._target.update_priorities(batch, {p: s["td_error"] for p, s in stats.items()})
-            return item
-        indexes, priorities = batch[BATCH_INDEXES], np.abs(stats["td_error"])
+        updates = {
+            pid: (batch[pid][BATCH_INDEXES], np.abs(s["td_error"])) for pid, s in stats.items()
+        }
         if self._local:
-            self._target.update_priorities(indexes, priorities)
+            self._target.update_priorities(updates)
             return item
-        shards, _ = shard_of(indexes, len(self._target))
-        for s in np.unique(shards):
-            rows = shards == s
-            self._target[s].update_priorities.remote(indexes[rows], priorities[rows])
+        by_shard: dict[int, dict[str, Any]] = defaultdict(dict)
+        for pid, (indexes, priorities) in updates.items():
+            shards, _ = shard_of(indexes, len(self._target))
+            for s in np.unique(shards):
+                rows = shards == s
+                by_shard[int(s)][pid] = indexes[rows], priorities[rows]
+        for s, shard_updates in by_shard.items():
+            self._target[s].update_priorities.remote(shard_updates)
         return item
 
 

@@ -28,12 +28,12 @@ from flowrl.core.iter import (
     walk,
 )
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
-from flowrl.learning.multi import PolicyStats
+from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.worker import WorkerSet
 
-Gradients = tuple[list[np.ndarray], dict[str, float]]
-Batch = SampleBatch | MultiAgentBatch
+#: ``(gradients by policy id, flat stats with "batch_count")``
+Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
 
 
 def _counted(
@@ -80,7 +80,7 @@ class SendDeferredWeights:
 
 def ParallelRollouts(
     workers: WorkerSet, *, mode: str = "bulk_sync", num_async: int = 2
-) -> LocalIterator[SampleBatch] | ParallelIterator[SampleBatch]:
+) -> LocalIterator[MultiAgentBatch] | ParallelIterator[MultiAgentBatch]:
     """Experience from the workers, counted as env steps sampled.
 
     ``bulk_sync``: one fragment from every worker per round, concatenated (on-policy).
@@ -158,7 +158,7 @@ class Aggregator(ParallelIteratorWorker):
             worker.set_weights.remote(self._ref)
             self._has[worker] = self._version
 
-    def _batches(self) -> Iterator[SampleBatch]:
+    def _batches(self) -> Iterator[MultiAgentBatch]:
         fragments = ParallelIterator.from_actors(
             self._workers,
             name="RolloutWorker",
@@ -170,7 +170,7 @@ class Aggregator(ParallelIteratorWorker):
 
 def AggregatedRollouts(
     workers: WorkerSet, *, num_aggregators: int, min_batch_size: int, num_async: int = 2
-) -> LocalIterator[SampleBatch]:
+) -> LocalIterator[MultiAgentBatch]:
     """Batches of at least ``min_batch_size`` env steps from ``num_aggregators``
     ``Aggregator`` actors (worker ``i`` goes to aggregator ``i % num_aggregators``),
     as they complete, counted as env steps sampled: what
@@ -220,12 +220,10 @@ class ComputeGradients(Operator):
     def __init__(self, worker: Any = None) -> None:
         self._worker = worker
 
-    def __call__(self, batch: SampleBatch) -> Gradients:
+    def __call__(self, batch: MultiAgentBatch) -> Gradients:
         worker = self._worker if self._worker is not None else self.context.worker
         grads, stats = worker.compute_gradients(batch)
-        if isinstance(stats, PolicyStats):  # several policies': by policy id
-            stats = stats.flat()
-        return grads, {**stats, "batch_count": len(batch)}
+        return grads, {**scalar_stats(stats), "batch_count": len(batch)}
 
 
 def _gradient_count(item: Gradients) -> int:
@@ -269,8 +267,8 @@ class ConcatRound(Operator):
     def __init__(self) -> None:
         self._pool = ArrayPool()
 
-    def __call__(self, fragments: list[Batch]) -> Batch:
-        return type(fragments[0]).concat(fragments, pool=self._pool)
+    def __call__(self, fragments: list[MultiAgentBatch]) -> MultiAgentBatch:
+        return MultiAgentBatch.concat(fragments, pool=self._pool)
 
 
 class ConcatBatches(Operator):
@@ -283,16 +281,16 @@ class ConcatBatches(Operator):
 
     def __init__(self, min_batch_size: int) -> None:
         self.min_batch_size = min_batch_size
-        self._buffer: list[Batch] = []
+        self._buffer: list[MultiAgentBatch] = []
         self._count = 0
         self._pool = ArrayPool()  # a batch's memory, reused once nothing holds it
 
-    def __call__(self, batch: Batch) -> list[Batch]:
+    def __call__(self, batch: MultiAgentBatch) -> list[MultiAgentBatch]:
         self._buffer.append(batch)
-        self._count += len(batch)  # env steps, for a multi-agent batch too
+        self._count += len(batch)  # env steps
         if self._count < self.min_batch_size:
             return []
-        out = type(self._buffer[0]).concat(self._buffer, pool=self._pool)
+        out = MultiAgentBatch.concat(self._buffer, pool=self._pool)
         self._buffer, self._count = [], 0
         return [out]
 
@@ -320,7 +318,8 @@ class SelectExperiences(Operator):
 
 
 class StandardizeFields(Operator):
-    """Zero mean, unit variance on the named columns of each batch.
+    """Zero mean, unit variance on the named columns of each policy's rows (a policy
+    whose rows lack them is left as it is).
 
     Examples:
         >>> batches.for_each(StandardizeFields(["advantages"]))  # doctest: +SKIP
@@ -329,15 +328,15 @@ class StandardizeFields(Operator):
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = list(fields)
 
-    def __call__(self, batch: Batch) -> Batch:
-        if isinstance(batch, MultiAgentBatch):  # each policy's rows on their own
-            for part in batch.policy_batches.values():
-                if all(field in part for field in self.fields):
-                    self(part)
-            return batch
-        # the statistics of the rows to learn from (sequences hold reset steps and padding)
-        valid = batch[VALID] if VALID in batch else slice(None)
-        for field in self.fields:
-            x = batch[field]
-            batch[field] = (x - x[valid].mean()) / max(float(x[valid].std()), 1e-8)
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        for rows in batch.policy_batches.values():
+            if all(field in rows for field in self.fields):
+                self._standardize(rows)
         return batch
+
+    def _standardize(self, rows: SampleBatch) -> None:
+        # the statistics of the rows to learn from (sequences hold reset steps and padding)
+        valid = rows[VALID] if VALID in rows else slice(None)
+        for field in self.fields:
+            x = rows[field]
+            rows[field] = (x - x[valid].mean()) / max(float(x[valid].std()), 1e-8)

@@ -73,7 +73,7 @@ class SelfPlay(Operator):
         self._results += 1
         if self._results % self.every:
             return result
-        policies = self._workers.local_worker.policy
+        policies = self._workers.local_worker.policies
         policy = policies[self.policy_id]
         player, games = policy_player(policy), self.games
         rates = {"vs_random": match(self._make_env, player, random_player(self._results), games)}

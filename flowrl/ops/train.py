@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from flowrl.core.context import (
     LEARN,
     LEARNER_INFO,
@@ -24,22 +22,9 @@ from flowrl.core.context import (
 )
 from flowrl.core.iter import Operator
 from flowrl.core.sample_batch import MultiAgentBatch
-from flowrl.learning.multi import POLICY_PREFIX, PolicyStats
-from flowrl.ops.rollouts import Batch, Gradients
+from flowrl.learning.multi import POLICY_PREFIX, PolicyStats, scalar_stats
+from flowrl.ops.rollouts import Gradients
 from flowrl.rollout.worker import WorkerSet
-
-
-def scalar_stats(stats: dict[str, Any]) -> dict[str, Any]:
-    """The learner statistics that go into results: per-row ones (a DQN's ``td_error``,
-    for priorities) stay out.
-
-    Examples:
-        >>> scalar_stats({"loss": 0.5, "td_error": np.zeros(3)})
-        {'loss': 0.5}
-    """
-    if isinstance(stats, PolicyStats):
-        stats = stats.flat()
-    return {k: v for k, v in stats.items() if np.ndim(v) == 0}
 
 
 def steps_trained(policy_id: str) -> str:
@@ -52,10 +37,10 @@ class TrainOneStep(Operator):
     ``ray.put``, sent without waiting) before they next sample
     (``WorkerSet.defer_weight_sync``). Counts env steps trained.
 
-    Passes on ``(batch, stats)``; per-row stats (a DQN's ``td_error``) stay out of the
-    results, which get the scalar ones. A ``MultiAgentBatch`` trains each of its
-    trainable policies on its own rows (stats by policy id, rows counted per policy
-    too).
+    Each trainable policy of the batch learns on its own rows. Passes on ``(batch,
+    stats)``, stats by policy id; per-row stats (a DQN's ``td_error``) stay out of the
+    results, which get the scalar ones. Rows trained are counted per policy too, so a
+    branch that trains some policies keeps the others' results.
 
     Examples:
         >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
@@ -71,18 +56,15 @@ class TrainOneStep(Operator):
         self.num_sgd_iter = num_sgd_iter
         self.sgd_minibatch_size = sgd_minibatch_size
 
-    def __call__(self, batch: Batch) -> tuple[Batch, dict[str, Any]]:
+    def __call__(self, batch: MultiAgentBatch) -> tuple[MultiAgentBatch, PolicyStats]:
         with self.context.timer("learn"):
             stats = self._workers.local_worker.learn_on_batch(
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)
-        if isinstance(batch, MultiAgentBatch):  # branches training other policies keep theirs
-            for pid in stats:
-                self.context.counters[steps_trained(pid)] += len(batch[pid])
-            self.context.info.setdefault(LEARNER_INFO, {}).update(scalar_stats(stats))
-        else:
-            self.context.info[LEARNER_INFO] = scalar_stats(stats)
+        for pid in stats:
+            self.context.counters[steps_trained(pid)] += len(batch[pid])
+        self.context.info.setdefault(LEARNER_INFO, {}).update(scalar_stats(stats))
         self._workers.defer_weight_sync()
         return batch, stats
 
@@ -103,7 +85,7 @@ class ApplyGradients(Operator):
         self._workers = workers
         self.update_all = update_all
 
-    def __call__(self, item: Gradients) -> dict[str, float]:
+    def __call__(self, item: Gradients) -> dict[str, Any]:
         grads, info = item
         with self.context.timer("apply"):
             self._workers.local_worker.apply_gradients(grads)
@@ -123,7 +105,7 @@ class UpdateTargets(Operator):
     ``tau``, blends it in softly after every item (Polyak averaging). With ``policy_id``
     (a branch of a multi-agent plan), the period counts that policy's rows trained and
     only that policy's targets move: ``update_fn`` is called with ``policy_id=``
-    (``MultiLearner.update_targets``).
+    (``Learners.update_targets``); without, every policy's targets move.
 
     Examples:
         >>> train_op.for_each(UpdateTargets(update_fn, period=500))  # doctest: +SKIP

@@ -9,8 +9,8 @@
 
 Examples:
     >>> buffer = make_replay(ReplayConfig(num_workers=0, buffer_size=100))
-    >>> type(buffer).__name__, buffer.capacity
-    ('ReplayBuffer', 100)
+    >>> buffer
+    ReplayBuffer(capacity=100, UniformSampler) per policy
 """
 
 from flowrl.replay.actor import (

@@ -1,14 +1,14 @@
 """ReplayActor: one shard of a replay buffer held by a Ray actor.
 
 A sharded buffer spreads storage and sampling over several processes (Ape-X's layout).
-Each shard owns a ``ReplayBuffer``; the row indexes it hands out are
+Each shard owns a ``PolicyBuffers`` (a buffer per policy id); the row indexes it hands out are
 global: ``local * num_shards + shard_index``, so ``shard_of`` routes new priorities back
 to the shard a row came from, even after batches from several shards were concatenated.
 A shard is also the shard of a ``ParallelIterator`` whose every item is
 the shard itself, so ``flowrl.ops.Replay`` samples shards through ``gather_async``.
 
 Examples:
-    >>> make = lambda i: ReplayBuffer(100_000, seed=i)
+    >>> make = lambda i: PolicyBuffers(lambda j: ReplayBuffer(100_000, seed=i + 2 * j))
     >>> shards = create_replay_actors(make, num_shards=2)  # doctest: +SKIP
     >>> rollouts.for_each(StoreToReplayBuffer(shards))  # doctest: +SKIP
     >>> Replay(shards, batch_size=32, learning_starts=1000)  # doctest: +SKIP
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.iter import NotReady, ParallelIteratorWorker
-from flowrl.core.sample_batch import SampleBatch
-from flowrl.replay.buffer import BATCH_INDEXES, ReplayBuffer
+from flowrl.core.sample_batch import MultiAgentBatch
+from flowrl.replay.buffer import BATCH_INDEXES, PolicyBuffers
 
 
 def shard_of(indexes: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,33 +38,38 @@ class ReplayActor(ParallelIteratorWorker):
     row indexes."""
 
     def __init__(
-        self, make_buffer: Callable[[int], ReplayBuffer], *, shard_index: int, num_shards: int
+        self, make_buffer: Callable[[int], PolicyBuffers], *, shard_index: int, num_shards: int
     ) -> None:
         super().__init__(lambda: itertools.repeat(self))
         self.buffer = make_buffer(shard_index)
         self.shard_index, self.num_shards = shard_index, num_shards
 
-    def add(self, batch: SampleBatch) -> None:
+    def add(self, batch: MultiAgentBatch) -> None:
         self.buffer.add(batch)
 
-    def sample(self, n: int, learning_starts: int = 0) -> SampleBatch | None:
-        """``n`` rows with global ``batch_indexes``; ``None`` until the shard has received
-        ``learning_starts`` rows."""
+    def sample(self, n: int, learning_starts: int = 0) -> MultiAgentBatch | None:
+        """``n`` rows of each policy with global ``batch_indexes``; ``None`` until the
+        shard has received ``learning_starts`` rows of one."""
         batch = self.buffer.sample_after(n, learning_starts)
         if batch is None:
             return None
-        batch[BATCH_INDEXES] = batch[BATCH_INDEXES] * self.num_shards + self.shard_index
+        for rows in batch.policy_batches.values():
+            rows[BATCH_INDEXES] = rows[BATCH_INDEXES] * self.num_shards + self.shard_index
         return batch
 
     def size(self) -> int:
         """Rows stored."""
         return len(self.buffer)
 
-    def update_priorities(self, indexes: np.ndarray, priorities: np.ndarray) -> None:
-        shards, local = shard_of(indexes, self.num_shards)
-        if np.any(shards != self.shard_index):
-            raise ValueError(f"shard {self.shard_index} got rows of shards {np.unique(shards)}")
-        self.buffer.update_priorities(local, priorities)
+    def update_priorities(self, updates: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """New priorities by policy id: ``(global row indexes, priorities)``."""
+        local = {}
+        for pid, (indexes, priorities) in updates.items():
+            shards, local_indexes = shard_of(indexes, self.num_shards)
+            if np.any(shards != self.shard_index):
+                raise ValueError(f"shard {self.shard_index} got rows of shards {np.unique(shards)}")
+            local[pid] = local_indexes, priorities
+        self.buffer.update_priorities(local)
 
 
 class SampleShard:
@@ -80,7 +85,7 @@ class SampleShard:
     def __init__(self, batch_size: int, *, learning_starts: int = 0) -> None:
         self.batch_size, self.learning_starts = batch_size, learning_starts
 
-    def __call__(self, shard: ReplayActor) -> SampleBatch | Any:
+    def __call__(self, shard: ReplayActor) -> MultiAgentBatch | Any:
         batch = shard.sample(self.batch_size, self.learning_starts)
         return NotReady if batch is None else batch
 
@@ -93,7 +98,7 @@ class ReplayShards(list):
     the ones that died: ``revive`` recreates them, empty."""
 
     def __init__(
-        self, make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
+        self, make_buffer: Callable[[int], PolicyBuffers], *, num_shards: int, num_cpus: float = 0
     ) -> None:
         import ray
 
@@ -121,13 +126,13 @@ class ReplayShards(list):
 
 
 def create_replay_actors(
-    make_buffer: Callable[[int], ReplayBuffer], *, num_shards: int, num_cpus: float = 0
+    make_buffer: Callable[[int], PolicyBuffers], *, num_shards: int, num_cpus: float = 0
 ) -> ReplayShards:
     """``num_shards`` ReplayActors; ``make_buffer(shard_index)`` builds each shard's buffer
     inside its actor (a 1M-row buffer is never pickled).
 
     Examples:
-        >>> make = lambda i: ReplayBuffer(50_000, seed=i)
+        >>> make = lambda i: PolicyBuffers(lambda j: ReplayBuffer(50_000, seed=i + 4 * j))
         >>> shards = create_replay_actors(make, num_shards=4)  # doctest: +SKIP
     """
     return ReplayShards(make_buffer, num_shards=num_shards, num_cpus=num_cpus)

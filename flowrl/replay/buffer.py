@@ -246,25 +246,29 @@ class ReplayBuffer:
 
 
 class PolicyBuffers:
-    """One replay buffer per policy of a multi-agent run, made by ``make(i)`` when the
-    ``i``-th policy's first rows arrive (``i`` offsets its seed, so policies sample apart):
-    ``add`` takes a ``MultiAgentBatch`` and ``sample_after`` returns one, with
-    ``n`` rows of every policy whose buffer is ready.
+    """One replay buffer per policy id, made by ``make(i)`` when the ``i``-th policy's
+    first rows arrive (``i`` offsets its seed, so policies sample apart): ``add`` takes a
+    ``MultiAgentBatch`` and ``sample_after`` returns one, with ``n`` rows of every policy
+    whose buffer is ready. A single-agent run's has one buffer.
 
     Examples:
-        >>> buffers = PolicyBuffers(lambda i: ReplayBuffer(100, seed=i))
+        >>> prioritized = lambda i: ReplayBuffer(100, sampler=PrioritizedSampler(100), seed=i)
+        >>> buffers = PolicyBuffers(prioritized)
         >>> rows = {"a": SampleBatch(x=np.arange(4)), "b": SampleBatch(x=np.arange(2))}
         >>> buffers.add(MultiAgentBatch(rows, env_steps=4))
-        >>> buffers.sample_after(3, learning_starts=3)
+        >>> batch = buffers.sample_after(3, learning_starts=3)
+        >>> batch
         MultiAgentBatch(3 env steps; a: 3 rows)
+        >>> buffers.update_priorities({"a": (batch["a"][BATCH_INDEXES], np.ones(3))})
     """
 
     def __init__(self, make: Callable[[int], ReplayBuffer]) -> None:
         self._make = make
         self.buffers: dict[str, ReplayBuffer] = {}
+        self._kind = repr(make(0))  # an empty buffer allocates nothing
 
     def __repr__(self) -> str:
-        return f"PolicyBuffers({', '.join(self.buffers) or 'a buffer per policy'})"
+        return f"{self._kind} per policy"
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.buffers.values())
@@ -286,12 +290,10 @@ class PolicyBuffers:
         ready = {pid: rows for pid, rows in parts.items() if rows is not None}
         return MultiAgentBatch(ready, env_steps=n) if ready else None
 
-    def update_priorities(
-        self, batch: MultiAgentBatch, td_errors: Mapping[str, np.ndarray]
-    ) -> None:
-        """New priorities for the rows of each policy of a sampled ``batch``."""
-        for pid, errors in td_errors.items():
-            self.buffers[pid].update_priorities(batch[pid][BATCH_INDEXES], np.abs(errors))
+    def update_priorities(self, updates: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """New priorities by policy id: ``(row indexes, priorities)`` of its buffer."""
+        for pid, (indexes, priorities) in updates.items():
+            self.buffers[pid].update_priorities(indexes, priorities)
 
     def get_state(self) -> dict:
         return {pid: b.get_state() for pid, b in self.buffers.items()}

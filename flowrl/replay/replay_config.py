@@ -94,19 +94,20 @@ def make_buffer(config: ReplayConfig, shard_index: int = 0) -> ReplayBuffer:
     return ReplayBuffer(capacity, sampler=sampler, seed=seed)
 
 
-def make_replay(
-    config: ReplayConfig, *, multi_agent: bool = False
-) -> ReplayBuffer | PolicyBuffers | list[Any]:
-    """A local buffer, or ``replay_shards`` replay actors; for a multi-agent run, a local
-    buffer per policy (``PolicyBuffers``)."""
-    if multi_agent:
-        if config.replay_shards:
-            raise ConfigError("replay_shards does not take multi-agent batches yet; set it to 0")
-        return PolicyBuffers(functools.partial(make_buffer, config))  # seed + i for policy i
+def policy_buffers(config: ReplayConfig, shard_index: int = 0) -> PolicyBuffers:
+    """A buffer per policy id, or one shard's: policy ``i``'s seed is offset by ``i``
+    times the shards, so no two buffers sample alike."""
+    shards = max(config.replay_shards, 1)
+    return PolicyBuffers(lambda i: make_buffer(config, shard_index + i * shards))
+
+
+def make_replay(config: ReplayConfig) -> PolicyBuffers | list[Any]:
+    """Local buffers (a buffer per policy id), or ``replay_shards`` replay actors that
+    hold them."""
     if config.replay_shards == 0:
-        return make_buffer(config)
+        return policy_buffers(config)
     # a plain ReplayConfig: unpickling an algorithm's own config in every shard actor would
     # import that algorithm (and torch) there, ~1 s of CPU each while the workers start
     plain = ReplayConfig.from_dict({f.name: getattr(config, f.name) for f in fields(ReplayConfig)})
-    factory = functools.partial(make_buffer, plain)
+    factory = functools.partial(policy_buffers, plain)
     return create_replay_actors(factory, num_shards=config.replay_shards)

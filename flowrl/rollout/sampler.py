@@ -54,6 +54,7 @@ from flowrl.core.callbacks import Callbacks
 from flowrl.core.sample_batch import (
     RAW_OBS,
     REWARDS,
+    SINGLE,
     STATE_IN,
     STATE_STARTS,
     TERMINATEDS,
@@ -69,7 +70,6 @@ from flowrl.rollout.fragments import finish_fragment, write_row
 from flowrl.rollout.turns import TurnRows
 
 #: the policy id of a single-agent env's lanes
-SINGLE = "default"
 
 
 class VectorLanes:

@@ -33,7 +33,7 @@ from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.learner import Learner
-from flowrl.learning.multi import MultiLearner, PolicyMap, PolicySpec
+from flowrl.learning.multi import Learners, PolicyMap, PolicySpec, PolicyStats
 from flowrl.learning.policy import Policy, Weights
 from flowrl.learning.registry import register_model, registered_model
 from flowrl.rollout.envs import (
@@ -51,7 +51,7 @@ from flowrl.rollout.multi_agent import (
     agent_env_maker,
     policy_mapping,
 )
-from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
+from flowrl.rollout.sampler import Sampler, VectorLanes
 from flowrl.rollout.turns import TurnLanes
 
 logger = logging.getLogger(__name__)
@@ -100,8 +100,6 @@ class RolloutWorker(ParallelIteratorWorker):
         #: the config's Callbacks, this worker's own instance (None: no callbacks)
         self.callbacks = load_callbacks(config.callbacks)
         make_agent_env = agent_env_maker(config.env, config.env_config)
-        #: whether the env has several agents (``policy`` is then the policy map)
-        self.multi_agent = make_agent_env is not None
         #: the env as lanes, and a policy for each policy id of them (``SINGLE`` alone for
         #: a single-agent env)
         self.env = self._lanes(make_agent_env, seed, threads)
@@ -115,7 +113,6 @@ class RolloutWorker(ParallelIteratorWorker):
                 device=device,
                 worker_index=worker_index,
             )
-        self.policy = self.policies if self.multi_agent else self.policies[SINGLE]
         self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where)
 
     def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
@@ -129,6 +126,14 @@ class RolloutWorker(ParallelIteratorWorker):
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
         kind = TurnLanes if make_agent_env.turn_based else AgentLanes
         return kind(make_agent_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of, **hooks)
+
+    @property
+    def policy(self) -> Policy:
+        """The worker's one policy (a single-agent env's); with several, name one:
+        ``policies[policy_id]``."""
+        if len(self.policies) != 1:
+            raise AttributeError(f"this worker has policies {list(self.policies)}: name one")
+        return next(iter(self.policies.values()))
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -145,9 +150,9 @@ class RolloutWorker(ParallelIteratorWorker):
         while True:
             yield self.sample()
 
-    def sample(self):
-        """One post-processed fragment: ``rollout_fragment_length`` steps of every env
-        (with several policies, a ``MultiAgentBatch`` of each policy's part)."""
+    def sample(self) -> MultiAgentBatch:
+        """One post-processed fragment: ``rollout_fragment_length`` steps of every env, as
+        each policy's part."""
         start = time.perf_counter()
         steps = self.config.rollout_fragment_length
         try:
@@ -158,17 +163,7 @@ class RolloutWorker(ParallelIteratorWorker):
             trace = getattr(cause, "__traceback__", None) or e.__traceback__
             fault = EnvError(f"{self._where} raised {e.message}", self.worker_index)
             raise fault.with_traceback(trace) from cause
-        if not self.multi_agent:
-            batch = self.policy.postprocess(fragments[SINGLE])
-        else:
-            batch = MultiAgentBatch(
-                {  # a policy all of whose agents sat the fragment out has no rows
-                    pid: self.policy[pid].postprocess(f)
-                    for pid, f in fragments.items()
-                    if f.valid.any()
-                },
-                env_steps=steps * self.env.num_envs,
-            )
+        batch = self.policies.postprocess(fragments, steps * self.env.num_envs)
         if self.callbacks is not None:
             self.callbacks.on_fragment_postprocessed(batch=batch, worker_index=self.worker_index)
         self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
@@ -180,11 +175,8 @@ class RolloutWorker(ParallelIteratorWorker):
         seconds sampling and loading weights so far, and the normalisation statistics
         added since the last call (for the learner to merge)."""
         episodes = self.env.take_episodes()
-        if self.multi_agent:
-            unsent = self.policy.take_unsent()
-        else:
-            unsent = self.policy.normalizer.take_unsent()
-        metrics = self.policy.metrics()
+        unsent = self.policies.take_unsent()
+        metrics = self.policies.metrics()
         if hasattr(self.env, "illegal_moves"):  # a turn-based game's, so far
             metrics = {**metrics, "illegal_moves": self.env.illegal_moves}
         if self.config.profile:
@@ -195,32 +187,29 @@ class RolloutWorker(ParallelIteratorWorker):
         """Another worker's normalisation statistics (``get_metrics``) into this
         worker's policies."""
         with self.lock:
-            (self.policy if self.multi_agent else self.policy.normalizer).merge(unsent)
+            self.policies.merge(unsent)
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     @cached_property
-    def learner(self) -> Learner | MultiLearner:
-        """The learner that trains this worker's policy, built on first use: rollout
-        workers that only sample never build one. With several policies, a
-        ``MultiLearner`` of the trainable ones."""
-        if self.multi_agent:
-            learners = {}
-            for pid, policy in self.policy.items():
-                spec = self.policy_spec(pid)
-                if spec.trainable and spec.learner_cls is not None:
-                    learners[pid] = spec.learner_cls(policy, spec.config)
-            return MultiLearner(learners)
-        if self.learner_cls is None:
+    def learner(self) -> Learners:
+        """The learners of this worker's trainable policies by policy id, built on first
+        use: rollout workers that only sample never build them."""
+        learners = {}
+        for pid, policy in self.policies.items():
+            spec = self.policy_spec(pid)
+            if spec.trainable and spec.learner_cls is not None:
+                learners[pid] = spec.learner_cls(policy, spec.config)
+        if not learners:
             raise TypeError(f"worker {self.worker_index} was built without a learner class")
-        return self.learner_cls(self.policy, self.config)
+        return Learners(learners)
 
-    def learn_on_batch(self, batch, **kwargs: Any) -> dict[str, float]:
+    def learn_on_batch(self, batch: MultiAgentBatch, **kwargs: Any) -> PolicyStats:
         return self.learner.learn_on_batch(batch, **kwargs)
 
-    def compute_gradients(self, batch) -> tuple[list[np.ndarray], dict[str, float]]:
+    def compute_gradients(self, batch: MultiAgentBatch) -> tuple[dict[str, Any], PolicyStats]:
         return self.learner.compute_gradients(batch)
 
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+    def apply_gradients(self, grads: dict[str, list[np.ndarray]]) -> None:
         self.learner.apply_gradients(grads)
 
     def parameter_count(self) -> int:
@@ -228,27 +217,26 @@ class RolloutWorker(ParallelIteratorWorker):
         learner's once built (a sampling worker holds the acting module alone)."""
         seen: dict[int, int] = {}
         policies = self.policies.values()
-        learner = self.__dict__.get("learner")
-        learners = learner.learners.values() if isinstance(learner, MultiLearner) else [learner]
+        learners = self.__dict__["learner"].learners.values() if "learner" in self.__dict__ else []
         for owner in filter(None, [*policies, *learners]):
             for value in vars(owner).values():
                 if isinstance(value, torch.nn.Module):
                     seen.update((id(p), p.numel()) for p in value.parameters())
         return sum(seen.values())
 
-    def get_weights(self) -> Weights:
-        return self.policy.get_weights()
+    def get_weights(self) -> dict[str, Weights]:
+        return self.policies.get_weights()
 
     def set_env_steps_sampled(self, steps: int) -> None:
         """The run has sampled ``steps`` env steps: the policy's acting schedule and, where
         this worker has built a learner (gradients computed here), its schedules."""
-        self.policy.set_env_steps_sampled(steps)
+        self.policies.set_env_steps_sampled(steps)
         if "learner" in self.__dict__:  # built: cached_property keeps it in __dict__
             self.learner.set_env_steps(steps)
 
-    def set_weights(self, weights: Weights) -> None:
+    def set_weights(self, weights: dict[str, Weights]) -> None:
         start = time.perf_counter()
-        self.policy.set_weights(weights)
+        self.policies.set_weights(weights)
         self.busy_s[WORKER_WEIGHTS_S] += time.perf_counter() - start
 
     # -- evaluation ----------------------------------------------------------------------
@@ -268,7 +256,7 @@ class RolloutWorker(ParallelIteratorWorker):
         )  # fmt: skip
 
     def evaluate_with(
-        self, weights: Weights, episodes: int, video_dir: str | None = None
+        self, weights: dict[str, Weights], episodes: int, video_dir: str | None = None
     ) -> list[Episode]:
         """``evaluate`` with ``weights`` (an evaluation worker's one call)."""
         self.set_weights(weights)
@@ -375,16 +363,15 @@ class WorkerSet:
         self._weights_deferred = False
 
     @property
-    def learner(self) -> Learner | MultiLearner:
-        """The learner, on the local worker: what training operators update (with several
-        policies, a ``MultiLearner``)."""
+    def learner(self) -> Learners:
+        """The learners by policy id, on the local worker: what training operators
+        update."""
         return self.local_worker.learner
 
     @property
     def policy_ids(self) -> list[str]:
-        """The ids of a multi-agent run's policies ([] for a single-agent env)."""
-        worker = self.local_worker
-        return list(worker.policy) if worker.multi_agent else []
+        """The ids of the run's policies (``[SINGLE]`` for a single-agent env)."""
+        return list(self.local_worker.policies)
 
     def policy_config(self, policy_id: str) -> Config:
         """The config policy ``policy_id`` acts and learns with."""

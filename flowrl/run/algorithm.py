@@ -338,7 +338,7 @@ class Algorithm(Checkpointing):
         remote workers), told without waiting; the results show the config's as
         ``schedule/<name>``."""
         steps = self.plan.context.counters[STEPS_SAMPLED]
-        self.workers.local_worker.policy.set_env_steps_sampled(steps)
+        self.workers.local_worker.policies.set_env_steps_sampled(steps)
         self.workers.local_worker.learner.set_env_steps(steps)
         self.workers.set_env_steps_sampled(steps)
         return {

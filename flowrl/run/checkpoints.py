@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from flowrl.core.config import ConfigError
+from flowrl.core.sample_batch import SINGLE
 
 #: The layout of what a checkpoint holds; a checkpoint of another version does not load.
 #: 2: the policy's weights and the learner's state apart (optimisers, targets, critics).
@@ -198,7 +199,16 @@ def load(path: str | os.PathLike[str]) -> Checkpoint:
     except Exception as e:  # torch reports damage as several exception types
         reason = error_reason(e)
         raise CheckpointError(f"damaged checkpoint {path}: {STATE_FILE}: {reason}") from None
-    return Checkpoint(path, meta, _decode(state))
+    return Checkpoint(path, meta, _by_policy(_decode(state)))
+
+
+def _by_policy(state: dict[str, Any]) -> dict[str, Any]:
+    """The policy and learner state by policy id: a single-agent checkpoint written before
+    every run kept them so holds them flat, as the one policy's."""
+    for part, marker in (("policy", "weights"), ("learner", "optimizers")):
+        if marker in state.get(part, {}):
+            state[part] = {SINGLE: state[part]}
+    return state
 
 
 def latest(run_dir: str | os.PathLike[str]) -> Checkpoint:

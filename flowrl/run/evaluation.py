@@ -57,9 +57,11 @@ class Evaluation:
         self.workers, self.interval, self.episodes = workers, interval, episodes
         self.video_dir = video_dir
         self._actor: Any = None
-        self._pending: tuple[Any, int, Weights] | None = None  # (ref, iteration, weights)
+        self._pending: tuple[Any, int, dict[str, Weights]] | None = (
+            None  # (ref, iteration, weights)
+        )
         #: The weights the last finished evaluation scored.
-        self.scored_weights: Weights | None = None
+        self.scored_weights: dict[str, Weights] | None = None
 
     def step(self, iteration: int) -> dict[str, Any]:
         """``evaluation/...`` results that finished since the last call (empty if none);

@@ -38,18 +38,21 @@ class Checkpointing:
     plan: Any
     iteration: int
 
-    def save(self, path: str | os.PathLike[str], *, weights: Weights | None = None) -> Path:
+    def save(
+        self, path: str | os.PathLike[str], *, weights: dict[str, Weights] | None = None
+    ) -> Path:
         """Write a checkpoint directory (weights, optimiser, counters, config, and what the
         plan registered, such as a replay buffer) atomically; returns it. Non-finite
-        weights raise ``NonFiniteError`` instead of being saved. ``weights`` (from
-        ``policy.get_weights()``) replace the current ones: those an evaluation scored."""
+        weights raise ``NonFiniteError`` instead of being saved. ``weights`` (by policy
+        id, from ``worker.get_weights()``) replace the current ones: those an evaluation
+        scored."""
         local = self.workers.local_worker
         with local.lock:  # not halfway through a learner thread's update
             local.learner.check_finite_weights()
             plan = self.plan.context.get_state()
-            policy_state = local.policy.get_state()
-            if weights is not None:
-                policy_state["weights"] = weights
+            policy_state = local.policies.get_state()
+            for pid, w in (weights or {}).items():
+                policy_state[pid]["weights"] = w
             state = {
                 "policy": policy_state,
                 "learner": local.learner.get_state(),
@@ -79,7 +82,7 @@ class Checkpointing:
             )
         state = checkpoint.state
         try:
-            self.workers.local_worker.policy.set_state(state["policy"])
+            self.workers.local_worker.policies.set_state(state["policy"])
             self.workers.learner.set_state(state["learner"])
             plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
             self.plan.context.set_state(plan)
