@@ -253,3 +253,23 @@ def test_training_survives_a_dead_worker(ray_session):
     # the rebuilt plan's metrics operator took over its predecessor's clock
     assert summary["time_total_s"] > before["time_total_s"]
     algo.stop()
+
+
+def test_a_single_agent_checkpoint_from_before_policy_ids_still_loads(tmp_path):
+    """Checkpoints written before every run was keyed by policy id held a single-agent
+    run's policy and learner state flat."""
+    from flowrl import load_policy
+    from flowrl.run.checkpoints import STATE_FILE
+
+    algo = Algorithm("ppo", env="CartPole-v1", **FAST)
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    state = torch.load(path / STATE_FILE, weights_only=True)
+    state["policy"], state["learner"] = state["policy"]["default"], state["learner"]["default"]
+    torch.save(state, path / STATE_FILE)
+    clone = Algorithm.from_checkpoint(path)
+    a, b = algo.workers.local_worker.get_weights(), clone.workers.local_worker.get_weights()
+    assert all(np.array_equal(a["default"][k], b["default"][k]) for k in a["default"])
+    assert load_policy(path).compute_action(np.zeros(4, np.float32)) in (0, 1)
+    algo.stop()
+    clone.stop()
