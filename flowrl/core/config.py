@@ -286,6 +286,9 @@ class Config:
     evaluation_video_dir: str = param(
         "", "write each evaluation's episodes as MP4s under DIR/iteration_N; '': none"
     )
+    record_experiences: str = param(
+        "", "write the experiences the workers sample as Parquet files under DIR; '': none"
+    )
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
     min_env_steps_per_iteration: int = param(0, "least env steps per train() result", ge=0)

@@ -360,15 +360,22 @@ class Policy:
         """Turn a sampled fragment into training rows (returns, advantages, ...)."""
         return self.add_action_logp(fragment).to_batch()
 
-    @inference
     def add_action_logp(self, fragment: Fragment) -> Fragment:
-        """Adds ``action_logp``: each sampled action's log-prob under the distribution
-        inputs recorded when it was sampled (a no-op for fragments without them)."""
-        cols = fragment.columns
-        if ACTION_DIST_INPUTS in cols:
-            dist = self.dist_cls(torch.from_numpy(cols[ACTION_DIST_INPUTS]))
-            cols[LOGP] = dist.log_prob(to_tensor(cols[ACTIONS])).numpy()
+        """Adds ``action_logp`` (``action_logp``) to a fragment that has the distribution
+        inputs to give it."""
+        logp = self.action_logp(fragment.columns)
+        if logp is not None:
+            fragment.columns[LOGP] = logp
         return fragment
+
+    @inference
+    def action_logp(self, columns: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Each sampled action's log-prob under the distribution inputs recorded when it
+        was sampled; None for columns without them."""
+        if ACTION_DIST_INPUTS not in columns:
+            return None
+        dist = self.dist_cls(torch.from_numpy(columns[ACTION_DIST_INPUTS]))
+        return dist.log_prob(to_tensor(columns[ACTIONS])).numpy()
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:

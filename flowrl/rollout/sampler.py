@@ -66,6 +66,7 @@ from flowrl.learning.multi import PolicyMap
 from flowrl.learning.policy import Acted
 from flowrl.rollout.envs import EnvError, env_fault
 from flowrl.rollout.episodes import Episode, EpisodeHooks
+from flowrl.rollout.experiences import ExperienceWriter
 from flowrl.rollout.fragments import finish_fragment, write_row
 from flowrl.rollout.turns import TurnRows
 
@@ -233,8 +234,18 @@ class Sampler:
     """Steps ``lanes`` with ``policies`` (a policy per id of the lanes): fragments for
     training, whole episodes for evaluation; see the module's docstring."""
 
-    def __init__(self, lanes: Any, policies: PolicyMap, *, seed: int | None, where: str) -> None:
+    def __init__(
+        self,
+        lanes: Any,
+        policies: PolicyMap,
+        *,
+        seed: int | None,
+        where: str,
+        writer: ExperienceWriter | None = None,
+    ) -> None:
         self.lanes, self.policies, self.where = lanes, policies, where
+        #: where the fragments' steps are recorded (``record_experiences``), if anywhere
+        self.writer = writer
         self.obs = lanes.reset(seed=seed)
         self.memory = {
             pid: LaneMemory(policy, len(self.obs[pid]))
@@ -301,6 +312,10 @@ class Sampler:
         if turns is not None:
             (cols, valid, last_obs), pool = turns.finish(last_obs), None
             self._carried[pid] = turns.carried
+        if self.writer is not None:
+            agents = [agent for _, agent in getattr(self.lanes, "lanes", {}).get(pid, [])]
+            logp = self.policies[pid].action_logp(cols)
+            self.writer.record(pid, cols, valid, last_obs, logp, agents or [""] * valid.shape[1])
         raw = cols.pop(RAW_OBS, None)
         return finish_fragment(
             self.policies[pid],

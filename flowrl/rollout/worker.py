@@ -45,6 +45,7 @@ from flowrl.rollout.envs import (
     registered_creator,
 )
 from flowrl.rollout.episodes import Episode, headless_rendering
+from flowrl.rollout.experiences import ExperienceWriter
 from flowrl.rollout.multi_agent import (
     AgentLanes,
     EpisodeFrames,
@@ -113,7 +114,9 @@ class RolloutWorker(ParallelIteratorWorker):
                 device=device,
                 worker_index=worker_index,
             )
-        self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where)
+        self.sampler = Sampler(
+            self.env, self.policies, seed=seed, where=self._where, writer=self._writer()
+        )
 
     def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
         """The config's env as lanes: a vector env's (one policy), or a multi-agent env's
@@ -134,6 +137,24 @@ class RolloutWorker(ParallelIteratorWorker):
         if len(self.policies) != 1:
             raise AttributeError(f"this worker has policies {list(self.policies)}: name one")
         return next(iter(self.policies.values()))
+
+    def _writer(self) -> ExperienceWriter | None:
+        """Where this worker records what it samples (``record_experiences``); the local
+        worker of a run with remote workers samples nothing, so records nothing."""
+        if not self.config.record_experiences or (
+            self.worker_index == 0 and self.config.num_workers > 0
+        ):
+            return None
+        spaces = {pid: (self.env.observation_spaces[pid], self.env.action_spaces[pid])
+                  for pid in self.env.policy_ids}  # fmt: skip
+        meta = {"algorithm": self.config.algo_name, "env": self.config.env}
+        return ExperienceWriter(self.config.record_experiences, worker_index=self.worker_index,
+                                spaces=spaces, meta=meta)  # fmt: skip
+
+    def flush_experiences(self) -> None:
+        """Write the experiences this worker still holds (``record_experiences``)."""
+        if self.sampler.writer is not None:
+            self.sampler.writer.close()
 
     def policy_spec(self, policy_id: str) -> PolicySpec:
         """Policy ``policy_id``'s classes and config: its entry of ``policy_specs``, or the
@@ -266,6 +287,7 @@ class RolloutWorker(ParallelIteratorWorker):
         return self.worker_index
 
     def close(self) -> None:
+        self.flush_experiences()
         self.env.close()
 
 
@@ -532,6 +554,8 @@ class WorkerSet:
         if self.remote_workers:
             import ray
 
+            with contextlib.suppress(ray.exceptions.RayError):  # what they recorded, whole
+                ray.get([w.flush_experiences.remote() for w in self.remote_workers], timeout=60)
             for actor in self.remote_workers:
                 ray.kill(actor)
             self.remote_workers = []
