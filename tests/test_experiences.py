@@ -3,6 +3,9 @@ back as the steps the agents took, episode by episode, in every kind of env."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -109,3 +112,57 @@ def test_the_cli_records(tmp_path):
     assert main([*run, "--no-progress", "--output", str(tmp_path / "run"),
                  "--record-experiences", str(out)]) == 0  # fmt: skip
     assert len(read_experiences(out)["default"]) > 0
+
+
+@pytest.fixture(scope="module")
+def expert_recording(tmp_path_factory):
+    """50k env steps of a PPO CartPole policy trained to 475."""
+    tmp_path = tmp_path_factory.mktemp("expert")
+    expert = Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=0)
+    while expert.train()["episode_return_mean"] < 475:
+        assert expert.last_result["env_steps_sampled"] < 200_000
+    path = expert.save(tmp_path / "expert")
+    expert.stop()
+    recording = tmp_path / "recorded"
+    with Algorithm.from_checkpoint(path, record_experiences=str(recording)) as recorder:
+        start = recorder.plan.context.counters["env_steps_sampled"]
+        while recorder.train()["env_steps_sampled"] - start < 50_000:
+            pass
+    return recording
+
+
+def test_bc_clones_a_trained_ppo_policy_from_50k_recorded_steps(tmp_path, expert_recording):
+    """The issue's target: 50k env steps of a trained PPO CartPole policy, cloned, score
+    450 or more greedily."""
+    assert 50_000 <= len(read_experiences(expert_recording)["default"]) <= 52_000
+    run = ["train", "bc", "--env", "CartPole-v1", "--input", str(expert_recording), "--seed", "0"]
+    assert main([*run, "--no-progress", "--output", str(tmp_path / "bc")]) == 0
+    summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
+    assert summary["stopped_by"] == "reward" and summary["iterations"] <= 10
+    assert summary["best_evaluation_episode_return_mean"] >= 450
+
+
+@pytest.mark.slow
+def test_pretraining_offline_then_ppo_online_needs_fewer_env_steps(tmp_path, expert_recording):
+    """examples/offline_to_online.py: cloning the recording, then PPO on the same policy,
+    reaches 475 in a fraction of the env steps PPO alone takes (the same plan, no
+    pre-training)."""
+    plan = str(Path(__file__).parents[1] / "examples" / "offline_to_online.py") + ":plan"
+    steps = {}
+    for name, updates in (("scratch", 0), ("pretrained", 300)):
+        run = ["train", plan, "--env", "CartPole-v1", "--num-workers", "0", "--seed", "1",
+               "--set", f"input={expert_recording}", "--set", f"pretrain_updates={updates}",
+               "--stop-reward", "475", "--no-progress"]  # fmt: skip
+        assert main([*run, "--output", str(tmp_path / name)]) == 0
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["stopped_by"] == "reward"
+        steps[name] = summary["env_steps_sampled"]
+    assert steps["pretrained"] * 5 <= steps["scratch"], steps
+
+
+def test_bc_without_a_recording_or_with_another_envs_is_one_line(tmp_path, capsys):
+    out, _ = record(tmp_path, "CartPole-v1", iterations=1)
+    assert main(["train", "bc", "--env", "CartPole-v1", "--no-progress"]) == 2
+    assert main(["train", "bc", "--env", "Acrobot-v1", "--input", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "name its directory (input, --input DIR)" in err[0] and "spaces" in err[-1]

@@ -15,6 +15,7 @@ from flowrl.ops import Concurrently
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 BUFFER = "ReplayBuffer(capacity=50000, UniformSampler) per policy"
+TRAIN_ONE_STEP = "for_each(TrainOneStep(num_sgd_iter=1, sgd_minibatch_size=0))"
 
 
 def labels(graph):
@@ -72,6 +73,10 @@ EXPECTED = {
         ("for_each(StoreToReplayBuffer())", "replay: 2 shards"),
         ("replay: 2 shards", "2 x ReplayActor (Ray actors)"),
         ("LearnerThread(inbox_size=4, num_sgd_iter=1)", "Dequeue(learner)"),
+    ],
+    "bc": [
+        ("ReadExperiences(batch_size=512)", TRAIN_ONE_STEP),
+        (TRAIN_ONE_STEP, "batch(100)"),
     ],
 }
 

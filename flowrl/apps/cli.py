@@ -153,6 +153,9 @@ def _add_train_parser(sub: Any) -> None:
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--address", help="address of a running Ray cluster to join")
     train.add_argument(
+        "--input", metavar="DIR", help="the recording an offline algorithm learns from"
+    )
+    train.add_argument(
         "--record-experiences",
         metavar="DIR",
         help="write the experiences the workers sample to DIR (Parquet; the offline extra)",
@@ -260,8 +263,9 @@ def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict
         values["evaluation_video_dir"] = str(output / "videos")
     if getattr(args, "profile", False):
         values["profile"] = True
-    if getattr(args, "record_experiences", None):
-        values["record_experiences"] = args.record_experiences
+    for key in ("record_experiences", "input"):
+        if getattr(args, key, None):
+            values[key] = getattr(args, key)
     return values
 
 

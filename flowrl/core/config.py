@@ -236,6 +236,8 @@ class Config:
 
     algo_name: ClassVar[str] = "custom"
     default_stop_timesteps: ClassVar[int] = 1_000_000
+    #: the iterations a run stops after by default (an offline algorithm's budget)
+    default_stop_iters: ClassVar[int | None] = None
     #: the fewest rollout workers ``num_workers="auto"`` may choose
     auto_min_workers: ClassVar[int] = 0
 

@@ -361,21 +361,10 @@ class Policy:
         return self.add_action_logp(fragment).to_batch()
 
     def add_action_logp(self, fragment: Fragment) -> Fragment:
-        """Adds ``action_logp`` (``action_logp``) to a fragment that has the distribution
-        inputs to give it."""
-        logp = self.action_logp(fragment.columns)
-        if logp is not None:
+        """Adds ``action_logp`` where the fragment has the distribution inputs for it."""
+        if (logp := sampled_logp(self.dist_cls, fragment.columns)) is not None:
             fragment.columns[LOGP] = logp
         return fragment
-
-    @inference
-    def action_logp(self, columns: dict[str, np.ndarray]) -> np.ndarray | None:
-        """Each sampled action's log-prob under the distribution inputs recorded when it
-        was sampled; None for columns without them."""
-        if ACTION_DIST_INPUTS not in columns:
-            return None
-        dist = self.dist_cls(torch.from_numpy(columns[ACTION_DIST_INPUTS]))
-        return dist.log_prob(to_tensor(columns[ACTIONS])).numpy()
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:
@@ -395,6 +384,16 @@ class Policy:
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"])
+
+
+@inference
+def sampled_logp(dist_cls: Any, columns: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Each sampled action's log-prob under the distribution inputs recorded when it was
+    sampled; None for columns without them."""
+    if ACTION_DIST_INPUTS not in columns:
+        return None
+    dist = dist_cls(torch.from_numpy(columns[ACTION_DIST_INPUTS]))
+    return dist.log_prob(to_tensor(columns[ACTIONS])).numpy()
 
 
 def actor_critic(

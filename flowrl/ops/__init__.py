@@ -23,6 +23,7 @@ from flowrl.ops.rollouts import (
     ComputeGradients,
     ConcatBatches,
     ParallelRollouts,
+    ReadExperiences,
     SelectExperiences,
     StandardizeFields,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "MixInReplay",
     "OncePerIteration",
     "ParallelRollouts",
+    "ReadExperiences",
     "Replay",
     "SamplingLead",
     "SelectExperiences",

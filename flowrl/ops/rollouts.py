@@ -1,5 +1,5 @@
 """Sources and transforms of experience: ParallelRollouts, AggregatedRollouts,
-AsyncGradients, ConcatBatches, StandardizeFields.
+AsyncGradients, ReadExperiences, ConcatBatches, StandardizeFields.
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -13,11 +13,13 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from flowrl.core.config import ConfigError
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import (
     LocalIterator,
@@ -30,6 +32,7 @@ from flowrl.core.iter import (
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
+from flowrl.rollout.experiences import read_experiences
 from flowrl.rollout.worker import WorkerSet
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
@@ -252,6 +255,51 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
         .gather_async()
     )
     return _counted(grads, name="AsyncGradients", size=_gradient_count)
+
+
+def ReadExperiences(
+    source: str | os.PathLike[str] | Mapping[str, SampleBatch],
+    *,
+    batch_size: int,
+    seed: int = 0,
+    spaces: dict[str, tuple[Any, Any]] | None = None,
+) -> LocalIterator[MultiAgentBatch]:
+    """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
+    item, drawn without replacement from a shuffled pass over the rows (each pass in a new
+    order, seeded). ``source`` is a recording's directory (``record_experiences``; read
+    when the plan first pulls, and ``spaces`` by policy id, an env's, must match its own)
+    or rows by policy id.
+
+    Examples:
+        >>> rows = {"default": SampleBatch(obs=np.arange(5.0), actions=np.arange(5))}
+        >>> batch = next(ReadExperiences(rows, batch_size=4))
+        >>> batch, sorted(batch["default"]["obs"].tolist()) != [0.0, 1.0, 2.0, 3.0]
+        (MultiAgentBatch(4 env steps; default: 4 rows), True)
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    def build(ctx: PlanContext, timeout: float | None) -> Iterator[MultiAgentBatch]:
+        if not source:
+            raise ConfigError("no recording to read: name its directory (input, --input DIR)")
+        read = source
+        if isinstance(source, str | os.PathLike):
+            read = read_experiences(source, spaces=spaces)
+        rows = {pid: SampleBatch({k: v for k, v in r.items() if v.dtype != object})
+                for pid, r in read.items()}  # fmt: skip
+        rng = np.random.default_rng(seed)
+        order = {pid: np.empty(0, np.int64) for pid in rows}
+        while True:
+            parts = {}
+            for pid, r in rows.items():
+                n = min(batch_size, len(r))
+                if len(order[pid]) < n:  # the pass is spent: the next, in a new order
+                    order[pid] = rng.permutation(len(r))
+                picked, order[pid] = order[pid][:n], order[pid][n:]
+                parts[pid] = SampleBatch({k: v[picked] for k, v in r.items()})
+            yield MultiAgentBatch(parts, env_steps=batch_size)
+
+    return LocalIterator(build, name=f"ReadExperiences(batch_size={batch_size})", role=SAMPLE)
 
 
 class ConcatRound(Operator):

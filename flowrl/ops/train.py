@@ -22,7 +22,7 @@ from flowrl.core.context import (
 )
 from flowrl.core.iter import Operator
 from flowrl.core.sample_batch import MultiAgentBatch
-from flowrl.learning.multi import POLICY_PREFIX, PolicyStats, scalar_stats
+from flowrl.learning.multi import POLICY_PREFIX, Learners, PolicyStats, scalar_stats
 from flowrl.ops.rollouts import Gradients
 from flowrl.rollout.worker import WorkerSet
 
@@ -37,10 +37,11 @@ class TrainOneStep(Operator):
     ``ray.put``, sent without waiting) before they next sample
     (``WorkerSet.defer_weight_sync``). Counts env steps trained.
 
-    Each trainable policy of the batch learns on its own rows. Passes on ``(batch,
-    stats)``, stats by policy id; per-row stats (a DQN's ``td_error``) stay out of the
-    results, which get the scalar ones. Rows trained are counted per policy too, so a
-    branch that trains some policies keeps the others' results.
+    Each trainable policy of the batch learns on its own rows, with ``learner`` when given
+    (another loss for the same policies: offline pre-training) or the local worker's.
+    Passes on ``(batch, stats)``, stats by policy id; per-row stats (a DQN's ``td_error``)
+    stay out of the results, which get the scalar ones. Rows trained are counted per
+    policy too, so a branch that trains some policies keeps the others' results.
 
     Examples:
         >>> train = TrainOneStep(workers, num_sgd_iter=10, sgd_minibatch_size=256)  # doctest: +SKIP
@@ -50,15 +51,21 @@ class TrainOneStep(Operator):
     role = LEARN
 
     def __init__(
-        self, workers: WorkerSet, *, num_sgd_iter: int = 1, sgd_minibatch_size: int = 0
+        self,
+        workers: WorkerSet,
+        *,
+        num_sgd_iter: int = 1,
+        sgd_minibatch_size: int = 0,
+        learner: Learners | None = None,
     ) -> None:
-        self._workers = workers
+        self._workers, self._learner = workers, learner
         self.num_sgd_iter = num_sgd_iter
         self.sgd_minibatch_size = sgd_minibatch_size
 
     def __call__(self, batch: MultiAgentBatch) -> tuple[MultiAgentBatch, PolicyStats]:
         with self.context.timer("learn"):
-            stats = self._workers.local_worker.learn_on_batch(
+            learner = self._learner or self._workers.local_worker
+            stats = learner.learn_on_batch(
                 batch, num_sgd_iter=self.num_sgd_iter, minibatch_size=self.sgd_minibatch_size
             )
         self.context.counters[STEPS_TRAINED] += len(batch)

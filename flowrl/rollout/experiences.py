@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pickle
@@ -94,6 +95,13 @@ def _column_types(rows: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
         k: {"dtype": np.lib.format.dtype_to_descr(v.dtype), "shape": list(v.shape[1:])}
         for k, v in rows.items()
     }
+
+
+def _flowrl_version() -> str:
+    try:
+        return importlib.metadata.version("flowrl-ray")
+    except importlib.metadata.PackageNotFoundError:  # a checkout that is not installed
+        return "unknown"
 
 
 def _replace_atomically(path: Path, write: Any) -> None:
@@ -187,8 +195,6 @@ class ExperienceWriter:
         self._write_manifest()
 
     def _write_manifest(self) -> None:
-        import flowrl
-
         policies = {
             pid: {
                 "observation_space": repr(obs),
@@ -197,7 +203,7 @@ class ExperienceWriter:
             }
             for pid, (obs, act) in self.spaces.items()
         }
-        manifest = {"format": FORMAT, "version": VERSION, "flowrl": flowrl.__version__,
+        manifest = {"format": FORMAT, "version": VERSION, "flowrl": _flowrl_version(),
                     **self.meta, "policies": policies}  # fmt: skip
         self.directory.mkdir(parents=True, exist_ok=True)
         _replace_atomically(self.directory / SPACES,
@@ -213,6 +219,18 @@ class ExperienceWriter:
         """Write the rows still held."""
         for pid in list(self._held):
             self._write(pid)
+
+
+def experience_writer(config: Any, lanes: Any, worker_index: int) -> ExperienceWriter | None:
+    """Where a worker records what it samples (``config.record_experiences``), if anywhere:
+    the local worker of a run with remote workers samples nothing, so records nothing."""
+    if not config.record_experiences or (worker_index == 0 and config.num_workers > 0):
+        return None
+    spaces = {pid: (lanes.observation_spaces[pid], lanes.action_spaces[pid])
+              for pid in lanes.policy_ids}  # fmt: skip
+    meta = {"algorithm": config.algo_name, "env": config.env}
+    return ExperienceWriter(config.record_experiences, worker_index=worker_index,
+                            spaces=spaces, meta=meta)  # fmt: skip
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -236,11 +254,20 @@ def _column(table: Any, name: str, kind: dict[str, Any]) -> np.ndarray:
     return from_arrow(table.column(name), dtype, tuple(kind["shape"]))
 
 
-def read_experiences(directory: str | os.PathLike[str]) -> dict[str, SampleBatch]:
+def read_experiences(
+    directory: str | os.PathLike[str], *, spaces: dict[str, tuple[Any, Any]] | None = None
+) -> dict[str, SampleBatch]:
     """Every row of a recording, by policy id, as numpy columns; a ConfigError for a
-    missing, damaged or empty recording."""
+    missing, damaged or empty recording, or one whose spaces differ from ``spaces`` (by
+    policy id: observation and action space, an env's)."""
     pa = _arrow()
-    manifest, _ = read_manifest(directory)
+    manifest, recorded = read_manifest(directory)
+    for pid, expected in (spaces or {}).items():
+        if pid in recorded and tuple(recorded[pid]) != tuple(expected):
+            raise ConfigError(
+                f"recording {directory} has policy {pid}'s spaces {recorded[pid]}, "
+                f"the env {tuple(expected)}"
+            )
     out = {}
     for pid, entry in manifest["policies"].items():
         files = sorted((Path(directory) / pid).glob("*.parquet"))

@@ -63,7 +63,7 @@ from flowrl.core.sample_batch import (
     Fragment,
 )
 from flowrl.learning.multi import PolicyMap
-from flowrl.learning.policy import Acted
+from flowrl.learning.policy import Acted, sampled_logp
 from flowrl.rollout.envs import EnvError, env_fault
 from flowrl.rollout.episodes import Episode, EpisodeHooks
 from flowrl.rollout.experiences import ExperienceWriter
@@ -314,7 +314,7 @@ class Sampler:
             self._carried[pid] = turns.carried
         if self.writer is not None:
             agents = [agent for _, agent in getattr(self.lanes, "lanes", {}).get(pid, [])]
-            logp = self.policies[pid].action_logp(cols)
+            logp = sampled_logp(self.policies[pid].dist_cls, cols)
             self.writer.record(pid, cols, valid, last_obs, logp, agents or [""] * valid.shape[1])
         raw = cols.pop(RAW_OBS, None)
         return finish_fragment(

@@ -45,7 +45,7 @@ from flowrl.rollout.envs import (
     registered_creator,
 )
 from flowrl.rollout.episodes import Episode, headless_rendering
-from flowrl.rollout.experiences import ExperienceWriter
+from flowrl.rollout.experiences import experience_writer
 from flowrl.rollout.multi_agent import (
     AgentLanes,
     EpisodeFrames,
@@ -114,9 +114,8 @@ class RolloutWorker(ParallelIteratorWorker):
                 device=device,
                 worker_index=worker_index,
             )
-        self.sampler = Sampler(
-            self.env, self.policies, seed=seed, where=self._where, writer=self._writer()
-        )
+        writer = experience_writer(config, self.env, worker_index)
+        self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where, writer=writer)
 
     def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
         """The config's env as lanes: a vector env's (one policy), or a multi-agent env's
@@ -137,19 +136,6 @@ class RolloutWorker(ParallelIteratorWorker):
         if len(self.policies) != 1:
             raise AttributeError(f"this worker has policies {list(self.policies)}: name one")
         return next(iter(self.policies.values()))
-
-    def _writer(self) -> ExperienceWriter | None:
-        """Where this worker records what it samples (``record_experiences``); the local
-        worker of a run with remote workers samples nothing, so records nothing."""
-        if not self.config.record_experiences or (
-            self.worker_index == 0 and self.config.num_workers > 0
-        ):
-            return None
-        spaces = {pid: (self.env.observation_spaces[pid], self.env.action_spaces[pid])
-                  for pid in self.env.policy_ids}  # fmt: skip
-        meta = {"algorithm": self.config.algo_name, "env": self.config.env}
-        return ExperienceWriter(self.config.record_experiences, worker_index=self.worker_index,
-                                spaces=spaces, meta=meta)  # fmt: skip
 
     def flush_experiences(self) -> None:
         """Write the experiences this worker still holds (``record_experiences``)."""

@@ -101,8 +101,10 @@ class StopCriteria:
 
     @classmethod
     def default_for(cls, config: Config) -> StopCriteria:
-        """The env's registered reward threshold and the algorithm's default step budget."""
-        return cls(reward=reward_threshold(config.env), timesteps=config.default_stop_timesteps)
+        """The env's registered reward threshold and the algorithm's default budget: env
+        steps, or iterations for one that samples none (offline)."""
+        steps, iters = config.default_stop_timesteps, config.default_stop_iters
+        return cls(reward=reward_threshold(config.env), timesteps=steps or None, iters=iters)
 
     def for_config(self, config: Config) -> StopCriteria:
         """These criteria for a run of ``config``: ``default_for`` it when empty, judged
