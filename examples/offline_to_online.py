@@ -7,7 +7,8 @@ recording until ``pretrain_updates`` SGD steps are done, then PPO in the env. Ru
 
 from dataclasses import dataclass
 
-from flowrl.algorithms.bc import BCLearner
+from flowrl.algorithms.bc import BCConfig
+from flowrl.algorithms.marwil import MARWILLearner, with_returns
 from flowrl.algorithms.ppo import PPOConfig
 from flowrl.algorithms.ppo import PPOLearner as Learner
 from flowrl.algorithms.ppo import PPOPolicy as Policy
@@ -55,10 +56,12 @@ def plan(workers, config):
     """ReadExperiences -> TrainOneStep(cloning) while pre-training; then rollouts ->
     ConcatBatches -> StandardizeFields -> TrainOneStep(PPO), on the same policy."""
     policies = workers.local_worker.policies
-    cloning = Learners({pid: BCLearner(policy, config) for pid, policy in policies.items()})
+    bc = BCConfig(input=config.input, train_batch_size=config.pretrain_batch_size)
+    cloning = Learners({pid: MARWILLearner(policy, bc) for pid, policy in policies.items()})
     pretraining = Pretraining(config.pretrain_updates)
+    read = {"batch_size": bc.train_batch_size, "seed": config.seed, "prepare": with_returns(0.99)}
     offline = (
-        ReadExperiences(config.input, batch_size=config.pretrain_batch_size, seed=config.seed)
+        ReadExperiences(config.input, **read)
         .gate(pretraining.offline)
         .for_each(TrainOneStep(workers, learner=cloning))
         .for_each(pretraining.count)

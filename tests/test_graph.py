@@ -78,6 +78,7 @@ EXPECTED = {
         ("ReadExperiences(batch_size=512)", TRAIN_ONE_STEP),
         (TRAIN_ONE_STEP, "batch(100)"),
     ],
+    "marwil": [("ReadExperiences(batch_size=512)", TRAIN_ONE_STEP)],
 }
 
 

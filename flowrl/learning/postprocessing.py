@@ -79,6 +79,27 @@ def add_advantages(
     return fragment
 
 
+def episode_returns(episodes: np.ndarray, rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """Each step's discounted return to the end of its episode (as far as the rows go), the
+    rows of an episode being those of its id in ``episodes``, in the order they come.
+
+    Examples:
+        >>> episode_returns(np.array([7, 7, 3, 7]), np.array([1.0, 1.0, 5.0, 1.0]), 0.5)
+        array([1.75, 1.5 , 5.  , 1.  ])
+    """
+    order = np.argsort(episodes, kind="stable")
+    ids, step_rewards = episodes[order], rewards[order].astype(np.float64)
+    returns, running = np.empty_like(step_rewards), 0.0
+    for i in range(len(order) - 1, -1, -1):
+        if i == len(order) - 1 or ids[i] != ids[i + 1]:
+            running = 0.0
+        running = step_rewards[i] + gamma * running
+        returns[i] = running
+    out = np.empty_like(returns)
+    out[order] = returns
+    return out
+
+
 NEXT_OBS = "next_obs"
 DISCOUNTS = "discounts"
 

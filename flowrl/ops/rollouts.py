@@ -263,12 +263,14 @@ def ReadExperiences(
     batch_size: int,
     seed: int = 0,
     spaces: dict[str, tuple[Any, Any]] | None = None,
+    prepare: Callable[[SampleBatch], SampleBatch] | None = None,
 ) -> LocalIterator[MultiAgentBatch]:
     """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
     item, drawn without replacement from a shuffled pass over the rows (each pass in a new
     order, seeded). ``source`` is a recording's directory (``record_experiences``; read
     when the plan first pulls, and ``spaces`` by policy id, an env's, must match its own)
-    or rows by policy id.
+    or rows by policy id. ``prepare`` adds what a loss needs to each policy's rows, once
+    (a return per step).
 
     Examples:
         >>> rows = {"default": SampleBatch(obs=np.arange(5.0), actions=np.arange(5))}
@@ -287,6 +289,8 @@ def ReadExperiences(
             read = read_experiences(source, spaces=spaces)
         rows = {pid: SampleBatch({k: v for k, v in r.items() if v.dtype != object})
                 for pid, r in read.items()}  # fmt: skip
+        if prepare is not None:
+            rows = {pid: prepare(r) for pid, r in rows.items()}
         rng = np.random.default_rng(seed)
         order = {pid: np.empty(0, np.int64) for pid in rows}
         while True:
