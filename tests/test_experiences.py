@@ -181,3 +181,36 @@ def test_marwil_learns_more_than_bc_from_a_recording_of_mixed_quality(tmp_path):
             returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(10)]
         scores[name] = np.mean(returns[5:])
     assert scores["marwil"] >= 350 and scores["marwil"] >= scores["bc"] + 50, scores
+
+
+def test_minari_datasets_both_ways(tmp_path, monkeypatch):
+    """A recording written as a Minari dataset reads back in Minari; a dataset Minari's own
+    DataCollector wrote trains bc (local datasets only: nothing is downloaded)."""
+    import gymnasium as gym
+    import minari
+
+    from flowrl.rollout.minari_datasets import write_minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    out, _ = record(tmp_path, "CartPole-v1")
+    write_minari(out, "cartpole/flowrl-ppo-v0")
+    rows = read_experiences(out)["default"]
+    ended = {e for e in rows[EPS_ID][rows["terminateds"] | rows["truncateds"]]}
+    episodes = list(minari.load_dataset("cartpole/flowrl-ppo-v0").iterate_episodes())
+    assert len(episodes) == len(ended)
+    steps = rows[EPS_ID] == sorted(ended)[0]
+    np.testing.assert_array_equal(episodes[0].observations[:-1], rows["obs"][steps])
+    np.testing.assert_array_equal(episodes[0].actions, rows["actions"][steps])
+
+    collector = minari.DataCollector(gym.make("CartPole-v1"), data_format="arrow")
+    for seed in range(30):  # a pole-angle heuristic: returns near 200
+        obs, _ = collector.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = collector.step(int(obs[2] + obs[3] > 0))
+            done = terminated or truncated
+    collector.create_dataset("cartpole/heuristic-v0")
+    run = ["train", "bc", "--env", "CartPole-v1", "--input", "minari:cartpole/heuristic-v0"]
+    assert main([*run, "--stop-iters", "3", "--no-progress", "--output", str(tmp_path / "bc")]) == 0
+    summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
+    assert summary["best_evaluation_episode_return_mean"] >= 150

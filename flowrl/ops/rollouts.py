@@ -32,7 +32,7 @@ from flowrl.core.iter import (
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
-from flowrl.rollout.experiences import read_experiences
+from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WorkerSet
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
@@ -267,10 +267,10 @@ def ReadExperiences(
 ) -> LocalIterator[MultiAgentBatch]:
     """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
     item, drawn without replacement from a shuffled pass over the rows (each pass in a new
-    order, seeded). ``source`` is a recording's directory (``record_experiences``; read
-    when the plan first pulls, and ``spaces`` by policy id, an env's, must match its own)
-    or rows by policy id. ``prepare`` adds what a loss needs to each policy's rows, once
-    (a return per step).
+    order, seeded). ``source`` is a recording's directory (``record_experiences``), a
+    local Minari dataset (``minari:<dataset id>``), both read when the plan first pulls
+    and checked against ``spaces`` (an env's, by policy id), or rows by policy id.
+    ``prepare`` adds what a loss needs to each policy's rows, once (a return per step).
 
     Examples:
         >>> rows = {"default": SampleBatch(obs=np.arange(5.0), actions=np.arange(5))}
@@ -286,7 +286,7 @@ def ReadExperiences(
             raise ConfigError("no recording to read: name its directory (input, --input DIR)")
         read = source
         if isinstance(source, str | os.PathLike):
-            read = read_experiences(source, spaces=spaces)
+            read = read_source(source, spaces=spaces)
         rows = {pid: SampleBatch({k: v for k, v in r.items() if v.dtype != object})
                 for pid, r in read.items()}  # fmt: skip
         if prepare is not None:

@@ -249,6 +249,16 @@ def read_manifest(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], di
     return manifest, spaces
 
 
+def check_spaces(directory: Any, recorded: dict, spaces: dict | None) -> None:
+    """A ConfigError when a recording's spaces (by policy id) differ from ``spaces``."""
+    for pid, expected in (spaces or {}).items():
+        if pid in recorded and tuple(recorded[pid]) != tuple(expected):
+            raise ConfigError(
+                f"recording {directory} has policy {pid}'s spaces {recorded[pid]}, "
+                f"the env {tuple(expected)}"
+            )
+
+
 def _column(table: Any, name: str, kind: dict[str, Any]) -> np.ndarray:
     dtype = np.lib.format.descr_to_dtype(kind["dtype"])
     return from_arrow(table.column(name), dtype, tuple(kind["shape"]))
@@ -262,12 +272,7 @@ def read_experiences(
     policy id: observation and action space, an env's)."""
     pa = _arrow()
     manifest, recorded = read_manifest(directory)
-    for pid, expected in (spaces or {}).items():
-        if pid in recorded and tuple(recorded[pid]) != tuple(expected):
-            raise ConfigError(
-                f"recording {directory} has policy {pid}'s spaces {recorded[pid]}, "
-                f"the env {tuple(expected)}"
-            )
+    check_spaces(directory, recorded, spaces)
     out = {}
     for pid, entry in manifest["policies"].items():
         files = sorted((Path(directory) / pid).glob("*.parquet"))
