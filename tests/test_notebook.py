@@ -108,3 +108,17 @@ def test_committed_outputs_hold_no_local_paths_or_missing_widget_warnings(path):
     )
     for local in ("/tmp/", "/work/", "/root/", "/home/", "site-packages", "ipywidgets"):
         assert local not in outputs, f"{path.name} shows {local!r}: refresh it in a clean setup"
+
+
+@pytest.mark.slow
+def test_offline_notebook_records_an_expert_clones_it_and_fine_tunes(tmp_path):
+    nb = execute("offline.ipynb", tmp_path)
+    outputs = printed(nb)
+    greedy = [float(line.split("greedy return ")[1]) for line in outputs.splitlines()
+              if "greedy return" in line]  # fmt: skip
+    assert greedy and greedy[-1] >= 475, greedy
+    lines = [line for line in outputs.splitlines() if " at " in line and "env steps" in line]
+    steps = {line.split(":")[0]: int(line.split(" at ")[1].split()[0].replace(",", ""))
+             for line in lines}  # fmt: skip
+    assert steps["PPO after cloning"] * 5 <= steps["PPO from scratch"], steps
+    assert len(rich_outputs(nb, "image/png")) == 1, "the two curves"
