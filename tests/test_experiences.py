@@ -214,3 +214,18 @@ def test_minari_datasets_both_ways(tmp_path, monkeypatch):
     assert main([*run, "--stop-iters", "3", "--no-progress", "--output", str(tmp_path / "bc")]) == 0
     summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
     assert summary["best_evaluation_episode_return_mean"] >= 150
+
+
+def test_a_recording_with_nan_rows_is_one_clear_error(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out, _ = record(tmp_path, "CartPole-v1", iterations=1)
+    part = next(out.glob("default/*.parquet"))
+    table = pq.read_table(part)
+    rewards = table.column("rewards").to_numpy().copy()
+    rewards[[3, 7]] = np.nan
+    index = table.schema.get_field_index("rewards")
+    pq.write_table(table.set_column(index, "rewards", pa.array(rewards)), part)
+    with pytest.raises(ConfigError, match="policy default's rewards is not finite in 2 rows"):
+        read_experiences(out)

@@ -259,6 +259,18 @@ def check_spaces(directory: Any, recorded: dict, spaces: dict | None) -> None:
             )
 
 
+def _check_finite(directory: Any, pid: str, rows: SampleBatch) -> None:
+    """A ConfigError naming the first column of ``rows`` that holds NaN or infinity."""
+    for name, column in rows.items():
+        leaves = [column[f] for f in column.dtype.names] if column.dtype.names else [column]
+        for leaf in leaves:
+            if leaf.dtype.kind == "f" and not np.isfinite(leaf).all():
+                bad = int((~np.isfinite(leaf)).reshape(len(leaf), -1).any(axis=1).sum())
+                raise ConfigError(
+                    f"recording {directory}: policy {pid}'s {name} is not finite in {bad} rows"
+                )
+
+
 def _column(table: Any, name: str, kind: dict[str, Any]) -> np.ndarray:
     dtype = np.lib.format.descr_to_dtype(kind["dtype"])
     return from_arrow(table.column(name), dtype, tuple(kind["shape"]))
@@ -283,6 +295,7 @@ def read_experiences(
         except (OSError, pa.ArrowException) as e:
             raise ConfigError(f"damaged recording {directory}: {e}") from None
         out[pid] = SampleBatch({k: _column(table, k, t) for k, t in entry["columns"].items()})
+        _check_finite(directory, pid, out[pid])
     if not out:
         raise ConfigError(f"recording {directory} holds no experiences")
     return out
