@@ -459,8 +459,8 @@ def load_learner_state(learner: Learner, state: dict[str, Any]) -> None:
     learner.num_updates = state["num_updates"]
     # checkpoints written before adapted parts kept the KL weight alone
     adapted = state.get("adapted", {"kl": {"coeff": state.get("kl_coeff")}})
-    for name, part in learner.adapted.items():
-        if adapted.get(name, {}).get("coeff", 0) is not None:
+    for name, part in learner.adapted.items():  # a part the checkpoint lacks starts fresh
+        if name in adapted and adapted[name].get("coeff", 0) is not None:
             part.set_state(adapted[name])
 
 
