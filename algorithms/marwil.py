@@ -31,7 +31,7 @@ from flowrl.learning.learner import Learner
 from flowrl.learning.policy import Policy
 from flowrl.learning.postprocessing import episode_returns
 from flowrl.ops import ReadExperiences, StandardMetricsReporting, TrainOneStep
-from flowrl.rollout.experiences import EPS_ID
+from flowrl.rollout.experiences import EPS_ID, spaces_of
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.spec import AlgorithmSpec
 
@@ -124,8 +124,7 @@ def with_returns(gamma: float):
 def execution_plan(workers: WorkerSet, config: MARWILConfig) -> LocalIterator[dict[str, Any]]:
     """ReadExperiences (the recording, checked against the env's spaces, with returns) ->
     TrainOneStep; each result after ``updates_per_iteration`` of them, with its evaluation."""
-    env = workers.local_worker.env
-    spaces = {pid: (env.observation_spaces[pid], env.action_spaces[pid]) for pid in env.policy_ids}
+    spaces = spaces_of(workers.local_worker.env)
     batches = ReadExperiences(config.input, batch_size=config.train_batch_size, seed=config.seed,
                               spaces=spaces, prepare=with_returns(config.gamma))  # fmt: skip
     train_op = batches.for_each(TrainOneStep(workers)).batch(config.updates_per_iteration)

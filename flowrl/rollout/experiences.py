@@ -221,13 +221,19 @@ class ExperienceWriter:
             self._write(pid)
 
 
+def spaces_of(lanes: Any) -> dict[str, tuple[Any, Any]]:
+    """Lanes' (observation, action) spaces by policy id: what a recording holds and what
+    reading one checks against."""
+    return {pid: (lanes.observation_spaces[pid], lanes.action_spaces[pid])
+            for pid in lanes.policy_ids}  # fmt: skip
+
+
 def experience_writer(config: Any, lanes: Any, worker_index: int) -> ExperienceWriter | None:
     """Where a worker records what it samples (``config.record_experiences``), if anywhere:
     the local worker of a run with remote workers samples nothing, so records nothing."""
     if not config.record_experiences or (worker_index == 0 and config.num_workers > 0):
         return None
-    spaces = {pid: (lanes.observation_spaces[pid], lanes.action_spaces[pid])
-              for pid in lanes.policy_ids}  # fmt: skip
+    spaces = spaces_of(lanes)
     meta = {"algorithm": config.algo_name, "env": config.env}
     return ExperienceWriter(config.record_experiences, worker_index=worker_index,
                             spaces=spaces, meta=meta)  # fmt: skip
