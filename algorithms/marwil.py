@@ -24,14 +24,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from flowrl.core.config import Config, ConfigError, param
+from flowrl.core.config import ConfigError, OfflineConfig, param
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, SampleBatch
 from flowrl.learning.learner import Learner
 from flowrl.learning.policy import Policy
 from flowrl.learning.postprocessing import episode_returns
-from flowrl.ops import ReadExperiences, StandardMetricsReporting, TrainOneStep
-from flowrl.rollout.experiences import EPS_ID, spaces_of
+from flowrl.ops.plans import offline_plan
+from flowrl.rollout.experiences import EPS_ID
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.spec import AlgorithmSpec
 
@@ -39,7 +39,7 @@ RETURNS = "returns"
 
 
 @dataclass
-class MARWILConfig(Config):
+class MARWILConfig(OfflineConfig):
     """MARWIL settings: the recording, the advantage weighting, and how an iteration trains.
 
     Examples:
@@ -48,26 +48,16 @@ class MARWILConfig(Config):
     """
 
     algo_name: ClassVar[str] = "marwil"
-    default_stop_timesteps: ClassVar[int] = 0  # nothing is sampled: stop on iterations
-    default_stop_iters: ClassVar[int | None] = 100
 
-    input: str = param("", "directory of the recording to learn from (record_experiences)")
     beta: float = param(1.0, "advantage weighting: 0 is behaviour cloning", ge=0)
     vf_coeff: float = param(1.0, "weight of the value loss (the advantages' baseline)", ge=0)
     adv_norm_rate: float = param(1e-2, "update rate of the advantages' running RMS", gt=0, le=1)
     lr: float = 1e-3
-    train_batch_size: int = param(512, "recorded steps per SGD step", ge=1)
-    updates_per_iteration: int = param(100, "SGD steps per train() result", ge=1)
-    evaluation_interval: int = 1
-    evaluation_episodes: int = 10
-    num_workers: int = 0  # rollout workers sample nothing; evaluation has its own
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.normalize_observations:
-            raise ConfigError(
-                "offline learning takes raw observations: normalize_observations=false"
-            )
+        if self.input_stream:
+            raise ConfigError("marwil's returns need every recorded step: input_stream=false")
 
 
 class AdvantageNorm:
@@ -122,13 +112,9 @@ def with_returns(gamma: float):
 
 
 def execution_plan(workers: WorkerSet, config: MARWILConfig) -> LocalIterator[dict[str, Any]]:
-    """ReadExperiences (the recording, checked against the env's spaces, with returns) ->
-    TrainOneStep; each result after ``updates_per_iteration`` of them, with its evaluation."""
-    spaces = spaces_of(workers.local_worker.env)
-    batches = ReadExperiences(config.input, batch_size=config.train_batch_size, seed=config.seed,
-                              spaces=spaces, prepare=with_returns(config.gamma))  # fmt: skip
-    train_op = batches.for_each(TrainOneStep(workers)).batch(config.updates_per_iteration)
-    return StandardMetricsReporting(train_op, workers, config)
+    """The offline plan (ReadExperiences -> TrainOneStep, ``updates_per_iteration`` of them
+    a result, with its evaluation) on the recording's rows with their returns."""
+    return offline_plan(workers, config, prepare=with_returns(config.gamma))
 
 
 ALGORITHM = AlgorithmSpec(

@@ -171,7 +171,7 @@ class SACPolicy(SoftActorPolicy):
     def distribution_class(self) -> type[Distribution]:
         return SquashedGaussian
 
-    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+    def action_array(self, actions: np.ndarray) -> np.ndarray:
         low, high = self.action_space.low, self.action_space.high
         return low + (actions + 1.0) * 0.5 * (high - low)
 

@@ -6,8 +6,12 @@ the learner, each against a baseline measured in the same run.
 - **into the learner**: ``ReadExperiences -> TrainOneStep`` with ``bc``'s learner (512-row
   batches) against the same learner stepping on slices of arrays already in memory.
 
-The recording is ``--steps`` env steps of PPO on CartPole-v1, one worker. Reading from
-several workers (a recording sharded over them) is not built yet.
+- **streamed** (``input_stream``: Ray Data reads the files in Ray tasks, for recordings
+  larger than memory): ``stream_experiences`` over three passes, and
+  ``ReadExperiences(stream=True) -> bc``, with Ray given 1 CPU and then 2 (the read tasks
+  run on as many workers), against the same in-memory baselines.
+
+The recording is ``--steps`` env steps of PPO on CartPole-v1, one worker.
 
     python benchmarks/reading.py [--steps 100000] [--rounds 5]
 
@@ -48,8 +52,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from flowrl.algorithms.bc import BCConfig
-    from flowrl.algorithms.marwil import MARWILLearner
+    from flowrl.algorithms.bc import BCConfig, BCLearner
     from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
     from flowrl.learning.multi import Learners
     from flowrl.learning.policy import Policy
@@ -73,9 +76,8 @@ def main() -> None:
         _, spaces = read_manifest(out)
         config = BCConfig(input=str(out))
         policy = Policy(*spaces["default"], config)
-        learners = Learners({"default": MARWILLearner(policy, config)})
+        learners = Learners({"default": BCLearner(policy, config)})
         data = read_experiences(out)["default"]
-        data["returns"] = np.zeros(len(data), np.float32)
         batch, n = config.train_batch_size, args.updates * config.train_batch_size
 
         def in_memory() -> None:
@@ -85,7 +87,7 @@ def main() -> None:
                                     if v.dtype != object})  # fmt: skip
                 learners.learn_on_batch(MultiAgentBatch({"default": part}, batch))
 
-        stream = ReadExperiences(out, batch_size=batch, prepare=_with_returns)
+        stream = ReadExperiences(out, batch_size=batch)
         next(stream)  # the recording read once, before timing
 
         def from_recording() -> None:
@@ -94,6 +96,7 @@ def main() -> None:
 
         plain_learn = rows_per_s(in_memory, n, args.rounds)
         flowrl_learn = rows_per_s(from_recording, n, args.rounds)
+        streamed = {cpus: streaming(out, rows, cpus, learners, args) for cpus in (1, 2)}
     results = [
         {"path": "read: pyarrow read_table alone", "rows_per_s": plain_read, "x baseline": 1.0},
         {"path": "read: read_experiences", "rows_per_s": flowrl_read,
@@ -102,13 +105,46 @@ def main() -> None:
         {"path": "learn: ReadExperiences -> bc", "rows_per_s": flowrl_learn,
          "x baseline": flowrl_learn / plain_learn},
     ]  # fmt: skip
+    for cpus, (read, learn) in streamed.items():
+        results += [
+            {"path": f"read: stream_experiences, Ray on {cpus} CPU", "rows_per_s": read,
+             "x baseline": read / plain_read},
+            {"path": f"learn: ReadExperiences(stream) -> bc, Ray on {cpus} CPU",
+             "rows_per_s": learn, "x baseline": learn / plain_learn},
+        ]  # fmt: skip
     print_table(results)
     write_results("reading", {"rows": rows, "results": results})
 
 
-def _with_returns(rows):
-    rows["returns"] = np.zeros(len(rows), np.float32)
-    return rows
+def streaming(out: Path, rows: int, cpus: int, learners, args) -> tuple[float, float]:
+    """Rows/s streamed over three passes of the recording, and into the learner, with Ray
+    given ``cpus`` CPUs."""
+    import ray
+
+    from flowrl.ops import ReadExperiences
+    from flowrl.rollout.experiences import stream_experiences
+
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        batch, passes = 4096, 3
+        batches = passes * rows // batch
+
+        def read() -> None:
+            stream = stream_experiences(out, batch_size=batch)
+            for _ in range(batches):
+                next(stream)
+
+        read_rate = rows_per_s(read, batches * batch, args.rounds)
+        stream = ReadExperiences(out, batch_size=512, stream=True)
+        next(stream)  # Ray Data's first pass under way before timing
+
+        def learn() -> None:
+            for _ in range(args.updates):
+                learners.learn_on_batch(next(stream))
+
+        return read_rate, rows_per_s(learn, args.updates * 512, args.rounds)
+    finally:
+        ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -7,8 +7,7 @@ recording until ``pretrain_updates`` SGD steps are done, then PPO in the env. Ru
 
 from dataclasses import dataclass
 
-from flowrl.algorithms.bc import BCConfig
-from flowrl.algorithms.marwil import MARWILLearner, with_returns
+from flowrl.algorithms.bc import BCConfig, BCLearner
 from flowrl.algorithms.ppo import PPOConfig
 from flowrl.algorithms.ppo import PPOLearner as Learner
 from flowrl.algorithms.ppo import PPOPolicy as Policy
@@ -57,9 +56,9 @@ def plan(workers, config):
     ConcatBatches -> StandardizeFields -> TrainOneStep(PPO), on the same policy."""
     policies = workers.local_worker.policies
     bc = BCConfig(input=config.input, train_batch_size=config.pretrain_batch_size)
-    cloning = Learners({pid: MARWILLearner(policy, bc) for pid, policy in policies.items()})
+    cloning = Learners({pid: BCLearner(policy, bc) for pid, policy in policies.items()})
     pretraining = Pretraining(config.pretrain_updates)
-    read = {"batch_size": bc.train_batch_size, "seed": config.seed, "prepare": with_returns(0.99)}
+    read = {"batch_size": bc.train_batch_size, "seed": config.seed}
     offline = (
         ReadExperiences(config.input, **read)
         .gate(pretraining.offline)

@@ -298,7 +298,7 @@ def test_a_hung_worker_is_restarted_and_the_run_goes_on(algo_name, ray_session):
     """The synchronous plan and both asynchronous ones: in an async plan the healthy
     worker's items keep coming, and the hung one must be killed all the same."""
     fault_envs.HANG_MARKER.unlink(missing_ok=True)
-    config = {**QUICK, "num_workers": 2, "sample_timeout_s": 5.0}
+    config = {**QUICK, "num_workers": 2, "sample_timeout_s": 3.0}
     with Algorithm(algo_name, env="fault_envs:HangOnce-v0", **config) as algo:
         summary = _run_until_restarted(algo, then_iters=2)
         assert summary["stopped_by"] == "iterations"
@@ -620,19 +620,19 @@ def _kill_one(pids: list[int]) -> bool:
 
 
 @pytest.mark.slow
-def test_apex_with_a_replay_shard_killed_learns_and_exits(tmp_path):
+def test_apex_with_a_replay_shard_killed_trains_on_and_exits(tmp_path):
     """A replaced shard used to leave the old plan's requests unclosed: after Ray's
     shutdown their clean-up started a new Ray, and the process never exited."""
     run_dir = tmp_path / "run"
     flowrl = str(Path(sys.executable).parent / "flowrl")
-    stop = ["--stop-reward", "300", "--stop-timesteps", "400000"]
+    stop = ["--stop-iters", "5"]
     args = [flowrl, "train", "apex", "--num-workers", "2", "--no-progress", "--seed", "0", *stop]
     args += ["--output", str(run_dir)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         killed = False
-        # mid-run: after the first iteration (on a fast host Ape-X passes 200 by the third)
+        # mid-run: after the first iteration
         while not killed:
             assert time.monotonic() < deadline and proc.poll() is None, "no first iteration"
             results = run_dir / "result.jsonl"
@@ -652,8 +652,9 @@ def test_apex_with_a_replay_shard_killed_learns_and_exits(tmp_path):
     assert proc.returncode == 0, stderr[-3000:]
     assert final_line_at is not None and exited_at - final_line_at < 10
     summary = json.loads((run_dir / "summary.json").read_text())
-    last = json.loads((run_dir / "result.jsonl").read_text().splitlines()[-1])
-    assert summary["stopped_by"] == "reward" and last["num_worker_restarts"] >= 1
+    first, *_, last = map(json.loads, (run_dir / "result.jsonl").read_text().splitlines())
+    assert summary["stopped_by"] == "iterations" and last["num_worker_restarts"] >= 1
+    assert last["env_steps_trained"] > first["env_steps_trained"], "training went on"
     deadline = time.monotonic() + 15
     while _alive(ray_processes) and time.monotonic() < deadline:
         time.sleep(0.5)

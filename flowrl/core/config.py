@@ -415,6 +415,38 @@ class ClippedSurrogateConfig(Config):
     kl_target: float = param(0.01, "KL the adaptive penalty steers towards", gt=0)
 
 
+@dataclasses.dataclass
+class OfflineConfig(Config):
+    """Settings of learning from a recording (``flowrl.ops.plans.offline_plan``): what to
+    read, how many SGD steps make an iteration, and the evaluation episodes that judge
+    the policy (the env gives nothing else; nothing is sampled).
+
+    Examples:
+        >>> OfflineConfig(input="recorded/").updates_per_iteration
+        100
+    """
+
+    default_stop_timesteps: ClassVar[int] = 0  # nothing is sampled: stop on iterations
+    default_stop_iters: ClassVar[int | None] = 100
+
+    input: str = param("", "directory of the recording to learn from (record_experiences)")
+    input_stream: bool = param(
+        False, "stream the recording through Ray Data (larger than memory), not read it whole"
+    )
+    train_batch_size: int = param(512, "recorded steps per SGD step", ge=1)
+    updates_per_iteration: int = param(100, "SGD steps per train() result", ge=1)
+    evaluation_interval: int = 1
+    evaluation_episodes: int = 10
+    num_workers: int = 0  # rollout workers sample nothing; evaluation has its own
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.normalize_observations:
+            raise ConfigError(
+                "offline learning takes raw observations: normalize_observations=false"
+            )
+
+
 #: what a ``policies`` entry sets besides config fields
 POLICY_KEYS = ("algorithm", "trainable")
 

@@ -111,7 +111,7 @@ class SampleBatch:
             return batches[0]
         keys = batches[0].keys()
         for b in batches[1:]:
-            if b.keys() != keys:
+            if set(b.keys()) != set(keys):  # in any order
                 raise ValueError(f"cannot concat batches with columns {keys} and {b.keys()}")
         columns = {}
         for k in keys:

@@ -340,12 +340,16 @@ class Policy:
         return self._as_numpy(self.forward(self._as_tensor(obs), self._state_tensor(state)).value)
 
     def env_actions(self, actions: np.ndarray) -> Any:
-        """What the env receives: Box actions are clipped to their bounds, and a Tuple or
-        Dict space's records become its nest of arrays."""
+        """What the env receives: ``action_array``; a Tuple or Dict's records as its nest."""
         layout = self.action_layout
         if layout is None:
-            return clip_to_box(self.action_space, actions) if self.box_actions else actions
+            return self.action_array(actions)
         return layout.build([clip_to_box(x.space, field(actions, x.path)) for x in layout.leaves])
+
+    def action_array(self, actions: np.ndarray) -> np.ndarray:
+        """The sampled actions in the action space's own units, as one array (what a
+        recording keeps): Box actions clipped to their bounds; others as they are."""
+        return clip_to_box(self.action_space, actions) if self.box_actions else actions
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
         """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,

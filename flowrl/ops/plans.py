@@ -7,12 +7,16 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from flowrl.core.config import OfflineConfig
 from flowrl.core.iter import LocalIterator
+from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
     Concurrently,
     ParallelRollouts,
+    ReadExperiences,
     Replay,
     StandardMetricsReporting,
     StoreToReplayBuffer,
@@ -21,6 +25,7 @@ from flowrl.ops import (
     UpdateTargets,
 )
 from flowrl.replay import ReplayConfig, make_replay
+from flowrl.rollout.experiences import spaces_of
 from flowrl.rollout.worker import WorkerSet
 
 
@@ -57,3 +62,34 @@ def replay_plan(
         round_robin_weights=[1, config.replay_weight],
     )
     return StandardMetricsReporting(train_op, workers, config)
+
+
+def offline_plan(
+    workers: WorkerSet,
+    config: OfflineConfig,
+    *,
+    prepare: Callable[[SampleBatch], SampleBatch] | None = None,
+    update_targets: UpdateTargets | None = None,
+) -> LocalIterator[dict[str, Any]]:
+    """ReadExperiences (``config.input``, checked against the env's spaces; ``prepare``
+    adds what the loss reads, once) -> TrainOneStep [-> UpdateTargets]; a result after
+    every ``updates_per_iteration`` SGD steps, with its evaluation episodes.
+
+    Examples:
+        >>> from flowrl.algorithms.bc import BCConfig, BCLearner
+        >>> from flowrl.learning.policy import Policy
+        >>> config = BCConfig(input="no/such/dir")
+        >>> workers = WorkerSet(policy_cls=Policy, learner_cls=BCLearner, config=config)
+        >>> print(offline_plan(workers, config))  # doctest: +ELLIPSIS
+        ReadExperiences(batch_size=512)
+        ...
+        >>> workers.stop()
+    """
+    spaces = spaces_of(workers.local_worker.env)
+    batches = ReadExperiences(config.input, batch_size=config.train_batch_size, seed=config.seed,
+                              spaces=spaces, prepare=prepare,
+                              stream=config.input_stream)  # fmt: skip
+    train_op = batches.for_each(TrainOneStep(workers))
+    if update_targets is not None:
+        train_op = train_op.for_each(update_targets)
+    return StandardMetricsReporting(train_op.batch(config.updates_per_iteration), workers, config)

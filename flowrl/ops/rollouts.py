@@ -32,6 +32,7 @@ from flowrl.core.iter import (
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
+from flowrl.rollout.experiences import stream_experiences
 from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WorkerSet
 
@@ -264,6 +265,7 @@ def ReadExperiences(
     seed: int = 0,
     spaces: dict[str, tuple[Any, Any]] | None = None,
     prepare: Callable[[SampleBatch], SampleBatch] | None = None,
+    stream: bool = False,
 ) -> LocalIterator[MultiAgentBatch]:
     """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
     item, drawn without replacement from a shuffled pass over the rows (each pass in a new
@@ -271,6 +273,9 @@ def ReadExperiences(
     local Minari dataset (``minari:<dataset id>``), both read when the plan first pulls
     and checked against ``spaces`` (an env's, by policy id), or rows by policy id.
     ``prepare`` adds what a loss needs to each policy's rows, once (a return per step).
+    With ``stream``, a recording's files stream through Ray Data instead of being read
+    whole (``stream_experiences``: larger than memory, or read on several nodes); rows
+    are then shuffled within a buffer, and ``prepare``, which needs them all, is refused.
 
     Examples:
         >>> rows = {"default": SampleBatch(obs=np.arange(5.0), actions=np.arange(5))}
@@ -284,6 +289,10 @@ def ReadExperiences(
     def build(ctx: PlanContext, timeout: float | None) -> Iterator[MultiAgentBatch]:
         if not source:
             raise ConfigError("no recording to read: name its directory (input, --input DIR)")
+        if stream:
+            yield from _streamed(source, batch_size=batch_size, seed=seed, spaces=spaces,
+                                 prepare=prepare)  # fmt: skip
+            return
         read = source
         if isinstance(source, str | os.PathLike):
             read = read_source(source, spaces=spaces)
@@ -304,6 +313,17 @@ def ReadExperiences(
             yield MultiAgentBatch(parts, env_steps=batch_size)
 
     return LocalIterator(build, name=f"ReadExperiences(batch_size={batch_size})", role=SAMPLE)
+
+
+def _streamed(
+    source: Any, *, batch_size: int, prepare: Any, **read: Any
+) -> Iterator[MultiAgentBatch]:
+    if prepare is not None:
+        raise ConfigError("this loss needs every recorded step in memory: input_stream=false")
+    if not isinstance(source, str | os.PathLike) or str(source).startswith("minari:"):
+        raise ConfigError(f"only a recording's directory streams, not {str(source)[:60]!r}")
+    for parts in stream_experiences(source, batch_size=batch_size, **read):
+        yield MultiAgentBatch(parts, env_steps=batch_size)
 
 
 class ConcatRound(Operator):

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +163,8 @@ class ExperienceWriter:
         agents: list[str],
     ) -> None:
         """A policy's ``[T, lanes]`` steps (``columns`` as sampled: raw observations in
-        ``raw_obs`` when the policy normalises), of which the ``valid`` ones are kept."""
+        ``raw_obs`` when the policy normalises; actions in the env's units, the policy's
+        ``action_array``), of which the ``valid`` ones are kept."""
         obs = columns.get(RAW_OBS, columns[OBS])
         done = (columns[TERMINATEDS] | columns[TRUNCATEDS]) & valid
         steps = {
@@ -305,3 +308,47 @@ def read_experiences(
     if not out:
         raise ConfigError(f"recording {directory} holds no experiences")
     return out
+
+
+def stream_experiences(
+    directory: str | os.PathLike[str],
+    *,
+    batch_size: int,
+    seed: int = 0,
+    spaces: dict[str, tuple[Any, Any]] | None = None,
+    shuffle_rows: int = 50_000,
+) -> Iterator[dict[str, SampleBatch]]:
+    """``batch_size`` rows of each policy at a time, streamed from a recording through Ray
+    Data without holding it in memory: Ray tasks read the files (on any node of the
+    cluster; Ray starts here if it is not running), in a new order each pass, and rows are
+    shuffled within a buffer of ``shuffle_rows``. A pass ends with the policy that has the
+    fewest rows. Checks the spaces first and each batch's finiteness as it comes."""
+    import ray.data
+
+    manifest, recorded = read_manifest(directory)
+    check_spaces(directory, recorded, spaces)
+    kinds = {pid: {k: t for k, t in entry["columns"].items() if t["dtype"] != "|O"}
+             for pid, entry in manifest["policies"].items() if entry["columns"]}  # fmt: skip
+    files = {
+        pid: sorted(str(f) for f in (Path(directory) / pid).glob("*.parquet")) for pid in kinds
+    }
+    if not kinds or not all(files.values()):
+        raise ConfigError(f"recording {directory} holds no experiences")
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per pass otherwise
+    rng = np.random.default_rng(seed)
+    while True:  # one pass over the recording per round
+        passes = []
+        for pid, names in files.items():
+            order = [names[i] for i in rng.permutation(len(names))]
+            data = ray.data.read_parquet(order, columns=list(kinds[pid]))
+            passes.append(data.iter_batches(batch_size=batch_size, batch_format="pyarrow",
+                                            local_shuffle_buffer_size=shuffle_rows,
+                                            local_shuffle_seed=int(rng.integers(2**31)),
+                                            drop_last=True))  # fmt: skip
+        for tables in zip(*passes, strict=False):
+            batch = {}
+            for (pid, kind), table in zip(kinds.items(), tables, strict=True):
+                batch[pid] = SampleBatch({k: _column(table, k, t) for k, t in kind.items()})
+                _check_finite(directory, pid, batch[pid])
+            yield batch

@@ -52,6 +52,7 @@ import torch
 
 from flowrl.core.callbacks import Callbacks
 from flowrl.core.sample_batch import (
+    ACTIONS,
     RAW_OBS,
     REWARDS,
     SINGLE,
@@ -314,8 +315,10 @@ class Sampler:
             self._carried[pid] = turns.carried
         if self.writer is not None:
             agents = [agent for _, agent in getattr(self.lanes, "lanes", {}).get(pid, [])]
-            logp = sampled_logp(self.policies[pid].dist_cls, cols)
-            self.writer.record(pid, cols, valid, last_obs, logp, agents or [""] * valid.shape[1])
+            policy = self.policies[pid]
+            logp = sampled_logp(policy.dist_cls, cols)
+            taken = {**cols, ACTIONS: policy.action_array(cols[ACTIONS])}  # in the env's units
+            self.writer.record(pid, taken, valid, last_obs, logp, agents or [""] * valid.shape[1])
         raw = cols.pop(RAW_OBS, None)
         return finish_fragment(
             self.policies[pid],
