@@ -246,16 +246,15 @@ def test_actions_are_recorded_in_the_env_s_units_and_iql_learns_from_box_actions
 
 
 @pytest.mark.slow
-def test_iql_learns_from_a_random_policy_s_steps_what_cloning_cannot(tmp_path):
-    """8k steps of uniformly random actions (a mean return near 22): a clone of them
-    balances for about 10 steps, while iql's critics find the better actions among them
-    (seeds 0-3 passed 150 after 8-16 iterations of 100 SGD steps; 165-330 at 20)."""
-    random_run = {"exploration_eps": 1.0, "learning_starts": 10**6, "num_envs_per_worker": 8,
+def test_iql_learns_to_balance_from_a_random_policy_s_steps(tmp_path):
+    """10k steps of uniformly random actions (a DQN whose epsilon stays 1; a mean return
+    near 22): iql's critics find the better actions among them (seeds 0-3 passed 150
+    after 9-10 iterations of 100 SGD steps, 5 s each). A clone of random actions is a
+    lottery: its greedy returns ranged from 10 to 500 on the same seeds."""
+    random_run = {"exploration_eps": 1.0, "learning_starts": 8192, "num_envs_per_worker": 8,
                   "rollout_fragment_length": 256, "min_env_steps_per_iteration": 8192}  # fmt: skip
     out, result = record(tmp_path, "CartPole-v1", algo="dqn", iterations=1, **random_run)
-    assert result["episode_return_mean"] < 30
-    with Algorithm("bc", env="CartPole-v1", input=str(out), seed=0) as clone:
-        assert max(clone.train()["evaluation/episode_return_mean"] for _ in range(2)) < 30
+    assert result["episode_return_mean"] < 30 and result["env_steps_sampled"] <= 12_000
     with Algorithm("iql", env="CartPole-v1", input=str(out), seed=0, evaluation_episodes=5) as algo:
         returns = []
         while max(returns, default=0) < 150 and len(returns) < 20:

@@ -79,6 +79,10 @@ EXPECTED = {
         (TRAIN_ONE_STEP, "batch(100)"),
     ],
     "marwil": [("ReadExperiences(batch_size=512)", TRAIN_ONE_STEP)],
+    "iql": [
+        ("ReadExperiences(batch_size=256)", TRAIN_ONE_STEP),
+        (TRAIN_ONE_STEP, "for_each(UpdateTargets(period=0, tau=0.005, by='trained'))"),
+    ],
 }
 
 
