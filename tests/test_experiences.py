@@ -278,6 +278,7 @@ def test_dqn_trains_on_demonstrations_mixed_into_its_replay(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # Ray Data's start: 8 s
 def test_a_recording_streams_through_ray_data_into_bc(tmp_path, ray_session):
     """input_stream: the files stream through Ray Data in batches (every column a
     recording holds but the agent ids); marwil, whose returns need every step, refuses."""
