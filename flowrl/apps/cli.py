@@ -331,7 +331,8 @@ def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
 
     if "num_workers" in values or getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"):
         return False
-    return "num_workers" not in preset_values(get_algorithm(args.algo), values)
+    spec = get_algorithm(args.algo)
+    return spec.config_cls.auto_layout and "num_workers" not in preset_values(spec, values)
 
 
 def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:

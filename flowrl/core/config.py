@@ -240,6 +240,8 @@ class Config:
     default_stop_iters: ClassVar[int | None] = None
     #: the fewest rollout workers ``num_workers="auto"`` may choose
     auto_min_workers: ClassVar[int] = 0
+    #: whether ``flowrl train`` measures layouts when nothing sets the workers
+    auto_layout: ClassVar[bool] = True
 
     env: str = param(
         "CartPole-v1", "gymnasium id (ALE/... for Atari), module:ClassOrFactory or registered name"
@@ -428,6 +430,7 @@ class OfflineConfig(Config):
 
     default_stop_timesteps: ClassVar[int] = 0  # nothing is sampled: stop on iterations
     default_stop_iters: ClassVar[int | None] = 100
+    auto_layout: ClassVar[bool] = False  # nothing is sampled: no layout to measure
 
     input: str = param("", "directory of the recording to learn from (record_experiences)")
     input_stream: bool = param(

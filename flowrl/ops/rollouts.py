@@ -32,7 +32,7 @@ from flowrl.core.iter import (
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
-from flowrl.rollout.experiences import stream_experiences
+from flowrl.rollout.experiences import check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WorkerSet
 
@@ -285,6 +285,8 @@ def ReadExperiences(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(source, str | os.PathLike) and source and not str(source).startswith("minari:"):
+        check_spaces(source, read_manifest(source)[1], spaces)  # bad input before a run starts
 
     def build(ctx: PlanContext, timeout: float | None) -> Iterator[MultiAgentBatch]:
         if not source:
