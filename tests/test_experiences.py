@@ -162,12 +162,12 @@ def test_pretraining_offline_then_ppo_online_needs_fewer_env_steps(tmp_path, exp
 
 def test_bc_without_a_recording_or_with_another_envs_is_one_line(tmp_path, capsys):
     out, _ = record(tmp_path, "CartPole-v1", iterations=1)
-    run = ["train", "bc", "--no-progress", "--output", str(tmp_path / "run")]
-    assert main([*run, "--env", "CartPole-v1"]) == 2
-    assert main([*run, "--env", "Acrobot-v1", "--input", str(out)]) == 2
+    run = ["train", "bc", "--no-progress", "--output"]
+    assert main([*run, str(tmp_path / "none"), "--env", "CartPole-v1"]) == 2
+    assert main([*run, str(tmp_path / "other"), "--env", "Acrobot-v1", "--input", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "name its directory (input, --input DIR)" in err[0] and "spaces" in err[-1]
-    assert not any((tmp_path / "run").iterdir()), "refused before the run began"
+    assert not any((tmp_path / "other").iterdir()), "refused before the run began"
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowrl.core.config import ConfigError, OfflineConfig
+from flowrl.core.config import OfflineConfig
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import SampleBatch
 from flowrl.ops import (
@@ -76,22 +76,15 @@ def offline_plan(
     every ``updates_per_iteration`` SGD steps, with its evaluation episodes.
 
     Examples:
-        >>> import tempfile
-        >>> from flowrl import Algorithm
         >>> from flowrl.algorithms.bc import BCConfig, BCLearner
         >>> from flowrl.learning.policy import Policy
-        >>> recording = tempfile.mkdtemp()
-        >>> recorder = Algorithm("ppo", num_workers=0, record_experiences=recording)
-        >>> _ = recorder.train(); recorder.stop()
-        >>> config = BCConfig(input=recording)
+        >>> config = BCConfig()  # no input: the plan is drawn, and refuses to run
         >>> workers = WorkerSet(policy_cls=Policy, learner_cls=BCLearner, config=config)
         >>> print(offline_plan(workers, config))  # doctest: +ELLIPSIS
         ReadExperiences(batch_size=512)
         ...
         >>> workers.stop()
     """
-    if not config.input:
-        raise ConfigError("no recording to read: name its directory (input, --input DIR)")
     spaces = spaces_of(workers.local_worker.env)
     batches = ReadExperiences(config.input, batch_size=config.train_batch_size, seed=config.seed,
                               spaces=spaces, prepare=prepare,

@@ -269,9 +269,10 @@ def ReadExperiences(
 ) -> LocalIterator[MultiAgentBatch]:
     """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
     item, drawn without replacement from a shuffled pass over the rows (each pass in a new
-    order, seeded). ``source`` is a recording's directory (``record_experiences``), a
-    local Minari dataset (``minari:<dataset id>``), both read when the plan first pulls
-    and checked against ``spaces`` (an env's, by policy id), or rows by policy id.
+    order, seeded). ``source`` is a recording's directory (``record_experiences``: its
+    manifest checked against ``spaces``, an env's by policy id, here and now), a local
+    Minari dataset (``minari:<dataset id>``), both read when the plan first pulls, or
+    rows by policy id.
     ``prepare`` adds what a loss needs to each policy's rows, once (a return per step).
     With ``stream``, a recording's files stream through Ray Data instead of being read
     whole (``stream_experiences``: larger than memory, or read on several nodes); rows
