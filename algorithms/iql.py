@@ -108,25 +108,18 @@ class IQLLearner(Learner):
             "actor": Optimized(list(self.module.parameters()), cfg.lr),
         }
 
-    def taken_q(self, q: nn.Module, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Both critics' Q of the recorded actions, ``[2, B]``."""
-        if not q.discrete:
-            return q(obs, actions.float())
-        index = actions.long()[:, None].expand(2, -1, -1)
-        return q(obs).gather(2, index).squeeze(-1)
-
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict]:
         cfg = self.config
         obs = self.policy.inputs(batch[OBS])[0]
         with torch.no_grad():
-            q_data = self.taken_q(self.q_target, obs, batch[ACTIONS]).min(0).values
+            q_data = self.q_target.taken(obs, batch[ACTIONS]).min(0).values
             next_v = self.value(self.policy.inputs(batch[NEXT_OBS])[0])
             alive = 1.0 - batch[TERMINATEDS].float()
             target = batch[REWARDS] + cfg.gamma * alive * next_v
         value = self.value(obs)
         advantage = q_data - value
         value_loss = expectile_loss(advantage, cfg.expectile)
-        q1, q2 = self.taken_q(self.q, obs, batch[ACTIONS])
+        q1, q2 = self.q.taken(obs, batch[ACTIONS])
         critic_loss = 0.5 * ((q1 - target).pow(2) + (q2 - target).pow(2)).mean()
         weight = torch.exp(cfg.temperature * advantage.detach()).clamp(max=100.0)
         dist, _ = self.distribution(batch)

@@ -260,7 +260,7 @@ class SoftActorCriticLearner(Learner):
 
     def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Both critics' Q of the taken actions, ``[2, B]``."""
-        raise NotImplementedError
+        return self.q.taken(self.critic_inputs(obs), actions)
 
     def actor_loss(
         self, obs: torch.Tensor, alpha: torch.Tensor
@@ -313,9 +313,6 @@ class SACLearner(SoftActorCriticLearner):
             None,
         )
 
-    def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.q(self.critic_inputs(obs), actions)
-
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
         actions, logp = self.policy.distribution(obs)[0].rsample()
         return (alpha * logp - self.q(self.critic_inputs(obs), actions).min(0).values).mean(), -logp
@@ -330,10 +327,6 @@ class SACDiscreteLearner(SoftActorCriticLearner):
     def next_terms(self, next_obs: torch.Tensor) -> tuple:
         logp = self.policy.distribution(next_obs)[0].logits
         return self.q_target(self.critic_inputs(next_obs)).min(0).values, logp, logp.exp()
-
-    def taken_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        index = actions.long()[:, None]
-        return self.q(self.critic_inputs(obs)).gather(2, index.expand(2, -1, -1)).squeeze(2)
 
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple:
         logp = self.policy.distribution(obs)[0].logits

@@ -451,6 +451,12 @@ class TwinQ(nn.Module):
         out = self.layers[-1](x)
         return out if self.discrete else out.squeeze(-1)
 
+    def taken(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Both networks' Q of ``actions`` (one per row), ``[2, B]``, Box or Discrete."""
+        if not self.discrete:
+            return self(obs, actions.float())
+        return self(obs).gather(2, actions.long()[:, None].expand(2, -1, -1)).squeeze(2)
+
 
 class _TwinLinear(nn.Module):
     """Two independent linear layers applied to ``[2, B, n_in]`` with one ``baddbmm``."""
