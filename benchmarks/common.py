@@ -109,32 +109,35 @@ def train_cli(
     out: Path,
     more: list[str],
     stop_reward: float | None = None,
+    checkpoint_every: int = 0,
 ) -> dict:
     """One ``flowrl train`` run as a user runs it (layout auto unless ``more`` sets one) to
     ``budget`` env steps, or to ``stop_reward`` first; its summary, wall time, env steps/s,
-    layout and learning curve, or the error's last line."""
-    command = [
-        sys.executable,
-        "-m",
-        "flowrl",
-        "train",
-        algo,
-        "--env",
-        env,
-        "--seed",
-        str(seed),
-        "--stop-timesteps",
-        str(budget),
-        "--output",
-        str(out),
-        "--no-progress",
-        *more,
-    ]
+    layout and learning curve, or the error's last line.
+
+    With ``checkpoint_every`` the run checkpoints every that many iterations, and a call
+    whose ``out`` holds an unfinished run (checkpoints, and no summary or an interrupted
+    one) takes it up from its last checkpoint with ``flowrl train --resume``: a run longer
+    than a sitting survives being stopped. Its wall time is then the sum of its sittings'."""
+    last = out / "summary.json"
+    ended = last.exists() and json.loads(last.read_text())["stopped_by"] != "interrupted"
+    started = (out / "checkpoints").is_dir() and not ended
+    where = ["--resume", str(out)] if started else ["--output", str(out)]
+    command = [sys.executable, "-m", "flowrl", "train", algo, "--env", env, "--seed", str(seed),
+               "--stop-timesteps", str(budget), *where, "--no-progress", *more]  # fmt: skip
     if stop_reward is not None:
         command += ["--stop-reward", str(stop_reward)]
+    if checkpoint_every:
+        command += ["--checkpoint-every", str(checkpoint_every)]
+    sittings = out / "sittings_s.txt"  # the wall seconds of the sittings before this one
+    before = float(sittings.read_text()) if started and sittings.exists() else 0.0
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    finally:  # stopped by a signal too: the next sitting counts this one's time
+        seconds = before + time.perf_counter() - start
+        if out.is_dir():
+            sittings.write_text(f"{seconds:.1f}")
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
         return {"algo": algo, "env": env, "seed": seed, "error": " ".join(tail),

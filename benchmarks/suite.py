@@ -14,7 +14,8 @@ beside pandas 3).
 
 Needs the ``bench`` extra (mujoco, minigrid, popgym). Writes
 ``benchmarks/results/suite_<part>.json`` after every run; a rerun skips the runs a results
-file already holds, so a long part can be stopped and taken up again.
+file already holds, so a long part can be stopped and taken up again; a SAC run stopped
+part way goes on from its last checkpoint (``benchmarks/runs/``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,6 +53,15 @@ LONG_MEMORY = (*MEMORY, "--set", "max_seq_len=64")
 #: PPO's MuJoCo preset before it took CleanRL's two other settings: observations as they
 #: are, lr constant
 CONSTANT_LR = ("--set", "normalize_observations=false", "--set", "lr=0.0003")
+
+#: where runs train (``runs/`` is ignored by git): one that was stopped part way is taken up
+#: from its last checkpoint by the next call (flowrl train --resume)
+RUNS = Path(__file__).parent / "runs"
+#: iterations per checkpoint, for runs of over ``LONG`` env steps: SAC's iterations are 1k
+#: env steps (a few MB of replay each); PPO's MuJoCo runs take minutes, and DQN's Atari
+#: replay of frames is too large to write every few minutes
+CHECKPOINT_EVERY = {"sac": 20}
+LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
 VARIANTS = ("ppo-mujoco-constant-lr",)
@@ -118,18 +128,23 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:
-            for run in PARTS[part]:
-                if (run.env, run.variant, seed) in done:
-                    continue
-                out = Path(tmp) / f"{len(rows)}"
-                row = train_cli(run.algo, run.env, seed, run.budget, out, [*run.args, *more])
-                row.update(variant=run.variant, budget=run.budget, published=run.published,
-                           published_std=run.published_std, source=run.source)  # fmt: skip
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
-                write_results(f"suite_{part}", {"part": part, "train_args": more, "rows": rows})
+    for seed in seeds:
+        for run in PARTS[part]:
+            if (run.env, run.variant, seed) in done:
+                continue
+            name = f"{run.env}_{run.variant}_s{seed}".replace("/", "-").replace(":", "-")
+            out = RUNS / part / name.replace(" ", "-").replace(",", "")
+            every = CHECKPOINT_EVERY.get(run.algo, 0) if run.budget > LONG else 0
+            row = train_cli(run.algo, run.env, seed, run.budget, out, [*run.args, *more],
+                            checkpoint_every=every)  # fmt: skip
+            if row.get("stopped_by") == "interrupted":  # Ctrl-C: the next call goes on
+                raise SystemExit(f"stopped; {out} goes on from its last checkpoint next time")
+            row.update(variant=run.variant, budget=run.budget, published=run.published,
+                       published_std=run.published_std, source=run.source)  # fmt: skip
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
+            write_results(f"suite_{part}", {"part": part, "train_args": more, "rows": rows})
+            shutil.rmtree(out, ignore_errors=True)  # its row holds what the suite keeps
     return rows
 
 
