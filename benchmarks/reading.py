@@ -11,6 +11,9 @@ the learner, each against a baseline measured in the same run.
   the size (the files copied), and ``ReadExperiences(stream=True) -> bc``, with Ray given
   1 CPU and then 2 (the read tasks run on as many workers), against the same in-memory
   baselines. Each pass starts Ray Data's read anew, which a small recording pays often.
+- **reader actors** (``input_readers``: each reads a share of the episodes and makes the
+  batches): ``ReadExperiences(readers=N)``'s batches alone and into the learner, N the
+  CPUs Ray is given, on the same large recording.
 
 The recording is ``--steps`` env steps of PPO on CartPole-v1, one worker.
 
@@ -98,7 +101,7 @@ def main() -> None:
         plain_learn = rows_per_s(in_memory, n, args.rounds)
         flowrl_learn = rows_per_s(from_recording, n, args.rounds)
         big = ten_times(out, Path(tmp) / "ten_times")
-        streamed = {cpus: streaming(big, 10 * rows, cpus, learners, args) for cpus in (1, 2)}
+        streamed = {cpus: with_ray(big, 10 * rows, cpus, learners, args) for cpus in (1, 2)}
     results = [
         {"path": "read: pyarrow read_table alone", "rows_per_s": plain_read, "x baseline": 1.0},
         {"path": "read: read_experiences", "rows_per_s": flowrl_read,
@@ -107,12 +110,16 @@ def main() -> None:
         {"path": "learn: ReadExperiences -> bc", "rows_per_s": flowrl_learn,
          "x baseline": flowrl_learn / plain_learn},
     ]  # fmt: skip
-    for cpus, (read, learn) in streamed.items():
+    for cpus, (read, learn, served, served_learn) in streamed.items():
         results += [
             {"path": f"read: stream_experiences, Ray on {cpus} CPU", "rows_per_s": read,
              "x baseline": read / plain_read},
             {"path": f"learn: ReadExperiences(stream) -> bc, Ray on {cpus} CPU",
              "rows_per_s": learn, "x baseline": learn / plain_learn},
+            {"path": f"read: ReadExperiences(readers={cpus}) batches alone", "rows_per_s": served,
+             "x baseline": served / plain_read},
+            {"path": f"learn: ReadExperiences(readers={cpus}) -> bc", "rows_per_s": served_learn,
+             "x baseline": served_learn / plain_learn},
         ]  # fmt: skip
     print_table(results)
     write_results("reading", {"rows": rows, "results": results})
@@ -131,9 +138,10 @@ def ten_times(out: Path, big: Path) -> Path:
     return big
 
 
-def streaming(out: Path, rows: int, cpus: int, learners, args) -> tuple[float, float]:
-    """Rows/s streamed over two passes of the recording, and into the learner, with Ray
-    given ``cpus`` CPUs."""
+def with_ray(out: Path, rows: int, cpus: int, learners, args) -> tuple[float, ...]:
+    """With Ray given ``cpus`` CPUs: rows/s streamed over two passes of the recording, and
+    into the learner; and the batches of ``cpus`` reader actors alone, and into the
+    learner."""
     import ray
 
     from flowrl.ops import ReadExperiences
@@ -160,7 +168,21 @@ def streaming(out: Path, rows: int, cpus: int, learners, args) -> tuple[float, f
 
         learn_rate = rows_per_s(learn, args.updates * 512, args.rounds)
         stream.close()
-        return read_rate, learn_rate
+        readers = ReadExperiences(out, batch_size=512, readers=cpus)
+        next(readers)  # the actors started and their shares read before timing
+
+        def served() -> None:
+            for _ in range(args.updates):
+                next(readers)
+
+        def learn_served() -> None:
+            for _ in range(args.updates):
+                learners.learn_on_batch(next(readers))
+
+        served_rate = rows_per_s(served, args.updates * 512, args.rounds)
+        served_learn_rate = rows_per_s(learn_served, args.updates * 512, args.rounds)
+        readers.close()
+        return read_rate, learn_rate, served_rate, served_learn_rate
     finally:
         ray.shutdown()
 

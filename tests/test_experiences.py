@@ -296,3 +296,31 @@ def test_a_recording_streams_through_ray_data_into_bc(tmp_path, ray_session):
         assert np.isfinite(clone.train()["learner/policy_loss"])
     with pytest.raises(ConfigError, match="marwil's returns need every recorded step"):
         Algorithm("marwil", env="CartPole-v1", **config)
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # two Ray actors start: 3 s
+def test_readers_each_serve_whole_episodes_of_their_share(tmp_path, ray_session):
+    """input_readers: Ray actors read the recording, each the episodes whose id modulo
+    their count is its index, and prepare them there: marwil's returns come out as from
+    the whole recording."""
+    from flowrl.algorithms.marwil import with_returns
+    from flowrl.ops import ReadExperiences
+
+    out, _ = record(tmp_path, "CartPole-v1")
+    whole = with_returns(0.99)(read_experiences(out)["default"])
+    columns = zip(whole[EPS_ID], whole["obs"], whole["returns"], strict=True)
+    expected = {(e, *o): r for e, o, r in columns}
+    batches = ReadExperiences(str(out), batch_size=64, readers=2, prepare=with_returns(0.99))
+    seen, shares = [], set()
+    while len(shares) < 2:  # (the second actor may start a second later)
+        seen.append(next(batches)["default"])
+        shares.add(frozenset(seen[-1][EPS_ID] % 2))
+    assert shares == {frozenset({0}), frozenset({1})}
+    for b in seen:
+        returns = [expected[(e, *o)] for e, o in zip(b[EPS_ID], b["obs"], strict=True)]
+        assert np.allclose(b["returns"], returns)
+    with Algorithm("marwil", env="CartPole-v1", input=str(out), input_readers=2) as clone:
+        assert "ReadExperiences(batch_size=512, readers=2)" in str(clone.graph())
+    with pytest.raises(ConfigError, match="read by Ray Data's tasks: input_readers=0"):
+        Algorithm("bc", env="CartPole-v1", input=str(out), input_readers=2, input_stream=True)

@@ -436,6 +436,11 @@ class OfflineConfig(Config):
     input_stream: bool = param(
         False, "stream the recording through Ray Data (larger than memory), not read it whole"
     )
+    input_readers: int = param(
+        0,
+        "Ray actors that read the recording, each a share of its episodes (0: this process)",
+        ge=0,
+    )
     train_batch_size: int = param(512, "recorded steps per SGD step", ge=1)
     updates_per_iteration: int = param(100, "SGD steps per train() result", ge=1)
     evaluation_interval: int = 1
@@ -448,6 +453,12 @@ class OfflineConfig(Config):
             raise ConfigError(
                 "offline learning takes raw observations: normalize_observations=false"
             )
+        if self.input_stream and self.input_readers:
+            raise ConfigError("a streamed recording is read by Ray Data's tasks: input_readers=0")
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.num_workers > 0 or self.input_readers > 0 or self.input_stream
 
 
 #: what a ``policies`` entry sets besides config fields

@@ -20,6 +20,7 @@ import functools
 import itertools
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
@@ -637,10 +638,13 @@ class Requests:
 
     def drain(self) -> None:
         """Let the requests in flight finish (for at most the drain or request timeout),
-        so the actors go idle; not once Ray is down (a wait would start a new Ray)."""
+        so the actors go idle; not once Ray is down (a wait would start a new Ray), nor
+        as Python shuts down (a generator left open is closed then)."""
+        if not self.pending or sys.meta_path is None:
+            return
         import ray
 
-        if self.pending and ray.is_initialized():
+        if ray.is_initialized():
             drain_s = min(_DRAIN_TIMEOUT_S, self.timeout_s or math.inf)
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=drain_s)
 

@@ -88,7 +88,8 @@ def offline_plan(
     spaces = spaces_of(workers.local_worker.env)
     batches = ReadExperiences(config.input, batch_size=config.train_batch_size, seed=config.seed,
                               spaces=spaces, prepare=prepare,
-                              stream=config.input_stream)  # fmt: skip
+                              stream=config.input_stream,
+                              readers=config.input_readers)  # fmt: skip
     train_op = batches.for_each(TrainOneStep(workers))
     if update_targets is not None:
         train_op = train_op.for_each(update_targets)

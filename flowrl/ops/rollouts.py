@@ -32,7 +32,7 @@ from flowrl.core.iter import (
 from flowrl.core.sample_batch import ArrayPool, MultiAgentBatch, SampleBatch
 from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
-from flowrl.rollout.experiences import check_spaces, read_manifest, stream_experiences
+from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WorkerSet
 
@@ -266,6 +266,7 @@ def ReadExperiences(
     spaces: dict[str, tuple[Any, Any]] | None = None,
     prepare: Callable[[SampleBatch], SampleBatch] | None = None,
     stream: bool = False,
+    readers: int = 0,
 ) -> LocalIterator[MultiAgentBatch]:
     """Recorded experiences as a plan's source: ``batch_size`` rows of each policy per
     item, drawn without replacement from a shuffled pass over the rows (each pass in a new
@@ -274,6 +275,9 @@ def ReadExperiences(
     Minari dataset (``minari:<dataset id>``), both read when the plan first pulls, or
     rows by policy id.
     ``prepare`` adds what a loss needs to each policy's rows, once (a return per step).
+    With ``readers``, that many Ray actors read the recording instead of this process,
+    each its share of whole episodes (those whose id modulo ``readers`` is its index),
+    and make the batches (``prepare`` included); the plan takes them as they come.
     With ``stream``, a recording's files stream through Ray Data instead of being read
     whole (``stream_experiences``: larger than memory, or read on several nodes); rows
     are then shuffled within a buffer, and ``prepare``, which needs them all, is refused.
@@ -286,36 +290,73 @@ def ReadExperiences(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if readers < 0:
+        raise ValueError(f"readers must be >= 0, got {readers}")
     if isinstance(source, str | os.PathLike) and source and not str(source).startswith("minari:"):
         check_spaces(source, read_manifest(source)[1], spaces)  # bad input before a run starts
+    read = {"batch_size": batch_size, "seed": seed, "spaces": spaces, "prepare": prepare}
 
     def build(ctx: PlanContext, timeout: float | None) -> Iterator[MultiAgentBatch]:
         if not source:
             raise ConfigError("no recording to read: name its directory (input, --input DIR)")
         if stream:
-            yield from _streamed(source, batch_size=batch_size, seed=seed, spaces=spaces,
-                                 prepare=prepare)  # fmt: skip
-            return
-        read = source
-        if isinstance(source, str | os.PathLike):
-            read = read_source(source, spaces=spaces)
-        rows = {pid: SampleBatch({k: v for k, v in r.items() if v.dtype != object})
-                for pid, r in read.items()}  # fmt: skip
-        if prepare is not None:
-            rows = {pid: prepare(r) for pid, r in rows.items()}
-        rng = np.random.default_rng(seed)
-        order = {pid: np.empty(0, np.int64) for pid in rows}
-        while True:
-            parts = {}
-            for pid, r in rows.items():
-                n = min(batch_size, len(r))
-                if len(order[pid]) < n:  # the pass is spent: the next, in a new order
-                    order[pid] = rng.permutation(len(r))
-                picked, order[pid] = order[pid][:n], order[pid][n:]
-                parts[pid] = SampleBatch({k: v[picked] for k, v in r.items()})
-            yield MultiAgentBatch(parts, env_steps=batch_size)
+            if readers:
+                raise ConfigError("a streamed recording is read by Ray Data's tasks: readers=0")
+            yield from _streamed(source, **read)
+        elif readers:
+            import ray
 
-    return LocalIterator(build, name=f"ReadExperiences(batch_size={batch_size})", role=SAMPLE)
+            shard = ray.remote(num_cpus=0)(_ExperienceShard)
+            actors = [shard.remote(source, i, readers, **read) for i in range(readers)]
+            shards = ParallelIterator.from_actors(actors, name="ExperienceShard")
+            yield from shards.gather_async().build(ctx, timeout)
+        else:
+            yield from _shuffled_batches(source, **read)
+
+    name = f"ReadExperiences(batch_size={batch_size}{f', readers={readers}' if readers else ''})"
+    return LocalIterator(build, name=name, role=SAMPLE)
+
+
+def _shuffled_batches(
+    source: Any,
+    *,
+    batch_size: int,
+    seed: int,
+    spaces: Any,
+    prepare: Any,
+    shard: tuple[int, int] = (0, 1),
+) -> Iterator[MultiAgentBatch]:
+    """``ReadExperiences``' batches of ``source`` read whole in this process; of its
+    episodes whose id modulo ``shard[1]`` is ``shard[0]``."""
+    read = source
+    if isinstance(source, str | os.PathLike):
+        read = read_source(source, spaces=spaces)
+    index, count = shard
+    rows = {}
+    for pid, r in read.items():
+        r = SampleBatch({k: v for k, v in r.items() if v.dtype != object})
+        if count > 1:  # whole episodes (rows without episode ids: every count-th row)
+            ids = r[EPS_ID] if EPS_ID in r else np.arange(len(r))
+            r = r.take(np.flatnonzero(ids % count == index))
+        rows[pid] = prepare(r) if prepare is not None else r
+    rng = np.random.default_rng(seed + index)
+    order = {pid: np.empty(0, np.int64) for pid in rows}
+    while True:
+        parts = {}
+        for pid, r in rows.items():
+            n = min(batch_size, len(r))
+            if len(order[pid]) < n:  # the pass is spent: the next, in a new order
+                order[pid] = rng.permutation(len(r))
+            picked, order[pid] = order[pid][:n], order[pid][n:]
+            parts[pid] = SampleBatch({k: v[picked] for k, v in r.items()})
+        yield MultiAgentBatch(parts, env_steps=batch_size)
+
+
+class _ExperienceShard(ParallelIteratorWorker):
+    """A Ray actor serving ``ReadExperiences``' batches of its share of a recording."""
+
+    def __init__(self, source: Any, index: int, count: int, **read: Any) -> None:
+        super().__init__(lambda: _shuffled_batches(source, shard=(index, count), **read))
 
 
 def _streamed(
