@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -306,10 +307,16 @@ def ReadExperiences(
         elif readers:
             import ray
 
-            shard = ray.remote(num_cpus=0)(_ExperienceShard)
+            # one per node where the cluster has several (reading and batching spread out)
+            shard = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(_ExperienceShard)
             actors = [shard.remote(source, i, readers, **read) for i in range(readers)]
             shards = ParallelIterator.from_actors(actors, name="ExperienceShard")
-            yield from shards.gather_async().build(ctx, timeout)
+            for batches in shards.gather_async(num_async=2).build(ctx, timeout):
+                if batches is NotReady:
+                    yield batches
+                else:
+                    yield from batches
+            raise ConfigError(f"no rows to read: each of the {readers} readers' shares is empty")
         else:
             yield from _shuffled_batches(source, **read)
 
@@ -339,6 +346,8 @@ def _shuffled_batches(
             ids = r[EPS_ID] if EPS_ID in r else np.arange(len(r))
             r = r.take(np.flatnonzero(ids % count == index))
         rows[pid] = prepare(r) if prepare is not None else r
+    if not all(len(r) for r in rows.values()):  # a share of no episodes: nothing to serve
+        return
     rng = np.random.default_rng(seed + index)
     order = {pid: np.empty(0, np.int64) for pid in rows}
     while True:
@@ -353,10 +362,17 @@ def _shuffled_batches(
 
 
 class _ExperienceShard(ParallelIteratorWorker):
-    """A Ray actor serving ``ReadExperiences``' batches of its share of a recording."""
+    """A Ray actor serving ``ReadExperiences``' batches of its share of a recording,
+    ``per_call`` at a time (a call costs the driver about as much as a small batch's SGD
+    step)."""
 
-    def __init__(self, source: Any, index: int, count: int, **read: Any) -> None:
-        super().__init__(lambda: _shuffled_batches(source, shard=(index, count), **read))
+    def __init__(self, source: Any, index: int, count: int, per_call: int = 8, **read: Any):
+        def chunks() -> Iterator[list[MultiAgentBatch]]:
+            batches = _shuffled_batches(source, shard=(index, count), **read)
+            while chunk := list(itertools.islice(batches, per_call)):
+                yield chunk
+
+        super().__init__(chunks)
 
 
 def _streamed(
