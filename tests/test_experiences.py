@@ -324,3 +324,38 @@ def test_readers_each_serve_whole_episodes_of_their_share(tmp_path, ray_session)
         assert "ReadExperiences(batch_size=512, readers=2)" in str(clone.graph())
     with pytest.raises(ConfigError, match="read by Ray Data's tasks: input_readers=0"):
         Algorithm("bc", env="CartPole-v1", input=str(out), input_readers=2, input_stream=True)
+
+
+def test_minari_datasets_with_dict_observations_both_ways(tmp_path, monkeypatch):
+    """A Dict observation (with its action mask) is a recording's record column and
+    Minari's dict of arrays: written, read in Minari and read back as it was recorded; a
+    dataset Minari's DataCollector wrote of such an env trains bc."""
+    import minari
+
+    from flowrl.rollout.minari_datasets import read_minari, write_minari
+    from flowrl.rollout.toy_envs import MaskedChoice
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    out, _ = record(tmp_path, "flowrl.rollout.toy_envs:MaskedChoice")
+    write_minari(out, "masked/flowrl-ppo-v0")
+    rows = read_experiences(out)["default"]
+    first = rows[EPS_ID] == rows[EPS_ID][rows["terminateds"] | rows["truncateds"]].min()
+    episode = next(minari.load_dataset("masked/flowrl-ppo-v0").iterate_episodes())
+    for key in ("observation", "action_mask"):
+        np.testing.assert_array_equal(episode.observations[key][:-1], rows["obs"][key][first])
+    back, spaces = read_minari("masked/flowrl-ppo-v0")
+    assert spaces["default"][0] == MaskedChoice().observation_space
+    assert back["default"]["obs"].dtype == rows["obs"].dtype
+    np.testing.assert_array_equal(back["default"]["obs"][: first.sum()], rows["obs"][first])
+    collector = minari.DataCollector(MaskedChoice(), data_format="arrow")
+    for seed in range(5):  # an allowed action at random
+        obs, _ = collector.reset(seed=seed)
+        done = False
+        while not done:
+            action = int(np.flatnonzero(obs["action_mask"])[seed % 3])
+            obs, _, terminated, truncated, _ = collector.step(action)
+            done = terminated or truncated
+    collector.create_dataset("masked/random-v0")
+    run = ["train", "bc", "--env", "flowrl.rollout.toy_envs:MaskedChoice", "--stop-iters", "1"]
+    run += ["--input", "minari:masked/random-v0", "--no-progress"]
+    assert main([*run, "--output", str(tmp_path / "bc")]) == 0

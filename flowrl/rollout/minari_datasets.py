@@ -2,6 +2,8 @@
 dataset read as a recording's rows (``ReadExperiences("minari:<dataset id>")``, ``--input
 minari:<dataset id>``), and a flowrl recording written as a Minari dataset. Datasets are
 local ones (``MINARI_DATASETS_PATH``, or Minari's default folder): nothing is downloaded.
+Dict and Tuple observations and actions are a recording's record columns and Minari's
+dicts and tuples of arrays.
 
 Examples:
     >>> rows, spaces = read_minari("cartpole/expert-v0")  # doctest: +SKIP
@@ -26,6 +28,7 @@ from flowrl.core.sample_batch import (
     TRUNCATEDS,
     SampleBatch,
 )
+from flowrl.learning.spaces import RecordLayout, field, is_composite
 from flowrl.rollout.experiences import (
     AGENT_ID,
     EPS_ID,
@@ -47,9 +50,18 @@ def _minari() -> Any:
     return minari
 
 
-def _flat(space: gym.Space, dataset_id: str) -> None:
-    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
-        raise ConfigError(f"Minari dataset {dataset_id}: Dict and Tuple spaces are not read yet")
+def _column(values: Any, space: gym.Space) -> np.ndarray:
+    """Minari's steps of ``space`` (a Dict's dict of arrays, a Tuple's tuple of them) as a
+    recording's column: one record per step for a composite space."""
+    return RecordLayout(space).pack(values) if is_composite(space) else np.asarray(values)
+
+
+def _nest(column: np.ndarray, space: gym.Space) -> Any:
+    """A recording's column as Minari holds ``space``'s steps: ``_column`` undone."""
+    if not is_composite(space):
+        return column
+    layout = RecordLayout(space)
+    return layout.build([np.ascontiguousarray(field(column, leaf.path)) for leaf in layout.leaves])
 
 
 def read_source(
@@ -72,13 +84,14 @@ def read_minari(dataset_id: str) -> tuple[dict[str, SampleBatch], dict[str, tupl
         dataset = minari.load_dataset(dataset_id)
     except (FileNotFoundError, ValueError) as e:
         raise ConfigError(f"no local Minari dataset {dataset_id}: {e}") from None
-    for space in (dataset.observation_space, dataset.action_space):
-        _flat(space, dataset_id)
+    obs_space, action_space = dataset.observation_space, dataset.action_space
     parts: dict[str, list[np.ndarray]] = {}
     for episode in dataset.iterate_episodes():
-        n, obs = len(episode.actions), np.asarray(episode.observations)
+        obs = _column(episode.observations, obs_space)
+        actions = _column(episode.actions, action_space)
+        n = len(actions)
         steps = {
-            OBS: obs[:-1], NEXT_OBS: obs[1:], ACTIONS: np.asarray(episode.actions),
+            OBS: obs[:-1], NEXT_OBS: obs[1:], ACTIONS: actions,
             REWARDS: np.asarray(episode.rewards, np.float32),
             TERMINATEDS: np.asarray(episode.terminations, bool),
             TRUNCATEDS: np.asarray(episode.truncations, bool),
@@ -89,7 +102,7 @@ def read_minari(dataset_id: str) -> tuple[dict[str, SampleBatch], dict[str, tupl
     if not parts:
         raise ConfigError(f"Minari dataset {dataset_id} holds no episodes")
     rows = SampleBatch({k: np.concatenate(v) for k, v in parts.items()})
-    return {SINGLE: rows}, {SINGLE: (dataset.observation_space, dataset.action_space)}
+    return {SINGLE: rows}, {SINGLE: (obs_space, action_space)}
 
 
 def write_minari(
@@ -103,7 +116,6 @@ def write_minari(
     manifest, spaces = read_manifest(directory)
     rows = read_experiences(directory)[policy_id]
     obs_space, action_space = spaces[policy_id]
-    _flat(obs_space, str(directory))
     order = np.argsort(rows[EPS_ID], kind="stable")  # an episode's steps, in order
     ids = rows[EPS_ID][order]
     buffers = []
@@ -113,7 +125,8 @@ def write_minari(
             continue
         observations = np.concatenate([rows[OBS][steps], rows[NEXT_OBS][steps][-1:]])
         buffers.append(EpisodeBuffer(
-            id=len(buffers), observations=observations, actions=rows[ACTIONS][steps],
+            id=len(buffers), observations=_nest(observations, obs_space),
+            actions=_nest(rows[ACTIONS][steps], action_space),
             rewards=rows[REWARDS][steps].tolist(), terminations=rows[TERMINATEDS][steps].tolist(),
             truncations=rows[TRUNCATEDS][steps].tolist(),
         ))  # fmt: skip
