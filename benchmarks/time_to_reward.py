@@ -5,7 +5,11 @@ RLlib's PPO, IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]
 installed), each in a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s``
 seconds; one that has not reached the reward by then reports its return and env steps.
 ``--algos dqn apex`` compares Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X): wall-clock
-and env steps sampled per second of training.
+and env steps sampled per second of training. ``--algos bc marwil iql`` learn offline from
+50k steps of a PPO policy trained to 475 (recorded once, kept in benchmarks/runs/), to a
+greedy evaluation of ``--reward``, beside RLlib's BC and MARWIL on the same files (RLlib's
+IQL takes Box actions only). ``RLLIB_PYTHON`` names an interpreter with ``ray[rllib]`` when
+this one has none (RLlib pins gymnasium).
 
     python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450] [--algos ppo impala appo]
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,6 +42,43 @@ model = dict(vf_share_layers=True)""",
     "appo": """from ray.rllib.algorithms.appo import APPOConfig as Config
 training, model = dict(vf_loss_coeff=0.05, entropy_coeff=0.0), dict(vf_share_layers=True)""",
 }
+# RLlib's offline algorithms on flowrl's recording: its Parquet columns are RLlib's but for
+# the next observation's name; greedy evaluation of 10 episodes every 3 iterations in
+# parallel to training, batch 1024 and lr 8e-4, as RLlib's BC example
+# (examples/offline_rl/train_w_bc_finetune_w_ppo.py); MARWIL with its defaults otherwise
+RLLIB_OFFLINE = {
+    "bc": "from ray.rllib.algorithms.bc import BCConfig as Config",
+    "marwil": "from ray.rllib.algorithms.marwil import MARWILConfig as Config",
+}
+RLLIB_OFFLINE_RUN = """
+import sys, time
+start = time.time()
+import ray
+ray.init(num_cpus=8, include_dashboard=False)
+from ray.rllib.core.columns import Columns
+{config}
+path, reward, seed, cap = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+config = (
+    Config().environment("CartPole-v1").debugging(seed=seed)
+    .offline_data(input_=[path], input_read_schema={{Columns.NEXT_OBS: "next_obs"}},
+                  dataset_num_iters_per_learner=1)
+    .training(train_batch_size_per_learner=1024, lr=0.0008)
+    .evaluation(evaluation_interval=3, evaluation_num_env_runners=1, evaluation_duration=10,
+                evaluation_parallel_to_training=True,
+                evaluation_config=Config.overrides(explore=False))
+)
+algo = config.build_algo()
+train_start = time.time()
+ret, iterations = float("-inf"), 0
+while ret < reward and time.time() - start < cap:
+    result = algo.train()
+    iterations += 1
+    evaluation = result.get("evaluation", {{}}).get("env_runners", {{}})
+    ret = max(ret, evaluation.get("episode_return_mean", float("-inf")))
+print("RESULT", ret >= reward, iterations, time.time() - train_start, ret)
+"""
+#: algorithms that learn from a recording (expert_recording) instead of the env
+OFFLINE = ("bc", "marwil", "iql")
 # a distributed algorithm and flowrl's single-learner one it scales up
 SINGLE_LEARNER = {"apex": "dqn"}
 RLLIB_RUN = """
@@ -109,16 +151,91 @@ def flowrl_run(
             "env_steps_per_s": steps / summary["time_total_s"]}  # fmt: skip
 
 
-def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) -> dict | None:
+def expert_recording(steps: int = 50_000) -> Path:
+    """``steps`` env steps of a flowrl PPO CartPole policy trained to a return of 475 (the
+    offline rows' data, as in tests/test_experiences.py), recorded once and kept in
+    benchmarks/runs/ (ignored by git)."""
+    from flowrl import Algorithm
+
+    out = Path(__file__).parent / "runs" / f"cartpole_expert_{steps}"
+    if (out / "manifest.json").exists():
+        return out
+    with Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=0) as expert:
+        while not expert.train()["episode_return_mean"] >= 475:  # (NaN: no episode yet)
+            pass
+        with tempfile.TemporaryDirectory() as tmp:
+            path = expert.save(Path(tmp) / "expert")
+            with Algorithm.from_checkpoint(path, record_experiences=str(out)) as recorder:
+                first = recorder.plan.context.counters["env_steps_sampled"]
+                while recorder.train()["env_steps_sampled"] - first < steps:
+                    pass
+    return out
+
+
+def flowrl_offline_run(algo: str, recording: Path, reward: float, seed: int) -> dict:
+    """``flowrl train ALGO --input`` to a greedy evaluation of ``reward``, within the
+    offline runs' default 100 iterations; the clock includes imports."""
+    flowrl = str(Path(sys.executable).parent / "flowrl")
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        subprocess.run(
+            [flowrl, "train", algo, "--env", "CartPole-v1", "--seed", str(seed),
+             "--input", str(recording), "--stop-reward", str(reward), "--no-progress",
+             "--output", out],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        wall = time.perf_counter() - start
+        summary = json.loads((Path(out) / "summary.json").read_text())
+    return {"reached": summary["stopped_by"] == "reward", "iterations": summary["iterations"],
+            "return": summary["best_evaluation_episode_return_mean"], "env_steps": 0,
+            "wall_s": wall, "env_steps_per_s": float("nan")}  # fmt: skip
+
+
+def rllib_offline_run(
+    algo: str, recording: Path, reward: float, seed: int, cap_s: float
+) -> dict | None:
+    python = rllib_python()
+    if python is None:
+        return None
+    script = RLLIB_OFFLINE_RUN.format(config=RLLIB_OFFLINE[algo])
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(
+            [python, "-c", script, str(recording / "default"), str(reward), str(seed), str(cap_s)],
+            check=True, capture_output=True, text=True, timeout=cap_s + 120,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True)
+        return {"reached": False, "iterations": 0, "return": float("nan"), "env_steps": 0,
+                "wall_s": cap_s, "env_steps_per_s": float("nan")}  # fmt: skip
+    wall = time.perf_counter() - start
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT"))
+    _, reached, iterations, _, ret = line.split()
+    return {"reached": reached == "True", "iterations": int(iterations), "return": float(ret),
+            "env_steps": 0, "wall_s": wall, "env_steps_per_s": float("nan")}  # fmt: skip
+
+
+def rllib_python() -> str | None:
+    """The interpreter that runs RLlib: ``$RLLIB_PYTHON`` (RLlib pins gymnasium, so it
+    may live in a venv of its own), or this one where ``ray[rllib]`` is installed."""
+    if os.environ.get("RLLIB_PYTHON"):
+        return os.environ["RLLIB_PYTHON"]
     try:
         import ray.rllib  # noqa: F401
     except ImportError:
+        return None
+    return sys.executable
+
+
+def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) -> dict | None:
+    python = rllib_python()
+    if python is None:
         return None
     script = RLLIB_RUN.format(config=RLLIB_CONFIGS[algo])
     start = time.perf_counter()
     try:  # the cap is checked between train() calls; a train() that hangs is cut here
         out = subprocess.run(
-            [sys.executable, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
+            [python, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
             check=True, capture_output=True, text=True, timeout=cap_s + 120,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -141,9 +258,19 @@ def main() -> None:
     parser.add_argument("--rllib-cap-s", type=float, default=600.0, help="RLlib's time cap")
     args = parser.parse_args()
     rows = []
+    offline = [a for a in args.algos if a in OFFLINE]
+    recording = expert_recording() if offline else None
     for seed in args.seeds:
         contenders = {}
-        for algo in args.algos:
+        for algo in offline:  # from the recording, to a greedy evaluation of the reward
+            contenders[f"flowrl {algo} (offline)"] = lambda r, b, s, a=algo: flowrl_offline_run(
+                a, recording, r, s
+            )
+            if algo in RLLIB_OFFLINE:
+                contenders[f"rllib {algo}"] = lambda r, b, s, a=algo: rllib_offline_run(
+                    a, recording, r, s, args.rllib_cap_s
+                )
+        for algo in [a for a in args.algos if a not in OFFLINE]:
             contenders[f"flowrl {algo} ({default_layout(algo)})"] = lambda r, b, s, a=algo: (
                 flowrl_run(a, r, b, s)
             )
