@@ -1,0 +1,164 @@
+"""The cost of one round of communication with rollout workers, before any sampling: the
+weights out to every worker and one fragment back from each, as ``bulk_sync`` does, with
+payloads of the sizes flowrl's plans move.
+
+- **Ray actor tasks**: ``worker.step.remote(weights)`` to each, then ``ray.get`` (today's
+  operators);
+- **a Ray compiled graph** (``ray.dag``, ``experimental_compile``): the same calls as one
+  graph compiled once, over shared-memory channels;
+- **plain pipes** (the baseline): a ``multiprocessing`` process per worker, weights sent
+  down a pipe and the fragment back, pickled.
+
+Each worker answers at once with a fragment it holds, so the figure is communication
+alone. Payloads: PPO's CartPole weights and a 640-step fragment (8 envs x 80 steps) taken
+from a real worker, and an Atari-sized one (84x84x4 frames, 8 envs x 32 steps).
+
+    python benchmarks/call_cost.py [--workers 1 2 4] [--rounds 300]
+
+Writes benchmarks/results/call_cost.json: microseconds per round, and each path against
+the pipes in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import pickle
+from typing import Any
+
+import numpy as np
+
+from common import print_table, start_ray, time_per_call, write_results
+
+
+class Worker:
+    """What the round asks of a rollout worker, without the sampling: take the weights,
+    give back a fragment."""
+
+    def __init__(self, fragment: Any) -> None:
+        self.fragment = fragment
+        self.weights = None
+
+    def step(self, weights: Any) -> Any:
+        self.weights = weights
+        return self.fragment
+
+
+def cartpole_payload() -> tuple[Any, Any]:
+    """PPO's CartPole weights and one worker's fragment, as the plan sends and gets them."""
+    from flowrl import Algorithm
+
+    config = {"num_workers": 0, "num_envs_per_worker": 8, "rollout_fragment_length": 80}
+    with Algorithm("ppo", env="CartPole-v1", **config) as algo:
+        worker = algo.workers.local_worker
+        return worker.get_weights(), worker.sample()
+
+
+def atari_payload(weights: Any) -> tuple[Any, Any]:
+    """Frames of 8 envs x 32 steps, with the small columns beside them."""
+    n = 8 * 32
+    fragment = {
+        "obs": np.zeros((n, 4, 84, 84), np.uint8),
+        "actions": np.zeros(n, np.int64),
+        "rewards": np.zeros(n, np.float32),
+        "vf_preds": np.zeros(n, np.float32),
+        "action_dist_inputs": np.zeros((n, 6), np.float32),
+    }
+    return weights, fragment
+
+
+def nbytes(value: Any) -> int:
+    return len(pickle.dumps(value, protocol=5))
+
+
+def actor_tasks(actors: list[Any], weights: Any) -> Any:
+    import ray
+
+    def round_trip() -> None:
+        ref = ray.put(weights)  # once per round, as WorkerSet broadcasts
+        ray.get([a.step.remote(ref) for a in actors])
+
+    return round_trip
+
+
+def compiled_graph(actors: list[Any], weights: Any) -> tuple[Any, Any]:
+    import ray
+    from ray.dag import InputNode, MultiOutputNode
+
+    with InputNode() as weights_in:
+        dag = MultiOutputNode([a.step.bind(weights_in) for a in actors])
+    compiled = dag.experimental_compile()
+
+    def round_trip() -> None:
+        ray.get(compiled.execute(weights))
+
+    return round_trip, compiled
+
+
+def _pipe_worker(conn: Any, fragment: Any) -> None:
+    while True:
+        weights = conn.recv()
+        if weights is None:
+            return
+        conn.send(fragment)
+
+
+def pipes(n: int, weights: Any, fragment: Any) -> tuple[Any, Any]:
+    context = mp.get_context("fork")
+    ends = [context.Pipe() for _ in range(n)]
+    procs = [context.Process(target=_pipe_worker, args=(child, fragment), daemon=True)
+             for _, child in ends]  # fmt: skip
+    for p in procs:
+        p.start()
+
+    def round_trip() -> None:
+        for parent, _ in ends:
+            parent.send(weights)
+        for parent, _ in ends:
+            parent.recv()
+
+    def stop() -> None:
+        for parent, _ in ends:
+            parent.send(None)
+        for p in procs:
+            p.join()
+
+    return round_trip, stop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--rounds", type=int, default=300)
+    args = parser.parse_args()
+    import ray
+
+    weights, fragment = cartpole_payload()
+    payloads = {"cartpole": (weights, fragment), "atari": atari_payload(weights)}
+    start_ray(max(args.workers) + 1)
+    remote = ray.remote(num_cpus=0)(Worker)
+    rows = []
+    for name, (w, f) in payloads.items():
+        for n in args.workers:
+            pipe_round, stop = pipes(n, w, f)
+            base = time_per_call(pipe_round, repeats=args.rounds)
+            stop()
+            actors = [remote.remote(f) for _ in range(n)]
+            ray.get([a.step.remote(None) for a in actors])  # started
+            tasks = time_per_call(actor_tasks(actors, w), repeats=args.rounds)
+            graph_round, compiled = compiled_graph(actors, w)
+            graph = time_per_call(graph_round, repeats=args.rounds)
+            compiled.teardown()
+            for a in actors:
+                ray.kill(a)
+            for path, seconds in (("plain pipes", base), ("Ray actor tasks", tasks),
+                                  ("Ray compiled graph", graph)):  # fmt: skip
+                rows.append({"payload": name, "workers": n, "path": path,
+                             "weights_kb": nbytes(w) / 1e3, "fragment_kb": nbytes(f) / 1e3,
+                             "us_per_round": seconds * 1e6, "x pipes": seconds / base})  # fmt: skip
+    print_table(rows)
+    write_results("call_cost", {"rounds": args.rounds, "results": rows})
+
+
+if __name__ == "__main__":
+    main()
