@@ -15,7 +15,7 @@ beside pandas 3).
 Needs the ``bench`` extra (mujoco, minigrid, popgym). Writes
 ``benchmarks/results/suite_<part>.json`` after every run; a rerun skips the runs a results
 file already holds, so a long part can be stopped and taken up again; a SAC run stopped
-part way goes on from its last checkpoint (``benchmarks/runs/``).
+part way (SAC, PPO) goes on from its last checkpoint (``benchmarks/runs/``).
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ CONSTANT_LR = ("--set", "normalize_observations=false", "--set", "lr=0.0003")
 #: from its last checkpoint by the next call (flowrl train --resume)
 RUNS = Path(__file__).parent / "runs"
 #: iterations per checkpoint, for runs of over ``LONG`` env steps: SAC's iterations are 1k
-#: env steps (a few MB of replay each); PPO's MuJoCo runs take minutes, and DQN's Atari
-#: replay of frames is too large to write every few minutes
-CHECKPOINT_EVERY = {"sac": 20}
+#: env steps (a few MB of replay each), PPO's a few thousand (its weights alone); DQN's
+#: Atari replay of frames is too large to write every few minutes
+CHECKPOINT_EVERY = {"sac": 20, "ppo": 20}
 LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
