@@ -22,11 +22,12 @@ RAISE_MARKER = Path(tempfile.gettempdir()) / f"flowrl_raise_marker_{os.getuid()}
 
 
 class NanReward(CartPoleEnv):
-    """CartPole whose 50th step returns a NaN reward."""
+    """CartPole whose 50th step (counted over its episodes, so whatever the policy does)
+    returns a NaN reward."""
 
-    def reset(self, **kwargs):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self.steps = 0
-        return super().reset(**kwargs)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)

@@ -95,10 +95,12 @@ def test_a_worker_feeds_its_policy_normalised_observations_and_scaled_rewards():
         normalize_rewards=True,
     )
     worker = RolloutWorker(policy_cls=PPOPolicy, config=cfg)
-    for _ in range(5):
-        frag = raw_fragment(worker)
-    obs = frag.columns[OBS][frag.valid]
+    fragments = [raw_fragment(worker) for _ in range(5)]
+    # all but the first, normalised by statistics still forming; a single fragment's
+    # pendulums may hang on one side for all of it
+    obs = np.concatenate([frag.columns[OBS][frag.valid] for frag in fragments[1:]])
     assert np.abs(obs.mean(0)).max() < 0.5 and np.abs(obs.std(0) - 1).max() < 0.5
+    frag = fragments[-1]
     assert np.abs(frag.columns[REWARDS]).max() < 10  # Pendulum's rewards reach -16
     episodes, _, _ = worker.get_metrics()
     # results keep the env's own returns: Pendulum's 200-step episodes score below -100

@@ -270,6 +270,9 @@ class Config:
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    numpy_acting: bool = param(
+        True, "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost)"
+    )
     learner_threads: int = param(
         0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
     )

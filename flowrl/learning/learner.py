@@ -295,12 +295,10 @@ class Learner:
     def learn_on_batch(
         self, batch: SampleBatch, *, num_sgd_iter: int = 1, minibatch_size: int = 0
     ) -> dict[str, Any]:
-        """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0).
-
-        The batch moves to the device once; minibatches are whole sequences (see
-        ``sequence_length``), shuffled unless ``shuffle`` is False. Returns the
-        mean of each statistic, and per-row statistics in the batch's row order.
-        """
+        """``num_sgd_iter`` passes of minibatch SGD (the whole batch when size is 0), the
+        batch moved to the device once; minibatches are whole sequences (``sequence_length``),
+        shuffled unless ``shuffle`` is False. Returns the mean of each statistic, and
+        per-row statistics in the batch's row order."""
         tensors, rows, seq = self._tensors(batch), len(batch), self.sequence_length
         size = max(1, minibatch_size // seq) if 0 < minibatch_size < rows else rows // seq
         stats: list[dict[str, Any]] = []
@@ -327,10 +325,14 @@ class Learner:
     def _sgd_step(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """One step of every optimiser on the loss of ``batch``; returns its statistics."""
         stats = self._gradients(batch)
+        self._step()
+        return stats
+
+    def _step(self) -> None:
         for optimizer in self.optimizers.values():
             optimizer.step()
+        self.policy.weights_changed()  # (the numpy copy that acts, if any, reloads)
         self.num_updates += 1
-        return stats
 
     def _gradients(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Each optimiser's parameters get the gradient of their loss, clipped and checked
@@ -360,9 +362,7 @@ class Learner:
         """One optimiser step with gradients computed elsewhere."""
         for p, g in zip(self._params(), grads, strict=True):
             p.grad = torch.tensor(g, device=self.device)  # copy: Ray arrays are read-only
-        for optimizer in self.optimizers.values():
-            optimizer.step()
-        self.num_updates += 1
+        self._step()
 
     def _params(self) -> list[torch.Tensor]:
         return [p for o in self._optimized.values() for p in o.params]
@@ -452,6 +452,7 @@ def load_learner_state(learner: Learner, state: dict[str, Any]) -> None:
     learning rate its schedule gives now."""
     for name, module in learner._own_modules().items():
         load_module_weights(module, state["modules"][name])
+    learner.policy.weights_changed()
     for name, optimizer in learner.optimizers.items():
         lr = scheduled(learner._optimized[name].lr, learner.env_steps)
         load_optimizer_state(optimizer, state["optimizers"][name], lr)

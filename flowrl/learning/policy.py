@@ -43,6 +43,7 @@ from flowrl.learning.distributions import Distribution, DistributionClass, distr
 from flowrl.learning.models import ActorCritic, RecurrentActorCritic
 from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import Normalizer, split_state
+from flowrl.learning.numpy_acting import NumpyActing
 from flowrl.learning.postprocessing import add_advantages, chunk_sequences
 from flowrl.learning.registry import build_module
 from flowrl.learning.spaces import ACTION_MASK, RecordLayout, field, is_composite, to_tensor
@@ -173,10 +174,9 @@ class Policy:
     exploration and postprocessing. Subclasses change how it acts or postprocesses."""
 
     #: the action spaces this policy acts in
-    action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (
-        gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary,
-        gym.spaces.Box, gym.spaces.Tuple, gym.spaces.Dict,
-    )  # fmt: skip
+    action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (gym.spaces.Discrete,
+        gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box, gym.spaces.Tuple,
+        gym.spaces.Dict)  # fmt: skip
 
     @classmethod
     def check_action_space(cls, space: gym.Space, config: Config) -> None:
@@ -215,6 +215,8 @@ class Policy:
             check_action_mask(mask_space, action_space)
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
+        #: the module's forward and action draw in numpy, where one applies (an MLP)
+        self.numpy_acting = NumpyActing.of(self) if config.numpy_acting else None
         #: observation and reward statistics, which travel with the weights
         self.normalizer = Normalizer(observation_space, config)
 
@@ -224,17 +226,15 @@ class Policy:
 
     def make_module(self) -> ActingModule:
         """The acting module: flowrl's actor-critic (recurrent with ``use_lstm``), on your
-        encoder when the config names one, or your whole module
-        (``flowrl.learning.registry``)."""
+        encoder, or your whole module (``flowrl.learning.registry``)."""
         cfg, obs_space, action_space = self.config, self.input_space, self.action_space
         default = functools.partial(actor_critic, cfg, obs_space, action_space)
         return build_module(cfg, obs_space, action_space, default)
 
     # -- acting --------------------------------------------------------------------------
     def inputs(self, obs: Any) -> tuple[Any, torch.Tensor | None]:
-        """What the acting module reads of a batch of observations, and the action mask
-        (None without one). ``obs`` is a tensor as the data path holds it (a composite
-        space's records as bytes, ``flowrl.learning.spaces``) or the space's nest."""
+        """What the acting module reads of ``obs`` (the data path's tensor, a composite
+        space's records as bytes, or the space's nest), and the action mask or None."""
         if self.obs_layout is not None and torch.is_tensor(obs):
             obs = self.obs_layout.unpack_tensor(obs)
         return without_mask(obs) if self.masked else (obs, None)
@@ -242,10 +242,9 @@ class Policy:
     def forward(
         self, obs: Any, state: Any = None, *, module: nn.Module | None = None, starts: Any = None
     ) -> ActingOutput:
-        """The acting module (or ``module``, a target copy of it) on ``obs`` from ``state``
-        when recurrent, or over sequences when ``starts`` is given (``ActingModule.unroll``,
-        ``state`` the one each step recorded); a masked observation's invalid actions
-        masked (``mask_inputs``)."""
+        """The acting module (or ``module``, a target copy) on ``obs`` from ``state`` when
+        recurrent, or over sequences when ``starts`` is given (``ActingModule.unroll``,
+        ``state`` the one each step recorded); invalid actions masked (``mask_inputs``)."""
         inputs, mask = self.inputs(obs)
         module = self.module if module is None else module
         if starts is not None:
@@ -259,8 +258,7 @@ class Policy:
         return self._as_numpy(self.module.initial_state(n))
 
     def distribution(self, obs: Any) -> tuple[Distribution, torch.Tensor | None]:
-        """The action distribution for ``obs`` and the value estimates (None when the
-        module has no value head)."""
+        """The action distribution for ``obs`` and the values (None: no value head)."""
         out = self.forward(obs)
         return self.dist_cls(out.dist_inputs), out.value
 
@@ -297,7 +295,9 @@ class Policy:
         """Actions for a batch of observations, with the distribution inputs and value
         estimates that gave them (and a recurrent module's next state, ``state_out``);
         ``postprocess`` adds their log-probs per fragment, in one vectorised pass."""
-        out = self.forward(self._as_tensor(obs), self._state_tensor(state))
+        if self.numpy_acting is not None:  # the same in numpy, at a third of the cost
+            return self.numpy_acting.compute_actions(obs, explore=explore)
+        out = self.forward(self._as_tensor(obs), self._as_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
         extras = {ACTION_DIST_INPUTS: self._as_numpy(out.dist_inputs)}
@@ -312,12 +312,11 @@ class Policy:
         array = self._as_numpy(actions)
         return array if self.action_layout is None else self.action_layout.as_records(array)
 
-    def _state_tensor(self, state: np.ndarray | None) -> torch.Tensor | None:
-        return None if state is None else self._as_tensor(state)
-
     # per-step conversions: on the CPU (every rollout worker) skip the no-op device moves,
     # which cost about as much as the conversion itself on a batch of 8 observations
-    def _as_tensor(self, array: np.ndarray) -> torch.Tensor:
+    def _as_tensor(self, array: np.ndarray | None) -> torch.Tensor | None:
+        if array is None:  # (no recurrent state)
+            return None
         tensor = to_tensor(array)
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
@@ -325,19 +324,18 @@ class Policy:
         return tensor.numpy() if self.device.type == "cpu" else tensor.cpu().numpy()
 
     def metrics(self) -> dict[str, float]:
-        """What this copy reports about its acting beside its episodes (an exploration
-        rate, say); results show it per worker as ``worker_<index>/<name>``."""
+        """What this copy reports of its acting (an exploration rate, say); results show
+        it per worker as ``worker_<index>/<name>``."""
         return {}
 
     def set_env_steps_sampled(self, steps: int) -> None:
-        """The run has sampled ``steps`` env steps in all. A worker that starts mid-run (the
-        replacement of a dead one, or any worker of a restored run) hears it before it
-        samples, so a schedule of its acting (DQN's epsilon) goes on from there instead
-        of from its start. Nothing by default."""
+        """The run has sampled ``steps`` env steps in all: a worker that starts mid-run (a
+        replacement, a restored run's) hears it before it samples, so a schedule of its
+        acting (DQN's epsilon) goes on from there. Nothing by default."""
 
     @inference
     def compute_values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
-        return self._as_numpy(self.forward(self._as_tensor(obs), self._state_tensor(state)).value)
+        return self._as_numpy(self.forward(self._as_tensor(obs), self._as_tensor(state)).value)
 
     def env_actions(self, actions: np.ndarray) -> Any:
         """What the env receives: ``action_array``; a Tuple or Dict's records as its nest."""
@@ -352,10 +350,9 @@ class Policy:
         return clip_to_box(self.action_space, actions) if self.box_actions else actions
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
-        """``env_actions(compute_actions(obs, explore=False))`` as torch operations alone,
-        which an exported model (``flowrl.apps.inference``) traces; ``obs`` already
-        normalised. A recurrent module's export also takes ``state`` and returns the
-        actions and the next state."""
+        """``env_actions(compute_actions(obs, explore=False))`` in torch alone, which an
+        exported model (``flowrl.apps.inference``) traces; ``obs`` already normalised. A
+        recurrent module's also takes ``state`` and returns the actions and next state."""
         out = self.forward(obs, state)
         actions = greedy_actions(self.dist_cls(out.dist_inputs), self.action_space)
         return actions if state is None else (actions, out.state)
@@ -372,18 +369,22 @@ class Policy:
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:
-        """The acting module's weights and the normalisation statistics (``normalizer/...``):
-        what a worker needs to act as the learner would."""
+        """The module's weights and normalisation statistics: what a worker acts with."""
         return {**module_weights(self.module), **self.normalizer.get_state()}
 
     def set_weights(self, weights: Weights) -> None:
         module, normalizer = split_state(weights)
         load_module_weights(self.module, module)
+        self.weights_changed()
         self.normalizer.set_state(normalizer)
 
+    def weights_changed(self) -> None:
+        """The module's weights changed in place (a learner's step): numpy acting reloads."""
+        if self.numpy_acting is not None:
+            self.numpy_acting.stale = True
+
     def get_state(self) -> dict[str, Any]:
-        """What a restore needs of the acting side: its weights (a subclass adds the state
-        of its exploration)."""
+        """What a restore needs: the weights (a subclass adds its exploration's state)."""
         return {"weights": self.get_weights()}
 
     def set_state(self, state: dict[str, Any]) -> None:

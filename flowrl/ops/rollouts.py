@@ -305,23 +305,30 @@ def ReadExperiences(
                 raise ConfigError("a streamed recording is read by Ray Data's tasks: readers=0")
             yield from _streamed(source, **read)
         elif readers:
-            import ray
-
-            # one per node where the cluster has several (reading and batching spread out)
-            shard = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(_ExperienceShard)
-            actors = [shard.remote(source, i, readers, **read) for i in range(readers)]
-            shards = ParallelIterator.from_actors(actors, name="ExperienceShard")
-            for batches in shards.gather_async(num_async=2).build(ctx, timeout):
-                if batches is NotReady:
-                    yield batches
-                else:
-                    yield from batches
-            raise ConfigError(f"no rows to read: each of the {readers} readers' shares is empty")
+            yield from _from_readers(source, readers, read, ctx, timeout)
         else:
             yield from _shuffled_batches(source, **read)
 
     name = f"ReadExperiences(batch_size={batch_size}{f', readers={readers}' if readers else ''})"
     return LocalIterator(build, name=name, role=SAMPLE)
+
+
+def _from_readers(
+    source: Any, readers: int, read: dict[str, Any], ctx: PlanContext, timeout: float | None
+) -> Iterator[MultiAgentBatch]:
+    """``ReadExperiences``' batches made by ``readers`` actors, each its share."""
+    import ray
+
+    # one per node where the cluster has several (reading and batching spread out)
+    shard = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(_ExperienceShard)
+    actors = [shard.remote(source, i, readers, **read) for i in range(readers)]
+    shards = ParallelIterator.from_actors(actors, name="ExperienceShard")
+    for batches in shards.gather_async(num_async=2).build(ctx, timeout):
+        if batches is NotReady:
+            yield batches
+        else:
+            yield from batches
+    raise ConfigError(f"no rows to read: each of the {readers} readers' shares is empty")
 
 
 def _shuffled_batches(
