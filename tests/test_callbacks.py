@@ -124,7 +124,9 @@ def test_custom_metrics_from_env_info_on_ray_workers_reach_jsonl_tensorboard_and
     args += ["--set", 'env_config={"length": 4}', "train_batch_size=512"]
     assert main(["train", *args]) == 0
     rows = [json.loads(line) for line in (out / "result.jsonl").open()]
-    assert len(rows) == 2 and all(r["custom/coins_max"] >= r["custom/coins_min"] >= 3 for r in rows)
+    # an episode at the goal moved right 3 times; one cut at 16 steps may have fewer
+    assert len(rows) == 2 and all(r["custom/coins_max"] >= 3 for r in rows)
+    assert all(r["custom/coins_min"] >= 0 for r in rows)
     assert all(r["custom/steps_seen_max"] == 0 for r in rows)  # a step hook per step
 
     (events,) = out.glob("events.out.tfevents.*")

@@ -3,10 +3,10 @@ torch, for the per-step calls of sampling.
 
 A rollout step runs the policy on a handful of rows (one per env), where torch's per-call
 overhead is most of the cost: on CartPole's 8 envs, ``Policy.compute_actions`` takes about
-44 us in torch and 16 us in numpy. ``NumpyActing.of(policy)`` gives a numpy copy of the
-policy's module where one applies (the default ``ActorCritic``: vector observations, MLP
-heads, Discrete or Box actions, no action mask, on the CPU), else None; the copy follows
-the module's weights (a learner's step, ``set_weights``: ``Policy.weights_changed``).
+44 us in torch and 16 us in numpy. ``NumpyActing.of(policy)`` acts with numpy views of
+the policy's module's weights where one applies (the default ``ActorCritic``: vector
+observations, MLP heads, Discrete or Box actions, no action mask, on the CPU), else None.
+The views follow the weights as they change in place (a learner's step, ``set_weights``).
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -34,16 +34,16 @@ _ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out: np.maximum(x, 0, out=o
 
 
 class NumpyActing:
-    """A numpy copy of an ``ActorCritic``'s heads that acts as ``Policy.compute_actions``
-    does: the same distribution inputs and values (to float32 rounding), actions drawn
-    from the same distribution with its own generator."""
+    """An ``ActorCritic``'s heads in numpy (views of its weights), acting as
+    ``Policy.compute_actions`` does: the same distribution inputs and values (to float32
+    rounding), actions drawn from the same distribution with its own generator."""
 
     def __init__(self, module: ActorCritic, discrete: bool, seed: Any) -> None:
         self.module, self.discrete = module, discrete
         self.rng = np.random.default_rng(seed)
         self._params = list(module.parameters())
         self._versions: tuple[int, ...] = ()
-        #: the module's weights changed since the last copy (``Policy.weights_changed``)
+        #: the module's weights changed since the views were taken (``weights_changed``)
         self.stale = True
         self.pi: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self.vf: list[tuple[np.ndarray, np.ndarray, Any]] = []
@@ -72,15 +72,16 @@ class NumpyActing:
         return cls(module, policy.dist_cls is Categorical, seed)
 
     def _refresh(self) -> None:
-        """Copy the module's weights when told they changed (``stale``: a learner's step,
-        ``set_weights``), or when torch counted an in-place change in their ``_version``
-        (your own ``load_state_dict``, an optimiser without fused kernels)."""
+        """Views of the module's weights: they follow every change in place (an
+        optimiser's step, ``load_state_dict``); taken again when told the weights changed
+        (``stale``: a learner's step, ``set_weights``) or when torch counted a change in
+        their ``_version``, should a parameter have been replaced instead."""
         versions = tuple(p._version for p in self._params)
         if not self.stale and versions == self._versions:
             return
         self.pi, self.vf = _layers(self.module.pi), _layers(self.module.vf)
         log_std = self.module.log_std
-        self.log_std = None if log_std is None else log_std.detach().numpy().copy()
+        self.log_std = None if log_std is None else log_std.detach().numpy()
         self._versions, self.stale = versions, False
 
     def compute_actions(self, obs: np.ndarray, *, explore: bool) -> tuple[np.ndarray, dict]:
@@ -113,12 +114,12 @@ def _supported(head: nn.Module) -> bool:
 
 
 def _layers(head: MLP) -> list[tuple[np.ndarray, np.ndarray, Any]]:
-    """Each Linear's weight (transposed: ``x @ w``) and bias, with the activation after it."""
+    """Each Linear's weight (transposed: ``x @ w``, which BLAS reads without a copy) and
+    bias as numpy views of the torch parameters, with the activation after it."""
     layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
     for layer in head:
         if isinstance(layer, nn.Linear):
-            weight = np.ascontiguousarray(layer.weight.detach().numpy().T)
-            layers.append((weight, layer.bias.detach().numpy().copy(), None))
+            layers.append((layer.weight.detach().numpy().T, layer.bias.detach().numpy(), None))
         else:
             weight, bias, _ = layers[-1]
             layers[-1] = (weight, bias, _ACTIVATIONS[type(layer)])
