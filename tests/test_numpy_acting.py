@@ -60,10 +60,29 @@ def test_numpy_acting_follows_the_module_s_weights():
     np.testing.assert_allclose(fast.compute_actions(obs, explore=False)[1]["vf_preds"], before)
 
 
+def test_numpy_acting_steps_the_lstm_as_torch_does():
+    """With use_lstm: the same outputs and next state, step after step from zeros."""
+    config = ActorCriticConfig(use_lstm=True, lstm_cell_size=16)
+    fast = Policy(OBS, gym.spaces.Discrete(3), config)
+    slow = Policy(
+        OBS, gym.spaces.Discrete(3), ActorCriticConfig(**{**vars(config), "numpy_acting": False})
+    )
+    slow.set_weights(fast.get_weights())
+    assert fast.numpy_acting is not None and slow.numpy_acting is None
+    rng = np.random.default_rng(0)
+    fast_state = slow_state = fast.initial_state(6)
+    for _ in range(5):
+        obs = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+        _, fast_extras = fast.compute_actions(obs, explore=False, state=fast_state)
+        _, slow_extras = slow.compute_actions(obs, explore=False, state=slow_state)
+        for name, value in fast_extras.items():
+            np.testing.assert_allclose(value, slow_extras[name], rtol=1e-4, atol=1e-5)
+        fast_state, slow_state = fast_extras["state_out"], slow_extras["state_out"]
+
+
 def test_torch_acts_where_numpy_does_not_apply():
-    """A recurrent module, an action mask or image observations keep torch."""
+    """An action mask, image observations or MultiDiscrete actions keep torch."""
     discrete = gym.spaces.Discrete(2)
-    assert Policy(OBS, discrete, ActorCriticConfig(use_lstm=True)).numpy_acting is None
     masked = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(2)})
     assert Policy(masked, discrete, Config()).numpy_acting is None
     image = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)

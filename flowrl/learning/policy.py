@@ -296,7 +296,7 @@ class Policy:
         estimates that gave them (and a recurrent module's next state, ``state_out``);
         ``postprocess`` adds their log-probs per fragment, in one vectorised pass."""
         if self.numpy_acting is not None:  # the same in numpy, at a third of the cost
-            return self.numpy_acting.compute_actions(obs, explore=explore)
+            return self.numpy_acting.compute_actions(obs, explore=explore, state=state)
         out = self.forward(self._as_tensor(obs), self._as_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
         actions = dist.sample() if explore else dist.mode()
