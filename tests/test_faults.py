@@ -276,11 +276,11 @@ def test_workers_killed_past_the_old_budget_of_three(ray_session):
     config = {**QUICK, "num_workers": 2, "num_envs_per_worker": 2}
     with Algorithm("ppo", env="CartPole-v1", **config) as algo:
         algo.train()
-        for _ in range(5):
+        for _ in range(4):  # one past the old budget
             ray_session.kill(algo.workers.remote_workers[0])
-            summary = run(algo, stop=StopCriteria(iters=algo.iteration + 2))
+            summary = run(algo, stop=StopCriteria(iters=algo.iteration + 1))
         assert summary["stopped_by"] == "iterations"
-        assert algo.last_result["num_worker_restarts"] == 5
+        assert algo.last_result["num_worker_restarts"] == 4
 
 
 def _run_until_restarted(algo: Algorithm, then_iters: int, limit_s: float = 90) -> dict:
@@ -693,7 +693,9 @@ def test_ctrl_c_exits_without_a_traceback_and_leaves_no_ray_behind(moment, tmp_p
         proc.kill()
     assert proc.returncode in (0, 130), stderr
     assert "Traceback" not in stderr
-    time.sleep(3)
+    deadline = time.monotonic() + 15
+    while _alive(ray_processes) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not _alive(ray_processes), "Ray processes of the run outlived it"
 
 

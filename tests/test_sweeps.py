@@ -46,7 +46,7 @@ def test_pbt_restores_one_trials_checkpoint_into_the_other(ray_session, tmp_path
         "ppo",
         {"lr": [1e-3, 1e-5]},  # the second learns nothing: PBT replaces it by the first
         fixed=FAST,
-        stop={"training_iteration": 6},
+        stop={"training_iteration": 4},
         storage=tmp_path,
         scheduler="pbt",
         perturbation_interval=2,
