@@ -44,8 +44,6 @@ class NumpyActing:
         self.module, self.discrete = module, discrete
         self.recurrent = isinstance(module, RecurrentActorCritic)
         self.rng = np.random.default_rng(seed)
-        self._params = list(module.parameters())
-        self._versions: tuple[int, ...] = ()
         #: the module's weights changed since the views were taken (``weights_changed``)
         self.stale = True
         self.body: list[Layer] = []  # the LSTM's features (the MLP's: none)
@@ -73,12 +71,10 @@ class NumpyActing:
         return cls(module, policy.dist_cls is Categorical, seed)
 
     def _refresh(self) -> None:
-        """Views of the module's weights: they follow every change in place (an
-        optimiser's step, ``load_state_dict``); taken again when told the weights changed
-        (``stale``: a learner's step, ``set_weights``) or when torch counted a change in
-        their ``_version``, should a parameter have been replaced instead."""
-        versions = tuple(p._version for p in self._params)
-        if not self.stale and versions == self._versions:
+        """Views of the module's weights, taken once: they follow every change made in
+        place (an optimiser's step, ``load_state_dict``). ``stale`` (``weights_changed``)
+        takes them again, should a parameter have been replaced."""
+        if not self.stale:
             return
         module = self.module
         if self.recurrent:
@@ -86,7 +82,7 @@ class NumpyActing:
             self.lstm = tuple(_view(getattr(module.lstm, name)) for name in LSTM_WEIGHTS)
         self.pi, self.vf = _layers(module.pi), _layers(module.vf)
         self.log_std = None if module.log_std is None else _view(module.log_std)
-        self._versions, self.stale = versions, False
+        self.stale = False
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
