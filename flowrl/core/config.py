@@ -273,9 +273,6 @@ class Config:
     numpy_acting: bool = param(
         True, "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost)"
     )
-    compiled_graphs: bool = param(
-        False, "bulk_sync rounds over a Ray compiled graph (Ray 2.60's channels spin: spare cores)"
-    )
     learner_threads: int = param(
         0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
     )

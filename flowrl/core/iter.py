@@ -21,12 +21,10 @@ import itertools
 import logging
 import math
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from flowrl.core.compiled import Calls, CompiledRounds
 from flowrl.core.context import IDLE, PlanContext
 
 T = TypeVar("T")
@@ -539,9 +537,6 @@ class ParallelIteratorWorker:
     def __init__(self, item_source: Callable[[], Iterable[Any]]) -> None:
         self._item_source = item_source
         self._par_it: LocalIterator[Any] | None = None
-        #: held while an item is made for a compiled graph, which calls from a thread of its
-        #: own: a method that changes what items are made of takes it too (``exclusive``)
-        self.shard_lock = threading.RLock()
 
     def par_iter_init(self, transforms: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Build this shard's local iterator with the transforms recorded by the driver."""
@@ -559,14 +554,6 @@ class ParallelIteratorWorker:
             return next(self._par_it)
         except StopIteration:
             return _END
-
-    def par_iter_next_after(self, calls: Calls) -> Any:
-        """``par_iter_next`` after ``calls`` (``(method name, args)``) on this actor: a
-        compiled round's one call (``flowrl.core.compiled``)."""
-        with self.shard_lock:
-            for method, args in calls:
-                getattr(self, method)(*args)
-            return self.par_iter_next()
 
 
 class _ItemShard(ParallelIteratorWorker):
@@ -680,7 +667,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         with_actor: bool = False,
         before_requests: Callable[[PlanContext], Any] | None = None,
         request_timeout_s: float = 0.0,
-        compiled: bool = False,
         parents: Sequence[Any] = (),
         op: Any = None,
         label: str | None = None,
@@ -694,7 +680,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         self.with_actor = with_actor
         self.before_requests = before_requests
         self.request_timeout_s = request_timeout_s
-        self.compiled = compiled
         # in the plan's graph: the shards' actors, then each transform on them
         label = label or f"{len(self.actors)} x {name} (Ray actors)"
         self._init_node(parents, op, label, receives_from=receives_from)
@@ -707,7 +692,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         name: str = "ParallelIterator",
         before_requests: Callable[[PlanContext], Any] | None = None,
         request_timeout_s: float = 0.0,
-        compiled: bool = False,
         receives_from: Any = None,
     ) -> Any:
         """Shards served by actors that mix in ``ParallelIteratorWorker``.
@@ -715,16 +699,12 @@ class ParallelIterator(PlanNode, Generic[T]):
         (ParallelRollouts sends weights the learner deferred with it). An actor whose
         request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
         pull fails with Ray's actor error and the runner replaces it (a hung env).
-        ``compiled``: ``batch_across_shards`` runs its rounds over a Ray compiled graph
-        where it can (``flowrl.core.compiled``); ``before_requests`` then gives the calls
-        each actor makes first (its ``calls(context)``) instead of sending them.
         ``receives_from``: the buffer the actors serve, for the plan's graph."""
         return cls(
             actors,
             name=name,
             before_requests=before_requests,
             request_timeout_s=request_timeout_s,
-            compiled=compiled,
             receives_from=receives_from,
         )
 
@@ -755,7 +735,6 @@ class ParallelIterator(PlanNode, Generic[T]):
             with_actor=self.with_actor,
             before_requests=self.before_requests,
             request_timeout_s=self.request_timeout_s,
-            compiled=self.compiled,
             parents=(self,),
             op=args[0] if args else None,
             label=f"{suffix} on the actors",
@@ -800,9 +779,6 @@ class ParallelIterator(PlanNode, Generic[T]):
         """One list per round holding the next item of every shard (a barrier)."""
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[list[Any]]:
-            if timeout is None and (rounds := self._compiled_rounds()) is not None:
-                yield from self._rounds_over(rounds, ctx)
-                return
             self._start()
             refs: list[Any] | None = None
             while True:
@@ -821,30 +797,6 @@ class ParallelIterator(PlanNode, Generic[T]):
                 yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
 
         return self._gathered(build, "batch_across_shards()")
-
-    def _compiled_rounds(self) -> CompiledRounds | None:
-        """This iterator's rounds over a compiled graph, where it asked for one, pulls
-        block (a non-blocking pull needs tasks' ``ray.wait``) and Ray compiles them."""
-        calls = getattr(self.before_requests, "calls", None)
-        if not self.compiled or (self.before_requests is not None and calls is None):
-            return None
-        import ray
-
-        # built before the graph's first call, which runs on another thread
-        ray.get([a.par_iter_init.remote(list(self.transforms)) for a in self.actors])
-        return CompiledRounds.start(self.actors, name=self.name, timeout_s=self.request_timeout_s)
-
-    def _rounds_over(self, rounds: CompiledRounds, ctx: PlanContext) -> Iterator[list[Any]]:
-        """``batch_across_shards``' rounds, each one execution of the compiled graph."""
-        calls = getattr(self.before_requests, "calls", lambda ctx: [])
-        try:
-            while True:
-                items = rounds.next(calls(ctx))
-                if any(item is _END for item in items):
-                    return
-                yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
-        finally:
-            rounds.close()
 
     def gather_sync(self) -> LocalIterator[T]:
         """One item from every shard per round, in shard order (a barrier per round)."""

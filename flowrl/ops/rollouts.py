@@ -71,7 +71,7 @@ def _counted(
 
 class SendDeferredWeights:
     """Before a round of sample requests: the weights a learner deferred go out once
-    (counted as a weight broadcast), as tasks or, for a compiled round, as its calls."""
+    (counted as a weight broadcast)."""
 
     def __init__(self, workers: WorkerSet) -> None:
         self._workers = workers
@@ -81,15 +81,6 @@ class SendDeferredWeights:
             sent = self._workers.flush_weights()
         if sent:
             ctx.counters[WEIGHT_BROADCASTS] += 1
-
-    def calls(self, ctx: PlanContext) -> list[tuple[str, tuple[Any, ...]]]:
-        """What each worker runs before its next fragment in a compiled round."""
-        with ctx.span(SYNC):
-            weights = self._workers.take_deferred_weights()
-        if weights is None:
-            return []
-        ctx.counters[WEIGHT_BROADCASTS] += 1
-        return [("set_weights", (weights,))]
 
 
 def ParallelRollouts(
@@ -102,8 +93,6 @@ def ParallelRollouts(
     Two keep a worker busy while its last fragment travels and waits for the consumer
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
     with weights one update older, which the off-policy plans that use ``async`` expect.
-    With ``compiled_graphs``, a ``bulk_sync`` round runs over a Ray compiled graph, the
-    weights in its input (``flowrl.core.compiled``: off by default, see there).
     ``raw``: the ParallelIterator over the remote workers, to transform on the actors.
     With no remote workers the local worker samples in-process.
 
@@ -125,7 +114,6 @@ def ParallelRollouts(
         name="RolloutWorker",
         before_requests=SendDeferredWeights(workers),
         request_timeout_s=workers.config.sample_timeout_s,
-        compiled=mode == "bulk_sync" and workers.config.compiled_graphs,
     )
     if mode == "raw":
         return shards

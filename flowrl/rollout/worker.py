@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from flowrl.core.callbacks import load_callbacks
-from flowrl.core.compiled import exclusive
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
@@ -138,7 +137,6 @@ class RolloutWorker(ParallelIteratorWorker):
             raise AttributeError(f"this worker has policies {list(self.policies)}: name one")
         return next(iter(self.policies.values()))
 
-    @exclusive
     def flush_experiences(self) -> None:
         """Write the experiences this worker still holds (``record_experiences``)."""
         if self.sampler.writer is not None:
@@ -178,7 +176,6 @@ class RolloutWorker(ParallelIteratorWorker):
         self.busy_s[WORKER_SAMPLE_S] += time.perf_counter() - start
         return batch
 
-    @exclusive
     def get_metrics(self) -> tuple[list[Episode], dict[str, float], dict[str, np.ndarray]]:
         """Episodes completed since the last call, as ``(return, length)``, what the
         policy reports about its acting (``Policy.metrics``) with, when profiling, its
@@ -237,7 +234,6 @@ class RolloutWorker(ParallelIteratorWorker):
     def get_weights(self) -> dict[str, Weights]:
         return self.policies.get_weights()
 
-    @exclusive
     def set_env_steps_sampled(self, steps: int) -> None:
         """The run has sampled ``steps`` env steps: the policy's acting schedule and, where
         this worker has built a learner (gradients computed here), its schedules."""
@@ -245,14 +241,12 @@ class RolloutWorker(ParallelIteratorWorker):
         if "learner" in self.__dict__:  # built: cached_property keeps it in __dict__
             self.learner.set_env_steps(steps)
 
-    @exclusive
     def set_weights(self, weights: dict[str, Weights]) -> None:
         start = time.perf_counter()
         self.policies.set_weights(weights)
         self.busy_s[WORKER_WEIGHTS_S] += time.perf_counter() - start
 
     # -- evaluation ----------------------------------------------------------------------
-    @exclusive
     def evaluate(
         self,
         episodes: int,
@@ -454,14 +448,6 @@ class WorkerSet:
             >>> workers.defer_weight_sync()  # doctest: +SKIP
         """
         self._weights_deferred = bool(self.remote_workers)
-
-    def take_deferred_weights(self) -> dict[str, Weights] | None:
-        """The local weights, if ``defer_weight_sync`` deferred them (for the caller to
-        send; they count as sent), else None."""
-        if not self._weights_deferred:
-            return None
-        self._weights_deferred = False
-        return self.local_worker.get_weights()
 
     def flush_weights(self) -> bool:
         """Send the weights deferred by ``defer_weight_sync``, if any; returns whether
