@@ -10,7 +10,12 @@ payloads of the sizes flowrl's plans move.
   down a pipe and the fragment back, pickled.
 
 Each worker answers at once with a fragment it holds, so the figure is communication
-alone. Payloads: PPO's CartPole weights and a 640-step fragment (8 envs x 80 steps) taken
+alone. A second table, **waiting**, has every worker take 20 ms before it answers (its
+sampling) and the driver 20 ms between rounds (its learning), and gives the CPU the driver
+and each worker spend per round on top of that: a reader that spins while it waits shows
+there (Ray 2.60's compiled-graph channels do, which is why flowrl's operators use tasks).
+
+Payloads: PPO's CartPole weights and a 640-step fragment (8 envs x 80 steps) taken
 from a real worker, and an Atari-sized one (84x84x4 frames, 8 envs x 32 steps).
 
     python benchmarks/call_cost.py [--workers 1 2 4] [--rounds 300]
@@ -22,8 +27,10 @@ the pipes in the same run.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import pickle
+import time
 from typing import Any
 
 import numpy as np
@@ -42,6 +49,18 @@ class Worker:
     def step(self, weights: Any) -> Any:
         self.weights = weights
         return self.fragment
+
+    def sample(self, weights: Any) -> Any:
+        """``step`` after 20 ms of sampling (a sleep: no CPU of its own)."""
+        time.sleep(WAIT_S)
+        return self.step(weights)
+
+    def cpu_s(self) -> float:
+        return time.process_time()  # every thread's, the compiled graph's too
+
+
+#: what a worker takes to sample and the driver to learn, per round, in ``waiting``
+WAIT_S = 0.02
 
 
 def cartpole_payload() -> tuple[Any, Any]:
@@ -93,6 +112,45 @@ def compiled_graph(actors: list[Any], weights: Any) -> tuple[Any, Any]:
         ray.get(compiled.execute(weights))
 
     return round_trip, compiled
+
+
+def waiting(actors: list[Any], weights: Any, rounds: int) -> list[dict[str, Any]]:
+    """CPU per round of the driver and of each worker beyond the work itself, as tasks
+    and compiled, with workers that sample ``WAIT_S`` and a driver that learns as long."""
+    import ray
+    from ray.dag import InputNode, MultiOutputNode
+
+    def tasks() -> None:
+        ref = ray.put(weights)
+        ray.get([a.sample.remote(ref) for a in actors])
+
+    def compile_graph() -> Any:  # after the tasks: a worker in a graph waits on its input
+        with InputNode() as weights_in:
+            graph = MultiOutputNode([a.sample.bind(weights_in) for a in actors])
+        return graph.experimental_compile()
+
+    rows, compiled = [], None
+    for path in ("Ray actor tasks", "Ray compiled graph"):
+        if path == "Ray actor tasks":
+            round_trip = tasks
+        else:
+            compiled = compile_graph()
+            round_trip = functools.partial(lambda graph: ray.get(graph.execute(weights)), compiled)
+        round_trip()
+        workers_before = ray.get([a.cpu_s.remote() for a in actors])
+        driver_before, wall_before = time.process_time(), time.perf_counter()
+        for _ in range(rounds):
+            round_trip()
+            time.sleep(WAIT_S)  # the learner's turn: the workers wait for the next round
+        driver = (time.process_time() - driver_before) / rounds
+        wall = (time.perf_counter() - wall_before) / rounds
+        row = {"path": path, "workers": len(actors), "ms_per_round": wall * 1e3,
+               "driver_cpu_ms_per_round": driver * 1e3}  # fmt: skip
+        spent = np.subtract(ray.get([a.cpu_s.remote() for a in actors]), workers_before)
+        row["worker_cpu_ms_per_round"] = float(spent.mean()) / rounds * 1e3
+        rows.append(row)
+    compiled.teardown()
+    return rows
 
 
 def _pipe_worker(conn: Any, fragment: Any) -> None:
@@ -157,7 +215,10 @@ def main() -> None:
                              "weights_kb": nbytes(w) / 1e3, "fragment_kb": nbytes(f) / 1e3,
                              "us_per_round": seconds * 1e6, "x pipes": seconds / base})  # fmt: skip
     print_table(rows)
-    write_results("call_cost", {"rounds": args.rounds, "results": rows})
+    actors = [remote.remote(fragment) for _ in range(2)]
+    waits = waiting(actors, weights, rounds=max(20, args.rounds // 10))
+    print_table(waits)
+    write_results("call_cost", {"rounds": args.rounds, "results": rows, "waiting": waits})
 
 
 if __name__ == "__main__":
