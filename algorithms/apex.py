@@ -35,10 +35,10 @@ from flowrl.ops import (
     Dequeue,
     Enqueue,
     LearnerThread,
+    ParallelRollouts,
     Replay,
     SamplingLead,
     StandardMetricsReporting,
-    StoredRollouts,
     StoreToReplayBuffer,
     TrainingIntensity,
     UpdatePriorities,
@@ -168,10 +168,11 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size,
                             sgd_minibatch_size=config.train_batch_size)  # fmt: skip
     update_targets = learner.between_updates(workers.learner.update_targets)
-    store_op = (  # the workers add their fragments to the shards (StoredRollouts)
-        StoredRollouts(workers, StoreToReplayBuffer(shards, seed=config.seed))
+    store_op = (
+        ParallelRollouts(workers, mode="async")
         .gate(SamplingLead(config.training_intensity, lead=config.max_sampling_lead or None,
                            learning_starts=config.learning_starts))  # waits for a slow learner
+        .for_each(StoreToReplayBuffer(shards, seed=config.seed))
         .for_each(BroadcastWeights(workers, learner, min_env_steps=config.max_weight_sync_delay))
     )  # fmt: skip
     replay_op = (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -101,47 +99,3 @@ def test_shard_actors_stay_light_whatever_config_class_built_them(ray_session):
         assert imported == [False, False]
     finally:
         algo.stop()
-
-
-@pytest.mark.ray
-def test_remote_workers_store_their_own_fragments_and_send_receipts(ray_session):
-    from flowrl.core.config import Config
-    from flowrl.core.context import STEPS_SAMPLED
-    from flowrl.learning.policy import Policy
-    from flowrl.ops import StoredRollouts
-    from flowrl.ops.replay_ops import Stored
-    from flowrl.rollout.worker import WorkerSet
-
-    config = Config(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=8)
-    workers = WorkerSet(policy_cls=Policy, config=config)
-    shards = create_replay_actors(prioritized, num_shards=2)
-    try:
-        rollouts = StoredRollouts(workers, StoreToReplayBuffer(shards, seed=0))
-        receipts = rollouts.take(6)
-        assert all(isinstance(r, Stored) and len(r) == 16 for r in receipts)
-        assert rollouts.context.counters[STEPS_SAMPLED] == 6 * 16
-        # the workers add to the shards on their own; less the rows of episode ends
-        deadline = time.monotonic() + 10
-        while sum(sizes := ray_session.get([s.size.remote() for s in shards])) < 48:
-            assert time.monotonic() < deadline, f"the shards hold {sizes} rows"
-            time.sleep(0.1)
-        assert all(sizes), "spread over both shards"
-    finally:
-        rollouts.close()
-        workers.stop()
-
-
-def test_in_process_the_plan_stores_each_fragment_and_passes_it_on():
-    from flowrl.core.config import Config
-    from flowrl.learning.policy import Policy
-    from flowrl.ops import StoredRollouts
-    from flowrl.rollout.worker import WorkerSet
-
-    workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0, num_envs_per_worker=2,
-                                                         rollout_fragment_length=8))  # fmt: skip
-    buffer = PolicyBuffers(lambda i: ReplayBuffer(64))
-    batches = StoredRollouts(workers, StoreToReplayBuffer(buffer)).take(3)
-    assert [len(b) for b in batches] == [16, 16, 16]
-    assert 40 < len(buffer) <= 48  # (less an episode's last row, if one ended)
-    with pytest.raises(TypeError, match="local replay buffer cannot go to the rollout workers"):
-        __import__("pickle").dumps(StoreToReplayBuffer(buffer))

@@ -1,5 +1,4 @@
-"""Replay operators: StoreToReplayBuffer, StoredRollouts, Replay, UpdatePriorities,
-TrainingIntensity, SamplingLead, MixInReplay.
+"""Replay operators: StoreToReplayBuffer, Replay, UpdatePriorities, UpdateTargets.
 
 Examples:
     >>> from flowrl.ops import Concurrently
@@ -25,9 +24,7 @@ import numpy as np
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
-from flowrl.ops.rollouts import ParallelRollouts
 from flowrl.replay import BATCH_INDEXES, PolicyBuffers, SampleShard, shard_of
-from flowrl.rollout.worker import WorkerSet
 
 # local buffers (one per policy id), or ReplayActor handles
 ReplayTarget = PolicyBuffers | Sequence[Any]
@@ -43,27 +40,10 @@ def _is_local(target: ReplayTarget) -> bool:
     )
 
 
-class Stored:
-    """What a rollout worker that stored its own fragment (``StoredRollouts``) sends the
-    plan instead: its env steps, which the plan counts as sampled."""
-
-    __slots__ = ("env_steps",)
-
-    def __init__(self, env_steps: int) -> None:
-        self.env_steps = env_steps
-
-    def __len__(self) -> int:
-        return self.env_steps
-
-    def __repr__(self) -> str:
-        return f"Stored({self.env_steps} env steps)"
-
-
 class StoreToReplayBuffer(Operator):
     """Adds each batch to a replay buffer, or to a random replay actor shard, and passes it
     on. Adds to shards do not block; at most ``max_pending_adds`` are in flight. With
-    ``checkpoint``, checkpoints of the plan keep the (local) buffer's contents. On a
-    rollout worker (``StoredRollouts``) it passes on a ``Stored`` receipt, not the batch.
+    ``checkpoint``, checkpoints of the plan keep the (local) buffer's contents.
 
     Examples:
         >>> rollouts.for_each(StoreToReplayBuffer(buffer))  # doctest: +SKIP
@@ -82,7 +62,6 @@ class StoreToReplayBuffer(Operator):
             raise ValueError("checkpointing replay shards is not supported; use a local buffer")
         self._checkpoint = checkpoint
         self._target = target
-        self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._pending: list[Any] = []
         self._max_pending = max_pending_adds
@@ -91,20 +70,12 @@ class StoreToReplayBuffer(Operator):
     def sends_to(self) -> ReplayTarget:
         return self._target
 
-    @property
-    def to_actors(self) -> bool:
-        """Whether it adds to replay actors (which a rollout worker can reach itself)."""
-        return not self._local
-
     def bind(self, context: Any) -> None:
         super().bind(context)
         if self._checkpoint:
             context.register_checkpointable("replay_buffer", self._target)
-        worker = context.worker
-        if worker is not None:  # on a rollout worker: shards drawn in an order of its own
-            self._rng = np.random.default_rng([self._seed, worker.worker_index])
 
-    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch | Stored:
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
         if self._local:
             self._target.add(batch)
             return batch
@@ -116,32 +87,7 @@ class StoreToReplayBuffer(Operator):
         if excess > 0:
             done, self._pending = ray.wait(self._pending, num_returns=excess)
             ray.get(done)  # raises if a shard failed
-        return batch if self.context.worker is None else Stored(batch.env_steps)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """What goes to a rollout worker: the shards' handles, no adds in flight."""
-        if self._local:
-            raise TypeError("a local replay buffer cannot go to the rollout workers")
-        return {**vars(self), "_target": list(self._target), "_pending": []}
-
-
-def StoredRollouts(
-    workers: WorkerSet, store: StoreToReplayBuffer, *, num_async: int = 2
-) -> LocalIterator[MultiAgentBatch | Stored]:
-    """``ParallelRollouts(workers, mode="async")`` with every fragment added to replay by
-    ``store``, counted as env steps sampled. Where ``store`` adds to replay actors and the
-    workers are remote, each worker adds its own fragments and sends the plan a ``Stored``
-    receipt: a fragment travels once (worker to shard), not twice through the plan's
-    process, which then handles one small item per fragment. Otherwise the plan stores
-    the fragments it receives and passes them on.
-
-    Examples:
-        >>> StoredRollouts(workers, StoreToReplayBuffer(shards)).take(1)  # doctest: +SKIP
-        [Stored(640 env steps)]
-    """
-    if store.to_actors and workers.remote_workers:
-        return ParallelRollouts(workers, mode="async", num_async=num_async, on_workers=store)
-    return ParallelRollouts(workers, mode="async", num_async=num_async).for_each(store)
+        return batch
 
 
 def Replay(

@@ -84,11 +84,7 @@ class SendDeferredWeights:
 
 
 def ParallelRollouts(
-    workers: WorkerSet,
-    *,
-    mode: str = "bulk_sync",
-    num_async: int = 2,
-    on_workers: Callable[[MultiAgentBatch], Any] | None = None,
+    workers: WorkerSet, *, mode: str = "bulk_sync", num_async: int = 2
 ) -> LocalIterator[MultiAgentBatch] | ParallelIterator[MultiAgentBatch]:
     """Experience from the workers, counted as env steps sampled.
 
@@ -98,9 +94,7 @@ def ParallelRollouts(
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
     with weights one update older, which the off-policy plans that use ``async`` expect.
     ``raw``: the ParallelIterator over the remote workers, to transform on the actors.
-    With no remote workers the local worker samples in-process. ``on_workers``: a
-    transform each fragment goes through where it was sampled, before it travels (what
-    ``StoredRollouts`` stores to replay actors from the workers themselves).
+    With no remote workers the local worker samples in-process.
 
     Examples:
         >>> ParallelRollouts(workers, mode="async", num_async=1).take(1)  # doctest: +SKIP
@@ -114,8 +108,6 @@ def ParallelRollouts(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
         local.hidden = True  # its time is the source's: sampling in this process
-        if on_workers is not None:
-            local = local.for_each(on_workers)
         return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len, in_process=True)
     shards = ParallelIterator.from_actors(
         workers.remote_workers,
@@ -123,8 +115,6 @@ def ParallelRollouts(
         before_requests=SendDeferredWeights(workers),
         request_timeout_s=workers.config.sample_timeout_s,
     )
-    if on_workers is not None:
-        shards = shards.for_each(on_workers)
     if mode == "raw":
         return shards
     if mode == "bulk_sync":
