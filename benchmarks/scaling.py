@@ -12,6 +12,9 @@ reports:
 - the driver's CPU (the plan's process: plan thread, learner thread, Ray's threads) per
   1,000 env steps, and the ceiling it implies: the env steps/s at which the driver would
   use all of one core, the most its plan thread can have.
+- the CPU per 1,000 env steps of the raylets, the GCS, the rollout workers, the other
+  actors and the whole machine (from ``/proc``: where the rest of the cores goes); with
+  ``--profile``, each step of the plan and its share of the driver's wall-clock.
 
 The bound: N plain processes (no Ray, no driver), each stepping the same 8 sleeping envs
 with the same torch network, one batched forward pass per step. Where it falls short of
@@ -36,6 +39,7 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from common import RESULTS, print_table, write_results
@@ -106,17 +110,20 @@ def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]
     start = time.perf_counter()
     algo = Algorithm(algo_name, env=ENV, env_config=env_config, num_workers=workers,
                      num_envs_per_worker=8, rollout_fragment_length=10, seed=0,
-                     min_time_s_per_iteration=1.0, **settings)  # fmt: skip
+                     min_time_s_per_iteration=1.0, profile=args.profile, **settings)  # fmt: skip
     try:
         up_s = time.perf_counter() - start
         for _ in range(2):  # warm-up: every worker sampling, the learner going
             algo.train()
         steps0, cpu0, t0 = algo.train()["env_steps_sampled"], _cpu_s(), time.perf_counter()
+        processes0 = process_cpu_s()
         result = algo.train()
         while time.perf_counter() - t0 < args.seconds:
             result = algo.train()
         elapsed, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        processes = {k: v - processes0.get(k, 0.0) for k, v in process_cpu_s().items()}
         steps = result["env_steps_sampled"] - steps0
+        profile = algo.profile() if args.profile else None
     finally:
         algo.stop()
     rate, cpu_per_step = steps / elapsed, cpu / max(steps, 1)
@@ -125,6 +132,11 @@ def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]
            "driver_cpu_ms_per_1k_steps": per_k, "driver_cpu_share": cpu / elapsed,
            "driver_ceiling_env_steps_per_s": 1 / cpu_per_step if cpu else None,
            "workers_up_s": up_s}  # fmt: skip
+    for kind, seconds in processes.items():
+        row[f"{kind}_cpu_ms_per_1k_steps"] = 1e6 * seconds / max(steps, 1)
+    if profile is not None:
+        print(profile.table())
+        row["profile"] = {r.label: r.share for r in profile.rows}
     if "num_aggregation_workers" in settings:
         row["aggregators"] = settings["num_aggregation_workers"]
     print(f"  {name}, {workers} workers: {rate:,.0f} env steps/s, driver "
@@ -135,6 +147,30 @@ def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]
 def _cpu_s() -> float:
     t = os.times()
     return t.user + t.system
+
+
+#: the processes whose CPU a row reports beside the driver's, by their name's start
+PROCESS_KINDS = {"raylet": "raylets", "gcs_server": "gcs", "ray::RolloutWor": "workers",
+                 "ray::": "other_actors"}  # fmt: skip
+
+
+def process_cpu_s() -> dict[str, float]:
+    """CPU seconds so far of this machine's raylets, GCS, rollout workers and other Ray
+    actors, by kind (``/proc``), and of the whole machine (``/proc/stat``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals = dict.fromkeys(PROCESS_KINDS.values(), 0.0)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # gone since the listing
+            continue
+        comm, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        kind = next((k for prefix, k in PROCESS_KINDS.items() if comm.startswith(prefix)), None)
+        if kind is not None:  # utime and stime: fields 14 and 15 of the line
+            totals[kind] += (int(fields[11]) + int(fields[12])) / ticks
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    totals["machine"] = (sum(map(int, cpu)) - int(cpu[3]) - int(cpu[4])) / ticks  # not idle
+    return totals
 
 
 def plot(rows: list[dict], path) -> None:
@@ -170,6 +206,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3, help="nodes for the rollout workers")
     parser.add_argument("--step-s", type=float, default=0.02, help="seconds an env step sleeps")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured per row")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the plans with the profiler (share of wall by step)")  # fmt: skip
     args = parser.parse_args()
 
     import ray
