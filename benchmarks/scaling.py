@@ -224,7 +224,7 @@ def main() -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    print_table(rows)
+    print_table([{k: v for k, v in row.items() if k != "profile"} for row in rows])
     plot(rows, RESULTS / "scaling.png")
 
 
