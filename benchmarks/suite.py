@@ -132,7 +132,7 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
         for run in PARTS[part]:
             if (run.env, run.variant, seed) in done:
                 continue
-            name = f"{run.env}_{run.variant}_s{seed}".replace("/", "-").replace(":", "-")
+            name = f"{run.algo}_{run.env}_{run.variant}_s{seed}".replace("/", "-").replace(":", "-")
             out = RUNS / part / name.replace(" ", "-").replace(",", "")
             every = CHECKPOINT_EVERY.get(run.algo, 0) if run.budget > LONG else 0
             row = train_cli(run.algo, run.env, seed, run.budget, out, [*run.args, *more],
