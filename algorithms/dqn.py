@@ -156,8 +156,6 @@ class DQNPolicy(Policy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if self.numpy_acting is not None:  # an MLP Q-network, no mask: in numpy
-            return self.numpy_epsilon_greedy(self.numpy_acting.q_values(obs), explore)
         q_values = self.forward(self._as_tensor(obs)).dist_inputs.cpu()
         greedy = q_values.argmax(-1)
         if not explore:
@@ -170,19 +168,6 @@ class DQNPolicy(Policy):
         actions = torch.where(torch.rand(n) < self.epsilon(), random_actions, greedy)
         self.timesteps += n
         return actions.numpy(), {}
-
-    def numpy_epsilon_greedy(
-        self, q_values: np.ndarray, explore: bool
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """``compute_actions`` over Q-values in numpy, drawn with numpy acting's generator."""
-        greedy = q_values.argmax(-1)
-        if not explore:
-            return greedy, {}
-        n, rng = len(greedy), self.numpy_acting.rng
-        random_actions = rng.integers(int(self.action_space.n), size=n)
-        actions = np.where(rng.random(n) < self.epsilon(), random_actions, greedy)
-        self.timesteps += n
-        return actions, {}
 
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).dist_inputs.argmax(-1)

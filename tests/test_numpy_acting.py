@@ -104,27 +104,3 @@ def test_in_process_acting_follows_the_learner_s_steps():
             with torch.no_grad():
                 torch_values = policy.module(torch.from_numpy(obs)).value.numpy()
             np.testing.assert_allclose(values, torch_values, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("dueling", [True, False])
-def test_a_q_network_s_values_and_epsilon_greedy_match_torch(dueling):
-    from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
-
-    def policy(numpy_acting):
-        config = DQNConfig(dueling=dueling, numpy_acting=numpy_acting, exploration_eps=0.25)
-        return DQNPolicy(OBS, gym.spaces.Discrete(3), config)
-
-    fast, slow = policy(True), policy(False)
-    slow.set_weights(fast.get_weights())
-    assert fast.numpy_acting is not None and slow.numpy_acting is None
-    obs = np.random.default_rng(0).uniform(-1, 1, (20_000, 4)).astype(np.float32)
-    q_values = slow.forward(torch.from_numpy(obs)).dist_inputs.detach().numpy()
-    np.testing.assert_allclose(fast.numpy_acting.q_values(obs), q_values, atol=1e-5)
-    greedy = q_values.argmax(-1)
-    assert np.mean(fast.compute_actions(obs, explore=False)[0] == greedy) > 0.999
-    explored = fast.compute_actions(obs)[0]
-    # 25% random over 3 actions: a sixth of the actions differ from the greedy one
-    assert abs(np.mean(explored != greedy) - 0.25 * 2 / 3) < 0.015
-    assert fast.timesteps == len(obs)
-    masked = gym.spaces.Dict({"observation": OBS, "action_mask": gym.spaces.MultiBinary(3)})
-    assert DQNPolicy(masked, gym.spaces.Discrete(3), DQNConfig()).numpy_acting is None

@@ -1,5 +1,5 @@
-"""Acting in numpy: flowrl's MLP actor-critic's forward pass and its action draw, and its
-MLP Q-network's Q-values, without torch, for the per-step calls of sampling.
+"""Acting in numpy: flowrl's MLP actor-critic's forward pass and its action draw without
+torch, for the per-step calls of sampling.
 
 A rollout step runs the policy on a handful of rows (one per env), where torch's per-call
 overhead is most of the cost: on CartPole's 8 envs, ``Policy.compute_actions`` takes about
@@ -29,14 +29,7 @@ from torch import nn
 
 from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_OUT, VF_PREDS
 from flowrl.learning.distributions import Categorical, DiagGaussian
-from flowrl.learning.models import (
-    MLP,
-    ActorCritic,
-    Flatten,
-    QNetwork,
-    RecurrentActorCritic,
-    _Features,
-)
+from flowrl.learning.models import MLP, ActorCritic, Flatten, RecurrentActorCritic, _Features
 
 _ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out: np.maximum(x, 0, out=out)}
 
@@ -50,8 +43,6 @@ class NumpyActing:
     def __init__(self, module: nn.Module, discrete: bool, seed: Any) -> None:
         self.module, self.discrete = module, discrete
         self.recurrent = isinstance(module, RecurrentActorCritic)
-        #: a Q-network's: ``pi`` is its advantage head, ``vf`` its dueling value head if any
-        self.q_network = isinstance(module, QNetwork)
         self.rng = np.random.default_rng(seed)
         #: the module's weights changed since the views were taken (``weights_changed``)
         self.stale = True
@@ -86,29 +77,12 @@ class NumpyActing:
         if not self.stale:
             return
         module = self.module
-        if self.q_network:  # its trunk: the MLP, then a ReLU
-            self.body = _layers(module.trunk[0])
-            weight, bias, _ = self.body[-1]
-            self.body[-1] = (weight, bias, _ACTIVATIONS[nn.ReLU])
-            self.pi = _layers(module.advantage)
-            self.vf = [] if module.value is None else _layers(module.value)
-            self.stale = False
-            return
         if self.recurrent:
             self.body = _layers(module.trunk.body)
             self.lstm = tuple(_view(getattr(module.lstm, name)) for name in LSTM_WEIGHTS)
         self.pi, self.vf = _layers(module.pi), _layers(module.vf)
         self.log_std = None if module.log_std is None else _view(module.log_std)
         self.stale = False
-
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """A ``QNetwork``'s Q-values of ``obs`` (its ``dist_inputs``), dueling or not."""
-        self._refresh()
-        x = _forward(obs.reshape(len(obs), -1).astype(np.float32, copy=False), self.body)
-        advantage = _forward(x, self.pi)
-        if not self.vf:
-            return advantage
-        return _forward(x, self.vf) + advantage - advantage.mean(-1, keepdims=True)
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
@@ -168,15 +142,6 @@ def _supported(module: nn.Module) -> bool:
     if type(module) is RecurrentActorCritic:
         trunk = module.trunk
         return type(trunk) is _Features and _flat(trunk.flatten) and _mlp(trunk.body)
-    if type(module) is QNetwork:  # vector observations: flattened, an MLP and a ReLU
-        trunk = module.trunk
-        return (
-            _flat(module.flatten)
-            and type(trunk) is nn.Sequential
-            and len(trunk) == 2
-            and _mlp(trunk[0])
-            and type(trunk[1]) is nn.ReLU
-        )
     return False
 
 
