@@ -27,7 +27,6 @@ the pipes in the same run.
 from __future__ import annotations
 
 import argparse
-import functools
 import multiprocessing as mp
 import pickle
 import time
@@ -120,22 +119,7 @@ def waiting(actors: list[Any], weights: Any, rounds: int) -> list[dict[str, Any]
     import ray
     from ray.dag import InputNode, MultiOutputNode
 
-    def tasks() -> None:
-        ref = ray.put(weights)
-        ray.get([a.sample.remote(ref) for a in actors])
-
-    def compile_graph() -> Any:  # after the tasks: a worker in a graph waits on its input
-        with InputNode() as weights_in:
-            graph = MultiOutputNode([a.sample.bind(weights_in) for a in actors])
-        return graph.experimental_compile()
-
-    rows, compiled = [], None
-    for path in ("Ray actor tasks", "Ray compiled graph"):
-        if path == "Ray actor tasks":
-            round_trip = tasks
-        else:
-            compiled = compile_graph()
-            round_trip = functools.partial(lambda graph: ray.get(graph.execute(weights)), compiled)
+    def measure(path: str, round_trip: Any) -> dict[str, Any]:
         round_trip()
         workers_before = ray.get([a.cpu_s.remote() for a in actors])
         driver_before, wall_before = time.process_time(), time.perf_counter()
@@ -144,11 +128,21 @@ def waiting(actors: list[Any], weights: Any, rounds: int) -> list[dict[str, Any]
             time.sleep(WAIT_S)  # the learner's turn: the workers wait for the next round
         driver = (time.process_time() - driver_before) / rounds
         wall = (time.perf_counter() - wall_before) / rounds
-        row = {"path": path, "workers": len(actors), "ms_per_round": wall * 1e3,
-               "driver_cpu_ms_per_round": driver * 1e3}  # fmt: skip
-        spent = np.subtract(ray.get([a.cpu_s.remote() for a in actors]), workers_before)
-        row["worker_cpu_ms_per_round"] = float(spent.mean()) / rounds * 1e3
-        rows.append(row)
+        workers = np.subtract(ray.get([a.cpu_s.remote() for a in actors]), workers_before)
+        return {"path": path, "workers": len(actors), "ms_per_round": wall * 1e3,
+                "driver_cpu_ms_per_round": driver * 1e3,
+                "worker_cpu_ms_per_round": float(workers.mean()) / rounds * 1e3}  # fmt: skip
+
+    def tasks() -> None:
+        ref = ray.put(weights)
+        ray.get([a.sample.remote(ref) for a in actors])
+
+    rows = [measure("Ray actor tasks", tasks)]
+    # compiled after the tasks ran: a worker in a graph waits on its input all the while
+    with InputNode() as weights_in:
+        graph = MultiOutputNode([a.sample.bind(weights_in) for a in actors])
+    compiled = graph.experimental_compile()
+    rows.append(measure("Ray compiled graph", lambda: ray.get(compiled.execute(weights))))
     compiled.teardown()
     return rows
 
