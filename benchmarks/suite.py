@@ -123,14 +123,14 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
     early), skipping those ``suite_<part>.json`` holds; the rows, written after each run."""
     path = RESULTS / f"suite_{part}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
-    done = {(r["env"], r.get("variant", ""), r["seed"]) for r in rows if "error" not in r}
+    done = {(r["algo"], r["env"], r.get("variant", ""), r["seed"]) for r in rows if "error" not in r}
     rows = [r for r in rows if "error" not in r]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
     )
     for seed in seeds:
         for run in PARTS[part]:
-            if (run.env, run.variant, seed) in done:
+            if (run.algo, run.env, run.variant, seed) in done:
                 continue
             name = f"{run.algo}_{run.env}_{run.variant}_s{seed}".replace("/", "-").replace(":", "-")
             out = RUNS / part / name.replace(" ", "-").replace(",", "")
