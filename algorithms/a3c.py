@@ -96,6 +96,7 @@ ALGORITHM = AlgorithmSpec(
     summary="Asynchronous Advantage Actor-Critic: gradients computed on workers, applied async",
     config_cls=A3CConfig,
     policy_cls=ActorCriticPolicy,
+    workers_learn=True,
     learner_cls=A3CLearner,
     execution_plan=execution_plan,
     presets=PRESETS,

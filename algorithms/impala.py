@@ -31,13 +31,11 @@ from flowrl.core.sample_batch import (
     REWARDS,
     TERMINATEDS,
     TRUNCATEDS,
-    Fragment,
-    SampleBatch,
 )
 from flowrl.learning.learner import Learner
 from flowrl.learning.losses import masked_mean
 from flowrl.learning.policy import Policy
-from flowrl.learning.postprocessing import VALID, to_sequences, vtrace
+from flowrl.learning.postprocessing import VALID, vtrace
 from flowrl.ops import (
     AggregatedRollouts,
     BroadcastWeights,
@@ -113,8 +111,7 @@ class IMPALAPolicy(Policy):
     """The actor-critic; each fragment becomes env-major sequences of its steps and the
     bootstrap step after them."""
 
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        return to_sequences(self.add_action_logp(fragment))
+    postprocessing = "sequences"
 
 
 class IMPALALearner(Learner):

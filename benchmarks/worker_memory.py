@@ -1,6 +1,7 @@
 """Memory per rollout worker: what one Ray actor that samples CartPole holds, as flowrl's
-``RolloutWorker`` (torch imported) beside the same work without torch (a numpy MLP over 8
-gymnasium envs), and an idle Ray actor (Ray's own share).
+``RolloutWorker`` acting in numpy without torch (PPO's default) and with torch
+(``numpy_acting=false``), beside the same work in a bare numpy loop (a numpy MLP over 8
+gymnasium envs) and an idle Ray actor (Ray's own share).
 
 How many workers fit in a machine's memory is set by what each holds on its own. Each
 row gives, from ``/proc/<pid>/smaps_rollup`` after a few fragments:
@@ -93,10 +94,13 @@ def main() -> None:
     rows += measure("idle Ray actor", idle, None)
     numpy_workers = [ray.remote(num_cpus=0)(NumpyWorker).remote() for _ in range(n)]
     rows += measure("numpy MLP + 8 envs, no torch", numpy_workers, lambda a: a.sample.remote(64))
-    with Algorithm("ppo", env="CartPole-v1", num_workers=n, num_cpus_per_worker=0) as algo:
-        workers = algo.workers.remote_workers
-        time.sleep(1)
-        rows += measure("flowrl RolloutWorker (PPO)", workers, lambda a: a.sample.remote())
+    for name, numpy_acting in (("numpy, no torch", True), ("torch", False)):
+        settings = {"num_cpus_per_worker": 0, "numpy_acting": numpy_acting}
+        with Algorithm("ppo", env="CartPole-v1", num_workers=n, **settings) as algo:
+            workers = algo.workers.remote_workers
+            time.sleep(1)
+            row = f"flowrl RolloutWorker (PPO), {name}"
+            rows += measure(row, workers, lambda a: a.sample.remote())
     print_table(rows)
     write_results("worker_memory", {"results": rows})
 

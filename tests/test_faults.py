@@ -25,7 +25,7 @@ import torch
 
 from flowrl import Algorithm
 from flowrl.core.config import ConfigError
-from flowrl.learning.learner import NonFiniteError
+from flowrl.core.sample_batch import NonFiniteError
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import META_FILE, STATE_FILE, CheckpointError
 from flowrl.run.runner import FailureBudget, StopCriteria, run

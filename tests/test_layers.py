@@ -152,12 +152,16 @@ def test_the_core_names_no_algorithm(name):
 
 
 def test_the_package_imports_its_names_on_first_use():
-    """``import flowrl`` is light (a replay shard's process never loads torch); each public
-    name still comes from ``flowrl`` and resolves to its module's object."""
+    """``import flowrl`` is light (a replay shard's process never loads torch, nor does a
+    rollout worker that acts in numpy); each public name still comes from ``flowrl`` and
+    resolves to its module's object."""
     import subprocess
     import sys
 
-    code = "import sys, flowrl; print('torch' in sys.modules)"
+    code = (
+        "import sys, flowrl, flowrl.rollout.worker, flowrl.learning.numpy_policy; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert sorted(flowrl.__all__) == sorted(flowrl._HOMES)

@@ -14,7 +14,8 @@ from reach import reach
 from flowrl import Algorithm, ConfigError
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import SampleBatch
-from flowrl.learning.policy import MASKED, Policy, mask_inputs, split_action_mask
+from flowrl.learning.acting import split_action_mask
+from flowrl.learning.policy import MASKED, Policy, mask_inputs
 from flowrl.learning.spaces import RecordLayout, records_tensor
 from flowrl.rollout.toy_envs import MaskedChoice
 

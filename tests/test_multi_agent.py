@@ -308,7 +308,7 @@ class Scripted:
         self.action_space = lanes.action_spaces["shared"]
 
     def act(self, obs, explore=True):
-        from flowrl.learning.policy import Acted
+        from flowrl.learning.acting import Acted
 
         actions = np.array([np.argmax(m) for m in obs["action_mask"]])  # 0 when none is legal
         values = np.full(len(obs), 0.5, np.float32)

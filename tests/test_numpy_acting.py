@@ -104,3 +104,88 @@ def test_in_process_acting_follows_the_learner_s_steps():
             with torch.no_grad():
                 torch_values = policy.module(torch.from_numpy(obs)).value.numpy()
             np.testing.assert_allclose(values, torch_values, rtol=1e-4, atol=1e-5)
+
+
+def torch_and_numpy_workers(name, **settings):
+    """Worker 1 of an in-process WorkerSet built twice: with the algorithm's torch policy,
+    and as a remote worker without torch is (``NumpyPolicy``), with the same weights."""
+    from flowrl.rollout.worker import RolloutWorker, WorkerSet, numpy_worker_args
+    from flowrl.run.spec import get_algorithm
+
+    spec = get_algorithm(name)
+    config = spec.config_cls(env="CartPole-v1", num_workers=0, num_envs_per_worker=3,
+                             rollout_fragment_length=16, **settings)  # fmt: skip
+    workers = WorkerSet(policy_cls=spec.policy_cls, config=config)
+    light_args = numpy_worker_args(workers.local_worker)
+    assert light_args is not None
+    heavy = RolloutWorker(policy_cls=spec.policy_cls, config=config, worker_index=1)
+    light = RolloutWorker(**light_args, worker_index=1)
+    weights = workers.local_worker.get_weights()
+    heavy.set_weights(weights)
+    light.set_weights(weights)
+    return heavy, light
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [("ppo", {}), ("ppo", {"use_lstm": True, "max_seq_len": 8}), ("impala", {})],
+    ids=["gae", "gae-lstm", "sequences"],
+)
+def test_a_numpy_worker_samples_the_fragments_a_torch_worker_does(name, settings):
+    """The same seed and weights give the same actions, log-probs, values, advantages and
+    sequences, to float32 rounding, from a worker that holds no torch policy."""
+    from flowrl.learning.numpy_policy import NumpyPolicy
+
+    heavy, light = torch_and_numpy_workers(name, **settings)
+    assert isinstance(light.policy, NumpyPolicy)
+    assert type(light.config).__module__ == "flowrl.core.config"  # unpickled without torch
+    for _ in range(3):  # across fragments: the recurrent state and the envs carry over
+        ours, theirs = light.sample().policy_batches, heavy.sample().policy_batches
+        (a,), (b,) = ours.values(), theirs.values()
+        names = sorted(a.keys())
+        assert names == sorted(b.keys())
+        for column in names:
+            np.testing.assert_allclose(a[column], b[column], rtol=1e-4, atol=1e-5, err_msg=column)
+    assert light.parameter_count() == heavy.parameter_count()
+
+
+def test_policies_of_their_own_keep_torch_workers():
+    """DQN acts with its Q-network and its own exploration; A3C's workers learn."""
+    from flowrl.learning.numpy_policy import NumpyPolicy
+    from flowrl.run.spec import get_algorithm
+
+    for name, env in (("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")):
+        spec = get_algorithm(name)
+        policy = spec.policy_cls(*spaces(env), spec.config_cls(env=env))
+        assert NumpyPolicy.remote_of(policy) is None
+    ppo = get_algorithm("ppo")
+    off = ppo.policy_cls(*spaces("CartPole-v1"), ppo.config_cls(numpy_acting=False))
+    assert NumpyPolicy.remote_of(off) is None
+    assert get_algorithm("a3c").workers_learn
+
+
+def spaces(env):
+    one = gym.make(env)
+    return one.observation_space, one.action_space
+
+
+@pytest.mark.ray
+def test_remote_workers_act_without_torch(ray_session):
+    """A PPO run's remote workers never import torch, and the run learns as it does with
+    them in torch; an evaluation worker is the same kind."""
+    import sys
+
+    from flowrl import Algorithm
+
+    ray = ray_session
+    small = {"num_envs_per_worker": 4, "rollout_fragment_length": 64, "train_batch_size": 512}
+    with Algorithm("ppo", env="CartPole-v1", num_workers=2, **small) as algo:
+        assert algo.workers.numpy_workers
+        for _ in range(3):
+            result = algo.train()
+        actors = [*algo.workers.remote_workers, algo.workers.make_evaluation_worker()]
+        loaded = ray.get(
+            [a.__ray_call__.remote(lambda self: "torch" in sys.modules) for a in actors]
+        )
+        assert loaded == [False, False, False]
+        assert result["episode_return_mean"] > 20

@@ -271,7 +271,9 @@ class Config:
     )
     device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
     numpy_acting: bool = param(
-        True, "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost)"
+        True,
+        "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost); "
+        "remote workers then run without torch",
     )
     learner_threads: int = param(
         0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
@@ -326,6 +328,22 @@ class Config:
             if name in inherited and not isinstance(value, dataclasses.Field | _MissingType):
                 meta = inherited[name].metadata
                 setattr(cls, name, dataclasses.field(default=value, metadata=meta))
+
+    def portable(self) -> Config:
+        """This config as an instance of its nearest class in ``flowrl.core.config``, every
+        field kept (an algorithm's own among them): what a process that never imports the
+        algorithm's module (a rollout worker without torch) can unpickle.
+
+        Examples:
+            >>> from flowrl.algorithms.ppo import PPOConfig
+            >>> copy = PPOConfig(clip_param=0.1).portable()
+            >>> type(copy).__name__, copy.clip_param
+            ('ActorCriticConfig', 0.1)
+        """
+        base = next(c for c in type(self).__mro__ if c.__module__ == __name__)
+        copy = object.__new__(base)
+        copy.__dict__.update(vars(self))
+        return copy
 
     @property
     def uses_ray(self) -> bool:

@@ -43,6 +43,10 @@ RAW_OBS = "raw_obs"
 STATE_STARTS = "state_starts"
 
 
+class NonFiniteError(RuntimeError):
+    """A NaN or infinity reached training: the update that met it was not applied."""
+
+
 class SampleBatch:
     """Named numpy columns that all have the same number of rows."""
 

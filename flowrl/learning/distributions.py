@@ -14,12 +14,10 @@ from collections.abc import Callable
 from functools import cached_property
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowrl.core.config import ConfigError
-from flowrl.learning.spaces import RecordLayout, is_composite, leaf_spaces
+from flowrl.learning.spaces import RecordLayout, action_kind, is_composite, leaf_spaces
 
 
 class Categorical:
@@ -204,10 +202,8 @@ Distribution = (
 )
 DistributionClass = Callable[[torch.Tensor], Distribution]
 
+
 #: the action spaces flowrl's distributions take, for error messages
-ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary, 1-D Box, and Tuple or Dict of them"
-
-
 def distribution_for(space: gym.Space) -> tuple[DistributionClass, int]:
     """The distribution for an action space (a class, or one with the space's sizes bound)
     and the number of inputs it takes."""
@@ -215,13 +211,12 @@ def distribution_for(space: gym.Space) -> tuple[DistributionClass, int]:
         parts = [distribution_for(leaf) for _, leaf in leaf_spaces(space)]
         dist = functools.partial(Composite, parts=parts, layout=RecordLayout(space))
         return dist, sum(n for _, n in parts)
-    if isinstance(space, gym.spaces.Discrete):
+    kind = action_kind(space)
+    if kind == "categorical":
         return Categorical, int(space.n)
-    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+    if kind == "multi_categorical":
         nvec = tuple(int(n) for n in space.nvec)
         return functools.partial(MultiCategorical, nvec=nvec), sum(nvec)
-    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+    if kind == "bernoulli":
         return Bernoulli, int(space.n)
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        return DiagGaussian, 2 * int(space.shape[0])
-    raise ConfigError(f"unsupported action space {space}: flowrl takes {ACTION_SPACES} actions")
+    return DiagGaussian, 2 * int(space.shape[0])

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import OBS, STATE_IN, STATE_STARTS, SampleBatch
+from flowrl.core.sample_batch import OBS, STATE_IN, STATE_STARTS, NonFiniteError, SampleBatch
 from flowrl.core.schedules import Schedule, is_schedule, scheduled
 from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
@@ -51,10 +51,6 @@ def _spend_read_only_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.from_numpy(array)
-
-
-class NonFiniteError(RuntimeError):
-    """A NaN or infinity reached training: the update that met it was not applied."""
 
 
 def load_optimizer_state(optimizer: Any, state: dict, lr: float) -> None:

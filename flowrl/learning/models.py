@@ -22,7 +22,7 @@ from torch import nn
 from flowrl.core.config import ConfigError
 from flowrl.learning.distributions import distribution_for
 from flowrl.learning.module import ActingModule, ActingOutput, restart
-from flowrl.learning.spaces import get, is_composite, leaf_spaces
+from flowrl.learning.spaces import check_obs_space, get, is_composite, leaf_spaces
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
@@ -473,25 +473,6 @@ class _TwinLinear(nn.Module):
 
 
 #: the observation spaces flowrl's networks take, for error messages
-OBS_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple of them"
-
-
-def check_obs_space(space: gym.Space) -> None:
-    """A ConfigError naming ``space`` unless flowrl's networks take it (every leaf of a
-    Dict or Tuple, nested as deep as it likes)."""
-    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
-        flat = isinstance(leaf, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
-        if not (
-            isinstance(leaf, gym.spaces.Box | gym.spaces.Discrete)
-            or (flat and len(leaf.shape) == 1)
-        ):
-            where = "" if leaf is space else f" (in {space})"
-            raise ConfigError(
-                f"unsupported observation space {leaf}{where}: flowrl's networks take "
-                f"{OBS_SPACES} observations"
-            )
-
-
 def vector_obs_size(space: gym.Space) -> int:
     """The size of a non-image observation as features (``Flatten``), or a
     ConfigError for images and spaces flowrl does not take."""

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flowrl.core.config import Config
 from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
-from flowrl.learning.learner import Learner
-from flowrl.learning.policy import Policy
+
+if TYPE_CHECKING:  # a rollout worker that acts in numpy holds a PolicyMap without torch
+    from flowrl.learning.acting import BasePolicy as Policy
+    from flowrl.learning.learner import Learner
 
 #: results of one policy are ``policy/<id>/<name>``
 POLICY_PREFIX = "policy/"

@@ -3,11 +3,13 @@ torch, for the per-step calls of sampling.
 
 A rollout step runs the policy on a handful of rows (one per env), where torch's per-call
 overhead is most of the cost: on CartPole's 8 envs, ``Policy.compute_actions`` takes about
-44 us in torch and 16 us in numpy. ``NumpyActing.of(policy)`` acts with numpy views of the
-policy's module's weights where one applies (flowrl's ``ActorCritic`` or, with
-``use_lstm``, ``RecurrentActorCritic``: vector observations, MLPs, Discrete or Box
-actions, no action mask, on the CPU), else None. The views follow the weights as they
-change in place (a learner's step, ``set_weights``).
+44 us in torch and 16 us in numpy. ``ActingPlan.of(policy)`` names the weights (by their
+state-dict keys) that make up the forward pass where one applies (flowrl's
+``ActorCritic`` or, with ``use_lstm``, ``RecurrentActorCritic``: vector observations,
+MLPs, Discrete or Box actions, no action mask), else None. ``NumpyActing`` runs a plan on
+arrays: numpy views of the torch module's weights (``NumpyActing.of``; they follow the
+weights as they change in place) or the arrays a rollout worker without torch was sent
+(``flowrl.learning.numpy_policy``). This module imports torch only to read a module.
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -20,42 +22,44 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
-from torch import nn
 
 from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_OUT, VF_PREDS
-from flowrl.learning.distributions import Categorical, DiagGaussian
-from flowrl.learning.models import MLP, ActorCritic, Flatten, RecurrentActorCritic, _Features
 
-_ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out: np.maximum(x, 0, out=out)}
+#: a Linear layer: its weight's and bias's names, and the activation after it (or None)
+Layer = tuple[str, str, str | None]
+ACTIVATIONS: dict[str, Callable[..., Any]] = {
+    "tanh": np.tanh,
+    "relu": lambda x, out: np.maximum(x, 0, out=out),
+}
 
 
-class NumpyActing:
-    """An ``ActorCritic``'s or ``RecurrentActorCritic``'s forward pass in numpy (views of
-    its weights), acting as ``Policy.compute_actions`` does: the same distribution
-    inputs, values and next recurrent state (to float32 rounding), actions drawn from the
-    same distribution with its own generator."""
+@dataclass(frozen=True)
+class ActingPlan:
+    """Which weights, by state-dict name, make up an actor-critic's forward pass: the
+    policy and value heads, an LSTM's features and cell, a Gaussian's log std."""
 
-    def __init__(self, module: nn.Module, discrete: bool, seed: Any) -> None:
-        self.module, self.discrete = module, discrete
-        self.recurrent = isinstance(module, RecurrentActorCritic)
-        self.rng = np.random.default_rng(seed)
-        #: the module's weights changed since the views were taken (``weights_changed``)
-        self.stale = True
-        self.body: list[Layer] = []  # the LSTM's features (the MLP's: none)
-        self.lstm: tuple[np.ndarray, ...] = ()
-        self.pi: list[Layer] = []
-        self.vf: list[Layer] = []
-        self.log_std: np.ndarray | None = None
+    pi: tuple[Layer, ...]
+    vf: tuple[Layer, ...]
+    discrete: bool
+    log_std: str | None = None
+    body: tuple[Layer, ...] = ()  # the LSTM's features (the MLP's: none)
+    #: ``nn.LSTMCell``'s weight_ih, weight_hh, bias_ih and bias_hh
+    lstm: tuple[str, ...] = ()
+    cell_size: int = 0
 
     @classmethod
-    def of(cls, policy: Any) -> NumpyActing | None:
-        """``policy``'s numpy acting, or None where its module, spaces or device need
-        torch (an image or custom module, a mask, composite spaces)."""
+    def of(cls, policy: Any) -> ActingPlan | None:
+        """The plan of a torch ``Policy``'s module, or None where acting needs torch (an
+        image or custom module, a mask, composite spaces)."""
+        from flowrl.learning.distributions import Categorical, DiagGaussian
+        from flowrl.learning.models import RecurrentActorCritic
+
         module = policy.module
         plain_obs = isinstance(policy.input_space, gym.spaces.Box | gym.spaces.MultiBinary)
         if (
@@ -63,25 +67,69 @@ class NumpyActing:
             or not plain_obs
             or policy.masked
             or policy.obs_layout is not None
-            or policy.device.type != "cpu"
             or policy.dist_cls not in (Categorical, DiagGaussian)
         ):
             return None
+        names = {id(p): name for name, p in module.named_parameters()}
+        heads = dict(pi=_plan(module.pi, names), vf=_plan(module.vf, names))
+        log_std = None if module.log_std is None else names[id(module.log_std)]
+        discrete = policy.dist_cls is Categorical
+        if not isinstance(module, RecurrentActorCritic):
+            return cls(**heads, discrete=discrete, log_std=log_std)
+        lstm = tuple(names[id(getattr(module.lstm, w))] for w in LSTM_WEIGHTS)
+        body = _plan(module.trunk.body, names)
+        return cls(**heads, discrete=discrete, log_std=log_std, body=body, lstm=lstm,
+                   cell_size=module.cell_size)  # fmt: skip
+
+
+class NumpyActing:
+    """An ``ActingPlan`` run on numpy arrays, acting as ``Policy.compute_actions`` does:
+    the same distribution inputs, values and next recurrent state (to float32 rounding),
+    actions drawn from the same distribution with its own generator."""
+
+    def __init__(
+        self, plan: ActingPlan, seed: Any, arrays: Callable[[], Mapping[str, np.ndarray]]
+    ) -> None:
+        self.plan, self.arrays = plan, arrays
+        self.discrete, self.recurrent = plan.discrete, bool(plan.lstm)
+        self.rng = np.random.default_rng(seed)
+        #: the weights changed since they were read (``Policy.weights_changed``)
+        self.stale = True
+        self.body: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        self.lstm: tuple[np.ndarray, ...] = ()
+        self.pi: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        self.vf: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        self.log_std: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, policy: Any) -> NumpyActing | None:
+        """``policy``'s numpy acting on views of its torch module's weights, or None where
+        it needs torch (``ActingPlan.of``, or a module on a GPU)."""
+        import torch
+
+        plan = ActingPlan.of(policy)
+        if plan is None or policy.device.type != "cpu":
+            return None
+        module = policy.module
         seed = [torch.initial_seed() % 2**63, policy.worker_index]  # the worker's seed
-        return cls(module, policy.dist_cls is Categorical, seed)
+
+        def views() -> dict[str, np.ndarray]:  # they follow every change made in place
+            return {name: p.detach().numpy() for name, p in module.named_parameters()}
+
+        return cls(plan, seed, views)
 
     def _refresh(self) -> None:
-        """Views of the module's weights, taken once: they follow every change made in
-        place (an optimiser's step, ``load_state_dict``). ``stale`` (``weights_changed``)
-        takes them again, should a parameter have been replaced."""
+        """The arrays of the plan's weights, read once: views follow every change made
+        in place (an optimiser's step, ``load_state_dict``); ``stale`` reads them again,
+        should they have been replaced (``set_weights`` without torch)."""
         if not self.stale:
             return
-        module = self.module
+        plan, arrays = self.plan, self.arrays()
         if self.recurrent:
-            self.body = _layers(module.trunk.body)
-            self.lstm = tuple(_view(getattr(module.lstm, name)) for name in LSTM_WEIGHTS)
-        self.pi, self.vf = _layers(module.pi), _layers(module.vf)
-        self.log_std = None if module.log_std is None else _view(module.log_std)
+            self.body = _layers(plan.body, arrays)
+            self.lstm = tuple(_matrix(arrays[name]) for name in plan.lstm)
+        self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
+        self.log_std = None if plan.log_std is None else arrays[plan.log_std]
         self.stale = False
 
     def compute_actions(
@@ -93,14 +141,26 @@ class NumpyActing:
         extras = {ACTION_DIST_INPUTS: dist_inputs, VF_PREDS: values}
         return actions, extras if state is None else {**extras, STATE_OUT: state}
 
+    def features(
+        self, obs: np.ndarray, state: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """What the heads read of ``obs`` (the LSTM's output when recurrent), and the next
+        state (None: no memory)."""
+        self._refresh()
+        x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
+        if self.recurrent:
+            return self._lstm_step(np.tanh(_forward(x, self.body)), state)
+        return x, None
+
+    def values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
+        """The value head on ``obs`` (from ``state`` when recurrent)."""
+        return _forward(self.features(obs, state)[0], self.vf)[:, 0]
+
     def act(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Actions, distribution inputs, values and the next state (None: no memory)."""
-        self._refresh()
-        x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
-        if self.recurrent:
-            x, state = self._lstm_step(np.tanh(_forward(x, self.body)), state)
+        x, state = self.features(obs, state)
         out, values = _forward(x, self.pi), _forward(x, self.vf)[:, 0]
         if self.discrete:
             if not explore:
@@ -129,13 +189,32 @@ class NumpyActing:
         return h, np.stack([h, c], 1)
 
 
-Layer = tuple[np.ndarray, np.ndarray, Any]
-#: ``nn.LSTMCell``'s weights: as views, the two matrices transposed (``x @ w``)
+def logp(discrete: bool, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """The log-probs of ``actions`` under a Categorical's logits or a diagonal Gaussian's
+    mean and log std (``dist_inputs``): ``Distribution.log_prob`` in numpy.
+
+    Examples:
+        >>> round(float(logp(True, np.zeros((1, 4), np.float32), np.array([2]))[0]), 4)
+        -1.3863
+    """
+    if discrete:
+        shifted = dist_inputs - dist_inputs.max(-1, keepdims=True)
+        log_z = np.log(np.exp(shifted).sum(-1))
+        taken = np.take_along_axis(shifted, actions.astype(np.int64)[..., None], -1)[..., 0]
+        return (taken - log_z).astype(np.float32)
+    mean, log_std = np.split(dist_inputs, 2, axis=-1)
+    z = (actions - mean) / np.exp(log_std)
+    return (-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1).astype(np.float32)
+
+
+#: ``nn.LSTMCell``'s weights: the two matrices are transposed when read (``x @ w``)
 LSTM_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
-def _supported(module: nn.Module) -> bool:
+def _supported(module: Any) -> bool:
     """flowrl's MLP actor-critic, or its LSTM one on MLP features: nothing of yours."""
+    from flowrl.learning.models import ActorCritic, RecurrentActorCritic, _Features
+
     if type(module) is ActorCritic:
         heads = (module.pi, module.vf)
         return module.trunk is None and _flat(module.flatten) and all(map(_mlp, heads))
@@ -146,18 +225,43 @@ def _supported(module: nn.Module) -> bool:
 
 
 def _flat(flatten: Any) -> bool:  # Box or MultiBinary observations, flattened
+    from flowrl.learning.models import Flatten
+
     return isinstance(flatten, Flatten) and not flatten.sizes
 
 
-def _mlp(head: nn.Module) -> bool:
+def _activation(layer: Any) -> str | None:
+    return {"Tanh": "tanh", "ReLU": "relu"}.get(type(layer).__name__)
+
+
+def _mlp(head: Any) -> bool:
+    from torch import nn
+
+    from flowrl.learning.models import MLP
+
+    layers = head if isinstance(head, MLP) else [head]
     return isinstance(head, MLP | nn.Linear) and all(
-        isinstance(layer, nn.Linear) or type(layer) in _ACTIVATIONS
-        for layer in (head if isinstance(head, MLP) else [head])
+        isinstance(layer, nn.Linear) or type(layer) in (nn.Tanh, nn.ReLU) for layer in layers
     )
 
 
-def _view(tensor: torch.Tensor) -> np.ndarray:
-    array = tensor.detach().numpy()
+def _plan(head: Any, names: Mapping[int, str]) -> tuple[Layer, ...]:
+    """Each Linear's weight and bias names, with the activation after it."""
+    from torch import nn
+
+    layers: list[Layer] = []
+    for layer in head if isinstance(head, nn.Sequential) else [head]:
+        if isinstance(layer, nn.Linear):
+            layers.append((names[id(layer.weight)], names[id(layer.bias)], None))
+        else:
+            weight, bias, _ = layers[-1]
+            layers[-1] = (weight, bias, _activation(layer))
+    return tuple(layers)
+
+
+def _matrix(array: np.ndarray) -> np.ndarray:
+    """A weight as ``x @ w`` reads it: a matrix transposed (a view, which BLAS reads
+    without a copy)."""
     return array.T if array.ndim == 2 else array
 
 
@@ -165,20 +269,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # one ufunc, no overflow
 
 
-def _layers(head: MLP | nn.Linear) -> list[Layer]:
-    """Each Linear's weight (transposed: ``x @ w``, which BLAS reads without a copy) and
-    bias as numpy views of the torch parameters, with the activation after it."""
-    layers: list[Layer] = []
-    for layer in head if isinstance(head, MLP) else [head]:
-        if isinstance(layer, nn.Linear):
-            layers.append((_view(layer.weight), _view(layer.bias), None))
-        else:
-            weight, bias, _ = layers[-1]
-            layers[-1] = (weight, bias, _ACTIVATIONS[type(layer)])
-    return layers
+def _layers(plan: tuple[Layer, ...], arrays: Mapping[str, np.ndarray]) -> list[tuple]:
+    return [(_matrix(arrays[w]), arrays[b], act and ACTIVATIONS[act]) for w, b, act in plan]
 
 
-def _forward(x: np.ndarray, layers: list[Layer]) -> np.ndarray:
+def _forward(x: np.ndarray, layers: list[tuple]) -> np.ndarray:
     for weight, bias, activation in layers:
         x = x @ weight
         x += bias

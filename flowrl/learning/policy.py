@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -31,24 +31,17 @@ from flowrl.core.config import Config, ConfigError
 from flowrl.core.sample_batch import (
     ACTION_DIST_INPUTS,
     ACTIONS,
-    LOGP,
-    OBS,
-    RAW_OBS,
     STATE_OUT,
     VF_PREDS,
-    Fragment,
-    SampleBatch,
 )
+from flowrl.learning.acting import BasePolicy, Weights, without_mask
 from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
 from flowrl.learning.models import ActorCritic, RecurrentActorCritic
 from flowrl.learning.module import ActingModule, ActingOutput
-from flowrl.learning.normalization import Normalizer, split_state
+from flowrl.learning.normalization import split_state
 from flowrl.learning.numpy_acting import NumpyActing
-from flowrl.learning.postprocessing import add_advantages, chunk_sequences
 from flowrl.learning.registry import build_module
-from flowrl.learning.spaces import ACTION_MASK, RecordLayout, field, is_composite, to_tensor
-
-Weights = dict[str, np.ndarray]
+from flowrl.learning.spaces import RecordLayout, is_composite, to_tensor
 
 
 def resolve_device(device: str) -> torch.device:
@@ -68,52 +61,6 @@ def module_weights(module: nn.Module) -> Weights:
 def load_module_weights(module: nn.Module, weights: Weights) -> None:
     """Load numpy weights; torch.tensor copies, since Ray's object-store arrays are read-only."""
     module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
-
-
-def split_action_mask(space: gym.Space) -> tuple[gym.Space, gym.Space | None]:
-    """The observation space the acting module sees, and the action mask's space (None
-    without one): a Dict's ``action_mask`` entry is taken out, and a Dict left with one
-    entry is that entry's space.
-
-    Examples:
-        >>> board = gym.spaces.Box(0, 1, (9,))
-        >>> mask = gym.spaces.MultiBinary(9)
-        >>> split_action_mask(gym.spaces.Dict({"observation": board, "action_mask": mask}))
-        (Box(0.0, 1.0, (9,), float32), MultiBinary(9))
-    """
-    if not (isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces):
-        return space, None
-    if len(space.spaces) == 1:
-        raise ConfigError(f"observation space {space} holds an action mask and nothing else")
-    inputs, mask = without_mask(space.spaces)
-    return (inputs if isinstance(inputs, gym.Space) else gym.spaces.Dict(inputs)), mask
-
-
-def without_mask(entries: Mapping[str, Any]) -> tuple[Any, Any]:
-    """A Dict's entries (spaces, or a batch's tensors) other than ``action_mask`` (the one
-    entry itself when one is left) and the mask: what the acting module reads of them."""
-    rest = {k: v for k, v in entries.items() if k != ACTION_MASK}
-    return (next(iter(rest.values())) if len(rest) == 1 else rest), entries[ACTION_MASK]
-
-
-def check_action_mask(mask: gym.Space, action_space: gym.Space) -> None:
-    """A ConfigError unless ``mask`` has one entry per action (Discrete) or per choice of
-    each sub-action, concatenated (MultiDiscrete)."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        needed = int(action_space.n)
-    elif isinstance(action_space, gym.spaces.MultiDiscrete):
-        needed = int(action_space.nvec.sum())
-    else:
-        raise ConfigError(
-            f"an action_mask masks Discrete or MultiDiscrete actions; the env's action space "
-            f"is {action_space}"
-        )
-    size = int(np.prod(mask.shape)) if mask.shape else 0
-    if size != needed:
-        raise ConfigError(
-            f"the observation's action_mask has {size} entries; {action_space} actions need "
-            f"{needed} (one per action, or per choice of each sub-action, concatenated)"
-        )
 
 
 #: what a masked action's distribution input becomes: far below any logit or Q-value, yet
@@ -160,16 +107,7 @@ def inference(method: Method) -> Method:
     return wrapper  # type: ignore[return-value]
 
 
-class Acted(NamedTuple):
-    """What ``Policy.act`` gives: the env's actions, the row to record (name, array pairs)
-    and the next recurrent state (None without one)."""
-
-    env_actions: Any
-    row: tuple[tuple[str, np.ndarray], ...]
-    state: np.ndarray | None
-
-
-class Policy:
+class Policy(BasePolicy):
     """The acting side of an algorithm: acting module, distribution, normaliser,
     exploration and postprocessing. Subclasses change how it acts or postprocesses."""
 
@@ -196,29 +134,13 @@ class Policy:
         device: str = "cpu",
         worker_index: int = 0,
     ) -> None:
-        self.config = config
-        #: the worker this copy acts for: 0 is the local worker (the learner's), 1..N remote
-        self.worker_index = worker_index
-        self.observation_space, self.action_space = observation_space, action_space
         self.device = resolve_device(device)
         self.check_action_space(action_space, config)
-        #: how composite observations lie in the data path's record arrays
-        composite = is_composite(observation_space)
-        self.obs_layout = RecordLayout(observation_space) if composite else None
-        #: the observations the acting module sees: without the action mask, if any
-        self.input_space, mask_space = split_action_mask(observation_space)
-        self.masked = mask_space is not None
-        #: how Tuple or Dict actions lie in the data path's record arrays
-        self.action_layout = RecordLayout(action_space) if is_composite(action_space) else None
-        self.box_actions = isinstance(action_space, gym.spaces.Box)  # clipped to bounds
-        if mask_space is not None:
-            check_action_mask(mask_space, action_space)
+        super().__init__(observation_space, action_space, config, worker_index=worker_index)
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
         #: the module's forward and action draw in numpy, where one applies (an MLP)
         self.numpy_acting = NumpyActing.of(self) if config.numpy_acting else None
-        #: observation and reward statistics, which travel with the weights
-        self.normalizer = Normalizer(observation_space, config)
 
     def distribution_class(self) -> DistributionClass:
         """The action distribution over the module's ``dist_inputs``."""
@@ -251,6 +173,10 @@ class Policy:
             return masked(module.unroll(inputs, state, starts), mask)
         return masked(module(inputs, state) if module.recurrent else module(inputs), mask)
 
+    @property
+    def recurrent(self) -> bool:
+        return self.module.recurrent
+
     def initial_state(self, n: int) -> np.ndarray | None:
         """The recurrent state of ``n`` fresh episodes (None: the module has none)."""
         if not self.module.recurrent:
@@ -261,32 +187,6 @@ class Policy:
         """The action distribution for ``obs`` and the values (None: no value head)."""
         out = self.forward(obs)
         return self.dist_cls(out.dist_inputs), out.value
-
-    def act(
-        self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
-    ) -> Acted:
-        """The one acting call (sampling, evaluation, ``load_policy`` and game players):
-        raw observations (records for Dict and Tuple spaces, the action mask among them)
-        and the recurrent state give the env's actions, the row to record (observations
-        as the module saw them, and raw when normalised; actions; ``compute_actions``'s
-        extras) and the next state.
-
-        Examples:
-            >>> policy = Policy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), Config())
-            >>> acted = policy.act(np.zeros((4, 3), np.float32), explore=False)
-            >>> acted.env_actions.shape, [name for name, _ in acted.row]
-            ((4,), ['obs', 'actions', 'action_dist_inputs', 'vf_preds'])
-        """
-        seen = self.normalizer.observations(obs) if self.normalizer.parts else obs
-        if state is None:  # (a policy without memory may take no state)
-            actions, extras = self.compute_actions(seen, explore=explore)
-        else:
-            actions, extras = self.compute_actions(seen, explore=explore, state=state)
-        next_state = extras.pop(STATE_OUT, None)
-        row = ((OBS, seen), (ACTIONS, actions), *extras.items())
-        if seen is not obs:
-            row += ((RAW_OBS, obs),)
-        return Acted(self.env_actions(actions), row, next_state)
 
     @inference
     def compute_actions(
@@ -323,31 +223,9 @@ class Policy:
     def _as_numpy(self, tensor: torch.Tensor) -> np.ndarray:
         return tensor.numpy() if self.device.type == "cpu" else tensor.cpu().numpy()
 
-    def metrics(self) -> dict[str, float]:
-        """What this copy reports of its acting (an exploration rate, say); results show
-        it per worker as ``worker_<index>/<name>``."""
-        return {}
-
-    def set_env_steps_sampled(self, steps: int) -> None:
-        """The run has sampled ``steps`` env steps in all: a worker that starts mid-run (a
-        replacement, a restored run's) hears it before it samples, so a schedule of its
-        acting (DQN's epsilon) goes on from there. Nothing by default."""
-
     @inference
     def compute_values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         return self._as_numpy(self.forward(self._as_tensor(obs), self._as_tensor(state)).value)
-
-    def env_actions(self, actions: np.ndarray) -> Any:
-        """What the env receives: ``action_array``; a Tuple or Dict's records as its nest."""
-        layout = self.action_layout
-        if layout is None:
-            return self.action_array(actions)
-        return layout.build([clip_to_box(x.space, field(actions, x.path)) for x in layout.leaves])
-
-    def action_array(self, actions: np.ndarray) -> np.ndarray:
-        """The sampled actions in the action space's own units, as one array (what a
-        recording keeps): Box actions clipped to their bounds; others as they are."""
-        return clip_to_box(self.action_space, actions) if self.box_actions else actions
 
     def greedy_env_actions(self, obs: torch.Tensor, state: Any = None) -> Any:
         """``env_actions(compute_actions(obs, explore=False))`` in torch alone, which an
@@ -356,16 +234,6 @@ class Policy:
         out = self.forward(obs, state)
         actions = greedy_actions(self.dist_cls(out.dist_inputs), self.action_space)
         return actions if state is None else (actions, out.state)
-
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        """Turn a sampled fragment into training rows (returns, advantages, ...)."""
-        return self.add_action_logp(fragment).to_batch()
-
-    def add_action_logp(self, fragment: Fragment) -> Fragment:
-        """Adds ``action_logp`` where the fragment has the distribution inputs for it."""
-        if (logp := sampled_logp(self.dist_cls, fragment.columns)) is not None:
-            fragment.columns[LOGP] = logp
-        return fragment
 
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> Weights:
@@ -383,12 +251,8 @@ class Policy:
         if self.numpy_acting is not None:
             self.numpy_acting.stale = True
 
-    def get_state(self) -> dict[str, Any]:
-        """What a restore needs: the weights (a subclass adds its exploration's state)."""
-        return {"weights": self.get_weights()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.set_weights(state["weights"])
+    def sampled_logp(self, columns: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        return sampled_logp(self.dist_cls, columns)
 
 
 @inference
@@ -420,13 +284,6 @@ def masked(out: ActingOutput, mask: torch.Tensor | None) -> ActingOutput:
     return out._replace(dist_inputs=mask_inputs(out.dist_inputs, mask))
 
 
-def clip_to_box(space: gym.Space, actions: np.ndarray) -> np.ndarray:
-    """Box actions clipped to their bounds (numpy); others as they are."""
-    if isinstance(space, gym.spaces.Box):
-        return np.clip(actions, space.low, space.high)
-    return actions
-
-
 def greedy_actions(dist: Distribution, space: gym.Space) -> Any:
     """The mode of ``dist`` clipped to ``space``'s Box bounds, in torch: a Tuple or Dict
     space's as one tensor per leaf (not records' bytes), for exports to trace."""
@@ -454,14 +311,4 @@ class ActorCriticPolicy(Policy):
     """A policy whose fragments become GAE advantages and value targets (its config is an
     ``ActorCriticConfig``)."""
 
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        last_values = self.compute_values(fragment.last_obs, fragment.last_state)
-        add_advantages(
-            self.add_action_logp(fragment),
-            last_values,
-            gamma=self.config.gamma,
-            lam=self.config.gae_lambda,
-        )
-        if self.module.recurrent:  # whole sequences, from the state each started from
-            return chunk_sequences(fragment, self.config.max_seq_len)
-        return fragment.to_batch()
+    postprocessing = "gae"

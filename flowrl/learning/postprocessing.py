@@ -14,8 +14,9 @@ Examples:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from flowrl.core.sample_batch import (
     ADVANTAGES,
@@ -28,6 +29,9 @@ from flowrl.core.sample_batch import (
     Fragment,
     SampleBatch,
 )
+
+if TYPE_CHECKING:
+    import torch  # vtrace's tensors; the rest is numpy, for rollout workers without torch
 
 
 def compute_gae(
@@ -222,7 +226,7 @@ def vtrace(
     continues = 1.0 - (terminateds | truncateds).to(values.dtype)
     next_values = values[1:]
     deltas = clipped_rhos * (rewards + gamma * alive * next_values - values[:-1])
-    corrections = torch.zeros_like(values)  # vs_t - V(x_t); the last row stays 0
+    corrections = values.new_zeros(values.shape)  # vs_t - V(x_t); the last row stays 0
     for t in reversed(range(len(rewards))):
         corrections[t] = deltas[t] + gamma * continues[t] * cs[t] * corrections[t + 1]
     vs = values[:-1] + corrections[:-1]

@@ -7,7 +7,8 @@ is (a Tuple's fields are named ``"0"``, ``"1"``, ...). Everything that moves row
 concatenation, replay, sequences, Ray's object store, checkpoints) carries it as it is.
 Torch has no record type, so a batch of records goes to torch as its bytes
 (``[..., itemsize]`` uint8) and ``RecordLayout.unpack_tensor`` reads each leaf out as
-a view of them; the fields are aligned, so no leaf is copied.
+a view of them; the fields are aligned, so no leaf is copied. Torch is imported by those
+conversions only: a rollout worker that acts in numpy never loads it.
 
 Examples:
     >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "n": gym.spaces.Discrete(3)})
@@ -24,11 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-import torch
+
+from flowrl.core.config import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 Path = tuple[str, ...]
 
@@ -102,16 +108,22 @@ def _leaves(space: gym.Space, dtype: np.dtype) -> list[Leaf]:
 
 def records_tensor(records: np.ndarray) -> torch.Tensor:
     """A record array ``[...]`` as torch bytes ``[..., itemsize]`` (no copy)."""
+    import torch
+
     flat = np.ascontiguousarray(records).reshape(-1).view(np.uint8)
     return torch.from_numpy(flat).view(*records.shape, records.dtype.itemsize)
 
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:
     """A data-path column as a tensor without a copy: records as their bytes."""
+    import torch
+
     return records_tensor(array) if array.dtype.names else torch.from_numpy(array)
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    import torch
+
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
@@ -152,7 +164,10 @@ class RecordLayout:
         self.space = space
         self.dtype = record_dtype(space)
         self.leaves = _leaves(space, self.dtype)
-        self._torch_dtypes = [_torch_dtype(leaf.dtype) for leaf in self.leaves]
+
+    @cached_property
+    def _torch_dtypes(self) -> list[torch.dtype]:
+        return [_torch_dtype(leaf.dtype) for leaf in self.leaves]
 
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
         return np.zeros(shape, self.dtype)
@@ -197,6 +212,8 @@ class RecordLayout:
 
     def pack_tensor(self, values: list[torch.Tensor]) -> torch.Tensor:
         """One tensor per leaf (``[B, ...]``, in order) as records' bytes ``[B, itemsize]``."""
+        import torch
+
         batch = values[0].shape[0]
         out = torch.zeros(batch, self.dtype.itemsize, dtype=torch.uint8, device=values[0].device)
         for leaf, dtype, value in zip(self.leaves, self._torch_dtypes, values, strict=True):
@@ -239,3 +256,51 @@ def field(records: np.ndarray, path: Path) -> np.ndarray:
     for name in path:
         records = records[name]
     return records
+
+
+OBS_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple of them"
+
+
+def check_obs_space(space: gym.Space) -> None:
+    """A ConfigError naming ``space`` unless flowrl's networks take it (every leaf of a
+    Dict or Tuple, nested as deep as it likes)."""
+    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+        flat = isinstance(leaf, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
+        if not (
+            isinstance(leaf, gym.spaces.Box | gym.spaces.Discrete)
+            or (flat and len(leaf.shape) == 1)
+        ):
+            where = "" if leaf is space else f" (in {space})"
+            raise ConfigError(
+                f"unsupported observation space {leaf}{where}: flowrl's networks take "
+                f"{OBS_SPACES} observations"
+            )
+
+
+ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary, 1-D Box, and Tuple or Dict of them"
+
+
+def action_kind(space: gym.Space) -> str:
+    """The kind of distribution a non-composite action space takes (``categorical``,
+    ``multi_categorical``, ``bernoulli`` or ``gaussian``), or a ConfigError naming it.
+
+    Examples:
+        >>> action_kind(gym.spaces.Box(-1, 1, (2,)))
+        'gaussian'
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return "categorical"
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return "multi_categorical"
+    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+        return "bernoulli"
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return "gaussian"
+    raise ConfigError(f"unsupported action space {space}: flowrl takes {ACTION_SPACES} actions")
+
+
+def check_action_space(space: gym.Space) -> None:
+    """A ConfigError naming ``space`` unless flowrl's distributions take it (every leaf of
+    a Dict or Tuple)."""
+    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+        action_kind(leaf)

@@ -37,9 +37,16 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import ConfigError
-from flowrl.learning.distributions import ACTION_SPACES, distribution_for
-from flowrl.learning.models import OBS_SPACES, check_obs_space
-from flowrl.learning.spaces import RecordLayout, get, is_composite, leaf_spaces
+from flowrl.learning.spaces import (
+    ACTION_SPACES,
+    OBS_SPACES,
+    RecordLayout,
+    check_action_space,
+    check_obs_space,
+    get,
+    is_composite,
+    leaf_spaces,
+)
 
 EnvCreator = Callable[..., gym.Env]
 
@@ -382,7 +389,7 @@ def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> Non
             "observations (flatten others with a gymnasium wrapper)"
         ) from None
     try:
-        distribution_for(action_space)
+        check_action_space(action_space)
     except ConfigError:
         raise ConfigError(
             f"env {env} has action space {action_space}: flowrl takes {ACTION_SPACES} actions"

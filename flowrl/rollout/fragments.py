@@ -19,9 +19,16 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import ConfigError
-from flowrl.core.sample_batch import OBS, REWARDS, TERMINATEDS, TRUNCATEDS, ArrayPool, Fragment
-from flowrl.learning.learner import NonFiniteError
-from flowrl.learning.policy import Policy
+from flowrl.core.sample_batch import (
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    TRUNCATEDS,
+    ArrayPool,
+    Fragment,
+    NonFiniteError,
+)
+from flowrl.learning.acting import BasePolicy as Policy
 from flowrl.learning.spaces import ACTION_MASK, field, float_columns, is_composite, leaf_spaces
 
 logger = logging.getLogger(__name__)

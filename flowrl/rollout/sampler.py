@@ -48,7 +48,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from flowrl.core.callbacks import Callbacks
 from flowrl.core.sample_batch import (
@@ -63,8 +62,8 @@ from flowrl.core.sample_batch import (
     ArrayPool,
     Fragment,
 )
+from flowrl.learning.acting import Acted, inference_mode
 from flowrl.learning.multi import PolicyMap
-from flowrl.learning.policy import Acted, sampled_logp
 from flowrl.rollout.envs import EnvError, env_fault
 from flowrl.rollout.episodes import Episode, EpisodeHooks
 from flowrl.rollout.experiences import ExperienceWriter
@@ -287,7 +286,7 @@ class Sampler:
                      for pid, o in self.obs.items()}  # fmt: skip
         # lanes that count episodes from the fragment's columns give its validity after it
         per_step = self._count is None or bool(self.memory)
-        with torch.inference_mode():  # entered once per fragment, not once per step
+        with inference_mode():  # entered once per fragment, not once per step
             for t in range(steps):
                 active = lanes.active if per_step else None  # replaced, not changed, by a step
                 present = lanes.present if self.in_turns else None
@@ -316,7 +315,7 @@ class Sampler:
         if self.writer is not None:
             agents = [agent for _, agent in getattr(self.lanes, "lanes", {}).get(pid, [])]
             policy = self.policies[pid]
-            logp = sampled_logp(policy.dist_cls, cols)
+            logp = policy.sampled_logp(cols)
             taken = {**cols, ACTIONS: policy.action_array(cols[ACTIONS])}  # in the env's units
             self.writer.record(pid, taken, valid, last_obs, logp, agents or [""] * valid.shape[1])
         raw = cols.pop(RAW_OBS, None)
@@ -341,7 +340,7 @@ class Sampler:
         n = self.lanes.num_envs
         quota = [len(range(i, count, n)) for i in range(n)]
         done: list[Any] = []
-        with torch.inference_mode():
+        with inference_mode():
             while len(done) < count:
                 present = self.lanes.present if self.in_turns else None
                 actions, _ = self._act(explore, self.lanes.active, present)

@@ -29,10 +29,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import OBS, RAW_OBS, REWARDS, STATE_STARTS, TERMINATEDS, TRUNCATEDS
+from flowrl.learning.acting import inference_mode
 from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite
 from flowrl.rollout.envs import step_env
 from flowrl.rollout.episodes import write_video
@@ -230,7 +230,7 @@ def play_games(
     With ``video_dir`` (``make_env`` rendering ``rgb_array`` frames), each game is written
     there as ``eval-episode-{i}.mp4``."""
     env, results = make_env(), []
-    with torch.inference_mode():
+    with inference_mode():
         for game in range(games):
             env.reset(seed=seed + game)
             frames = [env.render()] if video_dir else None

@@ -7,8 +7,14 @@ holds the policy's acting module; the local worker also builds the
 ``Learner`` that trains it (remote workers only when a plan
 asks them for gradients).
 
+Remote workers act without torch (``NumpyPolicy``) where every policy of the local worker
+acts in numpy and post-processes as ``Policy`` does, unless the WorkerSet's
+``workers_learn`` (a plan that asks them for gradients, A3C's): then they hold torch and
+a learner.
+
 Examples:
     >>> from flowrl.core.config import Config
+    >>> from flowrl.learning.policy import Policy
     >>> worker = RolloutWorker(policy_cls=Policy, config=Config(num_envs_per_worker=2))
     >>> len(worker.sample()) <= 2 * worker.config.rollout_fragment_length
     True
@@ -17,25 +23,25 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
 
 from flowrl.core.callbacks import load_callbacks
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import ParallelIteratorWorker
 from flowrl.core.sample_batch import MultiAgentBatch
-from flowrl.learning.learner import Learner
-from flowrl.learning.multi import Learners, PolicyMap, PolicySpec, PolicyStats
-from flowrl.learning.policy import Policy, Weights
-from flowrl.learning.registry import register_model, registered_model
+from flowrl.learning.acting import BasePolicy, Weights, worker_seed
+from flowrl.learning.multi import PolicyMap, PolicySpec, PolicyStats
+from flowrl.learning.numpy_policy import NumpyPolicy
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
@@ -55,13 +61,13 @@ from flowrl.rollout.multi_agent import (
 from flowrl.rollout.sampler import Sampler, VectorLanes
 from flowrl.rollout.turns import TurnLanes
 
+if TYPE_CHECKING:
+    from flowrl.learning.learner import Learner
+    from flowrl.learning.multi import Learners
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def worker_seed(config: Config, worker_index: int) -> int:
-    return config.seed + 10_007 * worker_index
 
 
 class RolloutWorker(ParallelIteratorWorker):
@@ -70,27 +76,27 @@ class RolloutWorker(ParallelIteratorWorker):
     def __init__(
         self,
         *,
-        policy_cls: type[Policy],
+        policy_cls: type[BasePolicy],
         config: Config,
         learner_cls: type[Learner] | None = None,
         worker_index: int = 0,
         device: str = "cpu",
         env_creator: EnvCreator | None = None,
-        model_cls: type[torch.nn.Module] | None = None,
+        model_cls: type | None = None,
         policy_specs: dict[str, PolicySpec] | None = None,
     ) -> None:
         super().__init__(self._fragments)
         if env_creator is not None:  # the driver's register_env, in this process too
             register_env(config.env, env_creator)
         if model_cls is not None:  # and its register_model
+            from flowrl.learning.registry import register_model
+
             register_model(config.model, model_cls)
-        if worker_index > 0:
-            torch.set_num_threads(1)
         self.config = config
         self.worker_index = worker_index
         self.policy_cls, self.learner_cls = policy_cls, learner_cls
         seed = worker_seed(config, worker_index)
-        torch.manual_seed(seed)
+        seed_torch(seed, worker_index)
         # a remote worker's env threads stay within the CPUs Ray reserved for it
         threads = max(1, int(config.num_cpus_per_worker)) if worker_index > 0 else 0
         # held while a learner thread changes the policy: a checkpoint reads whole updates
@@ -116,6 +122,8 @@ class RolloutWorker(ParallelIteratorWorker):
             )
         writer = experience_writer(config, self.env, worker_index)
         self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where, writer=writer)
+        if worker_index > 0:  # what a remote worker started with lives as long as it does
+            freeze_start_up()
 
     def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
         """The config's env as lanes: a vector env's (one policy), or a multi-agent env's
@@ -130,7 +138,7 @@ class RolloutWorker(ParallelIteratorWorker):
         return kind(make_agent_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of, **hooks)
 
     @property
-    def policy(self) -> Policy:
+    def policy(self) -> BasePolicy:
         """The worker's one policy (a single-agent env's); with several, name one:
         ``policies[policy_id]``."""
         if len(self.policies) != 1:
@@ -201,13 +209,18 @@ class RolloutWorker(ParallelIteratorWorker):
     def learner(self) -> Learners:
         """The learners of this worker's trainable policies by policy id, built on first
         use: rollout workers that only sample never build them."""
+        from flowrl.learning.multi import Learners
+
         learners = {}
         for pid, policy in self.policies.items():
             spec = self.policy_spec(pid)
             if spec.trainable and spec.learner_cls is not None:
                 learners[pid] = spec.learner_cls(policy, spec.config)
         if not learners:
-            raise TypeError(f"worker {self.worker_index} was built without a learner class")
+            raise TypeError(
+                f"worker {self.worker_index} has no learner class: a plan that asks "
+                "remote workers for gradients needs WorkerSet(workers_learn=True)"
+            )
         return Learners(learners)
 
     def learn_on_batch(self, batch: MultiAgentBatch, **kwargs: Any) -> PolicyStats:
@@ -225,11 +238,13 @@ class RolloutWorker(ParallelIteratorWorker):
         seen: dict[int, int] = {}
         policies = self.policies.values()
         learners = self.__dict__["learner"].learners.values() if "learner" in self.__dict__ else []
+        torch = sys.modules.get("torch")  # (none: every policy acts in numpy)
         for owner in filter(None, [*policies, *learners]):
             for value in vars(owner).values():
-                if isinstance(value, torch.nn.Module):
+                if torch is not None and isinstance(value, torch.nn.Module):
                     seen.update((id(p), p.numel()) for p in value.parameters())
-        return sum(seen.values())
+        in_numpy = [p.weight_count() for p in policies if hasattr(p, "weight_count")]
+        return sum(seen.values()) + sum(in_numpy)
 
     def get_weights(self) -> dict[str, Weights]:
         return self.policies.get_weights()
@@ -314,6 +329,45 @@ def evaluate_policies(
         return sampler.episodes(episodes, explore=explore, after_step=frames)
 
 
+def numpy_worker_args(local_worker: RolloutWorker) -> dict[str, Any] | None:
+    """What a remote worker without torch is built with: each policy of ``local_worker``
+    as its ``NumpyPolicy`` and every config portable; None where a policy needs torch."""
+    specs = {}
+    for pid, policy in local_worker.policies.items():
+        if (make := NumpyPolicy.remote_of(policy)) is None:
+            return None
+        spec = local_worker.policy_spec(pid)
+        specs[pid] = PolicySpec(make, None, spec.config.portable(), spec.trainable)
+    first = next(iter(specs.values())).policy_cls
+    return dict(policy_cls=first, config=local_worker.config.portable(), policy_specs=specs)
+
+
+def torch_worker_args(args: dict[str, Any]) -> dict[str, Any]:
+    """What a remote worker with torch is built with: the local worker's ``args`` and the
+    registered model class, if any (``register_model``)."""
+    from flowrl.learning.registry import registered_model  # (the driver has torch)
+
+    return {**args, "model_cls": registered_model(args["config"].model)}
+
+
+def freeze_start_up() -> None:
+    """Collect garbage once and keep what survives (modules, env, policy) out of the
+    collector's later passes (``gc.freeze``): otherwise the first full pass over them runs
+    in the middle of some later call (about 0.1 s in a remote worker without torch, which
+    made its first metrics request miss its 50 ms)."""
+    gc.collect()
+    gc.freeze()
+
+
+def seed_torch(seed: int, worker_index: int) -> None:
+    """Seed torch, and keep a remote worker to one torch thread, where this process has
+    torch: a worker whose policies act in numpy has none."""
+    if torch := sys.modules.get("torch"):
+        torch.manual_seed(seed)
+        if worker_index > 0:
+            torch.set_num_threads(1)
+
+
 def _answers(actor: Any, timeout_s: float = 30) -> bool:
     """Whether a remote worker answers a ping within ``timeout_s``."""
     import ray
@@ -331,6 +385,7 @@ class WorkerSet:
 
     Examples:
         >>> from flowrl.core.config import Config
+        >>> from flowrl.learning.policy import Policy
         >>> workers = WorkerSet(policy_cls=Policy, config=Config(num_workers=0))
         >>> workers.remote_workers
         []
@@ -339,18 +394,20 @@ class WorkerSet:
     def __init__(
         self,
         *,
-        policy_cls: type[Policy],
+        policy_cls: type[BasePolicy],
         config: Config,
         learner_cls: type[Learner] | None = None,
         policy_specs: dict[str, PolicySpec] | None = None,
+        workers_learn: bool = False,
     ) -> None:
         self.config = config
-        #: what every worker is built with
-        specs = dict(policy_specs or {})
-        self._worker_args = dict(
-            policy_cls=policy_cls, learner_cls=learner_cls, config=config, policy_specs=specs
-        )
-        self.local_worker = RolloutWorker(**self._worker_args, device=config.device)
+        args = dict(policy_cls=policy_cls, learner_cls=learner_cls, config=config,
+                    policy_specs=dict(policy_specs or {}))  # fmt: skip
+        self.local_worker = RolloutWorker(**args, device=config.device)
+        light = None if workers_learn else numpy_worker_args(self.local_worker)
+        #: remote workers act in numpy, without torch (``NumpyPolicy``; module docstring)
+        self.numpy_workers = light is not None
+        self._remote_args = light or torch_worker_args(args)
         if learner_cls is not None:  # built now: its networks take their seeds in order
             _ = self.local_worker.learner
         self._remote_cls: Any = None
@@ -401,12 +458,8 @@ class WorkerSet:
 
     def _make_remote(self, index: int, **options: Any) -> Any:
         cls = self._remote_cls.options(**options) if options else self._remote_cls
-        return cls.remote(
-            **self._worker_args,
-            worker_index=index,
-            env_creator=registered_creator(self.config.env),
-            model_cls=registered_model(self.config.model),
-        )
+        env_creator = registered_creator(self.config.env)
+        return cls.remote(**self._remote_args, worker_index=index, env_creator=env_creator)
 
     def make_evaluation_worker(self) -> Any:
         """A remote worker for evaluation episodes only (index ``num_workers + 1``), up.

@@ -258,12 +258,9 @@ class Algorithm(Checkpointing):
         check_and_start_ray(self.spec, self.config, address)
         torch.manual_seed(self.config.seed)
         policy_cls, learner_cls = self.spec.classes(self.config)
-        self.workers = WorkerSet(
-            policy_cls=policy_cls,
-            learner_cls=learner_cls,
-            config=self.config,
-            policy_specs=policy_specs(self.spec, self.config),
-        )
+        self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls, config=self.config,
+                                 policy_specs=policy_specs(self.spec, self.config),
+                                 workers_learn=self.spec.workers_learn)  # fmt: skip
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         if self.config.profile:  # before the first pull builds the plan

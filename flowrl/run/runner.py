@@ -35,8 +35,8 @@ from flowrl.core.context import (
     TIME_TOTAL_S,
     WORKER_RESTARTS,
 )
+from flowrl.core.sample_batch import NonFiniteError
 from flowrl.core.schedules import is_schedule, scheduled
-from flowrl.learning.learner import NonFiniteError
 from flowrl.learning.policy import Weights
 from flowrl.rollout.envs import EnvError, env_name, reward_threshold
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir

@@ -43,6 +43,8 @@ class AlgorithmSpec:
     presets: tuple[Preset, ...] = ()
     #: picks another (policy, learner) pair by the config (SAC's discrete variant)
     variant: Variant | None = None
+    #: the plan asks rollout workers for gradients (A3C): they hold torch and a learner
+    workers_learn: bool = False
 
     def classes(self, config: Config) -> tuple[type[Policy], type[Learner]]:
         """The policy and learner classes a run of ``config`` uses."""
