@@ -123,8 +123,8 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
     early), skipping those ``suite_<part>.json`` holds; the rows, written after each run."""
     path = RESULTS / f"suite_{part}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
-    done = {(r["algo"], r["env"], r.get("variant", ""), r["seed"]) for r in rows if "error" not in r}
     rows = [r for r in rows if "error" not in r]
+    done = {(r["algo"], r["env"], r.get("variant", ""), r["seed"]) for r in rows}
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
     )
