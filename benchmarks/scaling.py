@@ -28,8 +28,10 @@ and pass the weights on), and Ape-X (fragments into replay shards, replay to the
     python benchmarks/scaling.py                          # 2..64 workers, every contender
     python benchmarks/scaling.py --workers 2 16 64 --only impala   # other rows kept
 
-Each worker is a process with torch imported (about 185 MB here), which bounds how many
-fit in this machine's memory. Writes benchmarks/results/scaling.json and scaling.png.
+PPO's and IMPALA's workers act in numpy without torch (about 85 MB of private memory
+each, ``worker_memory.py``); Ape-X's hold torch (about 205 MB), and so do the bound's
+processes, which bounds how many fit in this machine's memory. Writes
+benchmarks/results/scaling.json and scaling.png.
 """
 
 from __future__ import annotations
