@@ -128,8 +128,13 @@ def torch_and_numpy_workers(name, **settings):
 
 @pytest.mark.parametrize(
     "name, settings",
-    [("ppo", {}), ("ppo", {"use_lstm": True, "max_seq_len": 8}), ("impala", {})],
-    ids=["gae", "gae-lstm", "sequences"],
+    [
+        ("ppo", {}),
+        ("ppo", {"use_lstm": True, "max_seq_len": 8}),
+        ("ppo", {"normalize_observations": True}),
+        ("impala", {}),
+    ],
+    ids=["gae", "gae-lstm", "gae-normalised", "sequences"],
 )
 def test_a_numpy_worker_samples_the_fragments_a_torch_worker_does(name, settings):
     """The same seed and weights give the same actions, log-probs, values, advantages and
