@@ -120,10 +120,11 @@ PARTS: dict[str, list[Run]] = {
 
 def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
     """Every run of ``part`` on every seed, seed by seed (so each env has a first seed
-    early), skipping those ``suite_<part>.json`` holds; the rows, written after each run."""
+    early), skipping those ``suite_<part>.json`` holds whole (a row of a run stopped short,
+    ``stopped_by: interrupted``, is run again); the rows, written after each run."""
     path = RESULTS / f"suite_{part}.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
-    rows = [r for r in rows if "error" not in r]
+    rows = [r for r in rows if "error" not in r and r.get("stopped_by") != "interrupted"]
     done = {(r["algo"], r["env"], r.get("variant", ""), r["seed"]) for r in rows}
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
