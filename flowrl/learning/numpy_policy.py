@@ -72,11 +72,7 @@ class NumpyPolicy(BasePolicy):
         post-processing."""
         from flowrl.learning.policy import Policy
 
-        own = [
-            name
-            for name in SAME_AS_POLICY
-            if getattr(type(policy), name) is not getattr(Policy, name)
-        ]
+        own = any(getattr(type(policy), n) is not getattr(Policy, n) for n in SAME_AS_POLICY)
         if own or not policy.config.numpy_acting or (plan := ActingPlan.of(policy)) is None:
             return None
         return functools.partial(cls, plan=plan, postprocessing=policy.postprocessing)
