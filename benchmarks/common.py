@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -118,10 +119,13 @@ def train_cli(
     With ``checkpoint_every`` the run checkpoints every that many iterations, and a call
     whose ``out`` holds an unfinished run (checkpoints, and no summary or an interrupted
     one) takes it up from its last checkpoint with ``flowrl train --resume``: a run longer
-    than a sitting survives being stopped. Its wall time is then the sum of its sittings'."""
+    than a sitting survives being stopped. Its wall time is then the sum of its sittings'.
+    An ``out`` with nothing to take up is cleared and the run starts over."""
     last = out / "summary.json"
     ended = last.exists() and json.loads(last.read_text())["stopped_by"] != "interrupted"
     started = (out / "checkpoints").is_dir() and not ended
+    if not started:  # nothing to take up (no checkpoints, as DQN's): the run starts over
+        shutil.rmtree(out, ignore_errors=True)
     where = ["--resume", str(out)] if started else ["--output", str(out)]
     command = [sys.executable, "-m", "flowrl", "train", algo, "--env", env, "--seed", str(seed),
                "--stop-timesteps", str(budget), *where, "--no-progress", *more]  # fmt: skip
