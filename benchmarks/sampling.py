@@ -15,7 +15,8 @@ On CartPole-v1, a row samples the same numpy vector env made by a creator of you
 (``toy_envs:cartpole_vector``, taking ``num_envs``), stepped as it is.
 
 An LSTM row samples with PPO's ``use_lstm`` network (the MLP's features into a 128-cell
-LSTM) and 128-step fragments, beside the MLP's row with the same fragments.
+LSTM) and 128-step fragments, beside the MLP's row with the same fragments and beside the
+LSTM's own limit: the plain processes stepping that network in numpy, state and all.
 
 Every contender is started once, then they take turns in short windows (``--rounds`` of
 ``--seconds`` each, in a rotating order), so a slow minute of this shared machine costs
@@ -30,10 +31,12 @@ Writes benchmarks/results/sampling_<env>.json and a PNG of throughput against wo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing as mp
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -68,15 +71,73 @@ def policy_for(env):
     return ActorCritic(env.single_observation_space, env.single_action_space, hiddens=hiddens)
 
 
-def _plain_child(conn, env_id: str, num_envs: int, seed: int, env_config: dict) -> None:
+class TorchNetwork:
+    """PPO's default network in torch, one batched forward pass per step."""
+
+    state = None
+
+    def __init__(self, env) -> None:
+        from flowrl.learning.distributions import distribution_for
+
+        self.model = policy_for(env)
+        self.dist_cls, _ = distribution_for(env.single_action_space)
+
+    def act(self, obs: np.ndarray, record: dict | None, t: int) -> np.ndarray:
+        """The actions drawn; into ``record`` at ``t``, what a fragment keeps of the step."""
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(obs))
+            dist = self.dist_cls(out.dist_inputs)
+            sampled = dist.sample()
+            if record is not None:
+                record["logp"][t] = dist.log_prob(sampled).numpy()
+                record["values"][t] = out.value.numpy()
+        return sampled.numpy()
+
+
+class NumpyLSTM:
+    """PPO's ``use_lstm`` network stepped in numpy (``NumpyActing``, the fastest step
+    flowrl has for it), its state carried per env and zeroed when an episode ends; a
+    fragment also keeps the state its steps started from: every step's, as flowrl's
+    fragments do, or every ``state_every``-th step's (a sequence's first, all a learner
+    reads)."""
+
+    def __init__(self, env, seed: int, state_every: int = 1) -> None:
+        from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+        from flowrl.learning.numpy_acting import NumpyActing
+
+        spaces = env.single_observation_space, env.single_action_space
+        policy = PPOPolicy(*spaces, PPOConfig(use_lstm=True), worker_index=seed + 1)
+        self.acting = NumpyActing.of(policy)
+        self.state = np.zeros((env.num_envs, 2, self.acting.plan.cell_size), np.float32)
+        self.state_every = state_every
+
+    def act(self, obs: np.ndarray, record: dict | None, t: int) -> np.ndarray:
+        from flowrl.learning.numpy_acting import logp
+
+        actions, dist_inputs, values, state = self.acting.act(obs, explore=True, state=self.state)
+        if record is not None:
+            if t % self.state_every == 0:
+                record["state_in"][t // self.state_every] = self.state
+            record["logp"][t] = logp(True, dist_inputs, actions)
+            record["values"][t] = values
+        self.state = state
+        return actions
+
+
+def _plain_child(
+    conn, env_id: str, num_envs: int, seed: int, env_config: dict, lstm: int = 0
+) -> None:
     """One plain process: on each request, step the vector env for that many seconds with
-    one batched forward pass per step and answer with its env steps per second.
+    one batched forward pass per step (``TorchNetwork``, or with ``lstm`` ``NumpyLSTM``
+    keeping every ``lstm``-th step's state) and answer with its env steps per second, or
+    with a fragment of that many steps.
 
     Counted like every contender: transitions, not the reset steps of NEXT_STEP autoreset
     (on a random CartPole policy about one step in 20)."""
     import torch
 
-    from flowrl.learning.distributions import distribution_for
     from flowrl.rollout.envs import make_vector_env
 
     torch.set_num_threads(1)
@@ -84,27 +145,23 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int, env_config: dict) 
     env = make_vector_env(
         env_id, num_envs=num_envs, seed=seed, num_threads=1, env_config=env_config
     )
-    model = policy_for(env)
-    dist_cls, _ = distribution_for(env.single_action_space)
+    network = NumpyLSTM(env, seed, lstm) if lstm else TorchNetwork(env)
     obs, _ = env.reset(seed=seed)
     resetting = np.zeros(num_envs, bool)
 
     def step(record: dict | None = None, t: int = 0) -> int:
         nonlocal obs, resetting
-        with torch.inference_mode():
-            out = model(torch.from_numpy(obs))
-            dist = dist_cls(out.dist_inputs)
-            actions = dist.sample()
-            if record is not None:  # what a fragment keeps of each step
-                record["obs"][t] = obs
-                record["actions"][t] = actions.numpy()
-                record["logp"][t] = dist.log_prob(actions).numpy()
-                record["values"][t] = out.value.numpy()
-        obs, rewards, terminated, truncated, _ = env.step(actions.numpy())
         if record is not None:
-            record["rewards"][t], record["dones"][t] = rewards, terminated | truncated
+            record["obs"][t] = obs
+        actions = network.act(obs, record, t)
+        obs, rewards, terminated, truncated, _ = env.step(actions)
+        if record is not None:
+            record["actions"][t], record["rewards"][t] = actions, rewards
+            record["dones"][t] = terminated | truncated
         transitions = num_envs - int(resetting.sum())
         resetting = terminated | truncated
+        if network.state is not None:
+            network.state[resetting] = 0.0
         return transitions
 
     def fragment(length: int) -> tuple[int, dict]:
@@ -114,6 +171,9 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int, env_config: dict) 
                   **{k: np.empty((length, num_envs), np.float32)
                      for k in ("logp", "values", "rewards")},
                   "dones": np.empty((length, num_envs), bool)}  # fmt: skip
+        if network.state is not None:
+            kept = -(-length // network.state_every)
+            record["state_in"] = np.empty((kept, *network.state.shape), np.float32)
         return sum(step(record, t) for t in range(length)), record
 
     for _ in range(10):
@@ -132,20 +192,45 @@ def _plain_child(conn, env_id: str, num_envs: int, seed: int, env_config: dict) 
         pass
 
 
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Processes started inside run numpy's matrix products on one thread, as Ray's
+    workers do (``OMP_NUM_THREADS=1``): several processes each spinning up a BLAS thread
+    per core fight over the cores."""
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
+
+
 class PlainProcesses:
     """The limit: ``workers`` plain processes that step at the same time when measured
-    (``env_config`` to the env's creator)."""
+    (``env_config`` to the env's creator; ``lstm``: PPO's LSTM network in numpy, keeping
+    every ``lstm``-th step's state; 0: PPO's MLP in torch)."""
 
     def __init__(
-        self, env_id: str, workers: int, envs: int, env_config: dict | None = None
+        self,
+        env_id: str,
+        workers: int,
+        envs: int,
+        env_config: dict | None = None,
+        lstm: int = 0,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         for i in range(workers):
             parent, child = ctx.Pipe()
-            args = (child, env_id, envs, i, env_config or {})
+            args = (child, env_id, envs, i, env_config or {}, lstm)
             proc = ctx.Process(target=_plain_child, args=args, daemon=True)
-            proc.start()
+            with one_blas_thread():
+                proc.start()
             self.conns.append(parent)
             self.procs.append(proc)
         for conn in self.conns:
@@ -172,8 +257,8 @@ class PlainLockstep(PlainProcesses):
     action, log-prob, value, reward and done) over a pipe, the rounds' arrays concatenated,
     and the next round asked for when every process has answered."""
 
-    def __init__(self, env_id: str, workers: int, envs: int, fragment: int) -> None:
-        super().__init__(env_id, workers, envs)
+    def __init__(self, env_id: str, workers: int, envs: int, fragment: int, lstm: int = 0) -> None:
+        super().__init__(env_id, workers, envs, lstm=lstm)
         self.fragment = fragment
 
     def _round(self) -> int:
@@ -286,6 +371,18 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
         makers["flowrl bulk_sync (your VectorEnv)"] = lambda: FlowrlRollouts(
             "flowrl.rollout.toy_envs:cartpole_vector", workers, envs, "bulk_sync", 1, frag
         )
+    # the same plain processes stepping PPO's LSTM network: no sampler acting with it is faster
+    lockstep_lstm = f"plain processes in lockstep, LSTM network in numpy ({ppo_frag}-step fragments"
+    makers["plain processes, LSTM network in numpy"] = lambda: PlainProcesses(
+        env, workers, envs, lstm=1
+    )
+    makers[f"{lockstep_lstm}, every step's state)"] = lambda: PlainLockstep(
+        env, workers, envs, ppo_frag, lstm=1
+    )
+    seq = PPOConfig.max_seq_len  # what a learner reads: each sequence's first state
+    makers[f"{lockstep_lstm}, a state per {seq}-step sequence)"] = lambda: PlainLockstep(
+        env, workers, envs, ppo_frag, lstm=seq
+    )
     # PPO's plan with use_lstm: the state carried per env, recorded per step, sequences cut
     makers[f"flowrl bulk_sync LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
         env, workers, envs, "bulk_sync", 1, ppo_frag, use_lstm=True
