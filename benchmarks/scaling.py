@@ -24,6 +24,9 @@ caches, and torch's forward pass then costs several times its warm cost).
 Contenders: PPO (bulk_sync rounds), IMPALA with the plan taking every fragment in, IMPALA
 with aggregation workers (``num_aggregation_workers``: actors concatenate the fragments
 and pass the weights on), and Ape-X (fragments into replay shards, replay to the learner).
+Past 32 workers a request brings several fragments (``fragments_per_call``: one per 32
+workers), except PPO's, whose rounds would only grow its SGD batch: IMPALA is also
+measured with one fragment per request, as before that default, and PPO with four.
 
     python benchmarks/scaling.py                          # 2..64 workers, every contender
     python benchmarks/scaling.py --workers 2 16 64 --only impala   # other rows kept
@@ -53,7 +56,9 @@ BOUND = "plain processes (bound)"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     BOUND: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
+    "ppo (bulk_sync), 4 fragments per call": ("ppo", {"fragments_per_call": 4}),
     "impala": ("impala", {"num_sgd_iter": 1}),
+    "impala, a fragment per call": ("impala", {"num_sgd_iter": 1, "fragments_per_call": 1}),
     "impala + aggregation": ("impala", {"num_sgd_iter": 1, "num_aggregation_workers": "auto"}),
     "apex (replay shards)": ("apex", {"replay_shards": 2, "learning_starts": 1000}),
 }

@@ -94,6 +94,23 @@ def test_parallel_rollouts_async_and_raw_modes(ray_session):
 
 
 @pytest.mark.ray
+def test_a_worker_answers_a_request_with_fragments_per_call_fragments(ray_session):
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=16,
+                    fragments_per_call=3)  # fmt: skip
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+    try:
+        for mode in ("async", "bulk_sync"):
+            rollouts = ParallelRollouts(workers, mode=mode)
+            batches = rollouts.take(2)
+            per_worker = 3 * 2 * 16 * (1 if mode == "async" else 2)
+            assert [b.env_steps for b in batches] == [per_worker] * 2
+            assert rollouts.context.counters[STEPS_SAMPLED] == sum(len(b) for b in batches)
+            rollouts.close()
+    finally:
+        workers.stop()
+
+
+@pytest.mark.ray
 @pytest.mark.parametrize("mode", ["bulk_sync", "async"])
 def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_session, mode):
     ray = ray_session

@@ -258,6 +258,9 @@ class Config:
     num_workers: int = param(2, "remote rollout workers (Ray actors); 0 samples in-process", ge=0)
     num_envs_per_worker: int = param(8, "envs each worker steps as one vector env", ge=1)
     rollout_fragment_length: int = param(64, "steps per env in one sampled fragment", ge=1)
+    fragments_per_call: int = param(
+        0, "fragments a remote worker returns per request; 0: one per 32 workers, at least 1", ge=0
+    )
     num_cpus_per_worker: float = param(1.0, "CPUs Ray reserves for each worker", ge=0)
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0

@@ -88,8 +88,9 @@ def ParallelRollouts(
 ) -> LocalIterator[MultiAgentBatch] | ParallelIterator[MultiAgentBatch]:
     """Experience from the workers, counted as env steps sampled.
 
-    ``bulk_sync``: one fragment from every worker per round, concatenated (on-policy).
-    ``async``: fragments as they complete, ``num_async`` requests in flight per worker.
+    Each request brings a worker's ``fragments_per_call`` fragments as one batch.
+    ``bulk_sync``: one request to every worker per round, concatenated (on-policy).
+    ``async``: batches as they complete, ``num_async`` requests in flight per worker.
     Two keep a worker busy while its last fragment travels and waits for the consumer
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
     with weights one update older, which the off-policy plans that use ``async`` expect.

@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -139,8 +139,7 @@ class RolloutWorker(ParallelIteratorWorker):
 
     @property
     def policy(self) -> BasePolicy:
-        """The worker's one policy (a single-agent env's); with several, name one:
-        ``policies[policy_id]``."""
+        """The worker's one policy; with several, name one: ``policies[policy_id]``."""
         if len(self.policies) != 1:
             raise AttributeError(f"this worker has policies {list(self.policies)}: name one")
         return next(iter(self.policies.values()))
@@ -161,9 +160,11 @@ class RolloutWorker(ParallelIteratorWorker):
         return f"env {self.config.env} (worker {self.worker_index})"
 
     # -- sampling ------------------------------------------------------------------------
-    def _fragments(self):
+    def _fragments(self) -> Iterator[MultiAgentBatch]:
+        count = fragments_per_call(self.config)  # per request, as one batch
         while True:
-            yield self.sample()
+            batches = [self.sample() for _ in range(count)]
+            yield batches[0] if count == 1 else MultiAgentBatch.concat(batches)
 
     def sample(self) -> MultiAgentBatch:
         """One post-processed fragment: ``rollout_fragment_length`` steps of every env, as
@@ -199,8 +200,7 @@ class RolloutWorker(ParallelIteratorWorker):
         return episodes, metrics, unsent
 
     def merge_statistics(self, unsent: dict[str, Any]) -> None:
-        """Another worker's normalisation statistics (``get_metrics``) into this
-        worker's policies."""
+        """Merge another worker's normalisation statistics (``get_metrics``) in."""
         with self.lock:
             self.policies.merge(unsent)
 
@@ -327,6 +327,19 @@ def evaluate_policies(
         if video_dir and make_agent_env is not None:
             frames = EpisodeFrames(lanes.envs[0], video_dir)
         return sampler.episodes(episodes, explore=explore, after_step=frames)
+
+
+def fragments_per_call(config: Config) -> int:
+    """Fragments a remote worker returns per request: ``fragments_per_call``, or by default
+    one per 32 workers (at least one). Each request costs the driver and the worker a Ray
+    call (about a millisecond of CPU between them); past 32 workers, larger replies keep
+    the calls per env step from growing with the workers.
+
+    Examples:
+        >>> fragments_per_call(Config(num_workers=64)), fragments_per_call(Config(num_workers=8))
+        (2, 1)
+    """
+    return config.fragments_per_call or max(1, config.num_workers // 32)
 
 
 def numpy_worker_args(local_worker: RolloutWorker) -> dict[str, Any] | None:
