@@ -45,6 +45,7 @@ class A3CConfig(ActorCriticConfig):
 
     lr: float = 1e-3
     rollout_fragment_length: int = 16  # steps per env in each gradient's fragment
+    fragments_per_call: int = 1  # a gradient per fragment, however many workers
     gae_lambda: float = 1.0
     entropy_coeff: float = 0.01
     grad_clip: float = 40.0
