@@ -204,20 +204,23 @@ def _published(row: dict) -> str:
 
 def aggregate(parts: list[str]) -> dict | None:
     """IQM of return / published return over the rows of ``parts`` that have a published
-    figure, with a stratified bootstrap interval; tasks keep the seeds all of them have."""
+    figure, with a stratified bootstrap interval; tasks keep the seeds all of them have,
+    and a task of one run is left out (a bootstrap resamples several; ``left_out``)."""
     paths = [RESULTS / f"suite_{part}.json" for part in parts]
     rows = [r for path in paths if path.exists() for r in json.loads(path.read_text())["rows"]
             if "error" not in r and r.get("published") and r["return"] is not None]  # fmt: skip
-    tasks = sorted({(r["algo"], r["env"]) for r in rows})
+    per_task: dict[tuple[str, str], list[float]] = {}
+    for r in sorted(rows, key=lambda r: (r["algo"], r["env"])):
+        per_task.setdefault((r["algo"], r["env"]), []).append(r["return"] / r["published"])
+    tasks = [t for t, s in per_task.items() if len(s) > 1]
     if not tasks:
         return None
-    per_task = [[r["return"] / r["published"] for r in rows if (r["algo"], r["env"]) == t]
-                for t in tasks]  # fmt: skip
-    runs = min(len(s) for s in per_task)
-    scores = np.array([s[:runs] for s in per_task]).T
+    runs = min(len(per_task[t]) for t in tasks)
+    scores = np.array([per_task[t][:runs] for t in tasks]).T
     lo, hi = stratified_bootstrap(scores)
+    left_out = [" ".join(t) for t, s in per_task.items() if len(s) == 1]
     return {"parts": parts, "tasks": [" ".join(t) for t in tasks], "runs_per_task": runs,
-            "iqm_normalised": iqm(scores), "ci95": [lo, hi]}  # fmt: skip
+            "iqm_normalised": iqm(scores), "ci95": [lo, hi], "left_out": left_out}  # fmt: skip
 
 
 def iqm(scores: np.ndarray) -> float:

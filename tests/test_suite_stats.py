@@ -31,3 +31,24 @@ def test_stratified_bootstrap_resamples_runs_within_each_task():
     many_lo, many_hi = stratified_bootstrap(many)
     assert many_hi - many_lo < hi - lo
     assert stratified_bootstrap(few) == (lo, hi)  # seeded
+
+
+def test_the_aggregate_keeps_tasks_of_several_runs_and_names_the_others(tmp_path, monkeypatch):
+    """Tasks resampled by the bootstrap keep the runs all of them have; a task of one run
+    (a single-seed Atari row, say) is left out and named."""
+    import json
+
+    import suite
+
+    def row(algo, env, ret):
+        return {"algo": algo, "env": env, "return": ret, "published": 2.0}
+
+    rows = [row("ppo", "A", r) for r in (2.0, 4.0, 6.0)] + [row("ppo", "B", r) for r in (2, 2)]
+    parts = {"one": rows, "two": [row("dqn", "C", 1.0)]}
+    for part, part_rows in parts.items():
+        (tmp_path / f"suite_{part}.json").write_text(json.dumps({"rows": part_rows}))
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    out = suite.aggregate(list(parts))
+    assert out["tasks"] == ["ppo A", "ppo B"] and out["runs_per_task"] == 2
+    assert out["left_out"] == ["dqn C"]
+    assert out["iqm_normalised"] == pytest.approx(iqm(np.array([[1.0, 1.0], [2.0, 1.0]])))
