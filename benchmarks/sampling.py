@@ -257,8 +257,16 @@ class PlainLockstep(PlainProcesses):
     action, log-prob, value, reward and done) over a pipe, the rounds' arrays concatenated,
     and the next round asked for when every process has answered."""
 
-    def __init__(self, env_id: str, workers: int, envs: int, fragment: int, lstm: int = 0) -> None:
-        super().__init__(env_id, workers, envs, lstm=lstm)
+    def __init__(
+        self,
+        env_id: str,
+        workers: int,
+        envs: int,
+        fragment: int,
+        lstm: int = 0,
+        env_config: dict | None = None,
+    ) -> None:
+        super().__init__(env_id, workers, envs, env_config=env_config, lstm=lstm)
         self.fragment = fragment
 
     def _round(self) -> int:

@@ -17,7 +17,9 @@ reports:
   ``--profile``, each step of the plan and its share of the driver's wall-clock.
 
 The bound: N plain processes (no Ray, no driver), each stepping the same 8 sleeping envs
-with the same torch network, one batched forward pass per step. Where it falls short of
+with the same torch network, one batched forward pass per step. The bound of synchronous
+rounds (PPO's): the same processes in lockstep, each answering a 10-step fragment over a
+pipe, the next round asked for when all have answered. Where it falls short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
@@ -53,8 +55,10 @@ ENV = "flowrl.rollout.toy_envs:SleepyVectorEnv"
 
 # name -> (algorithm, its settings); every one samples 8 envs x 10 steps per fragment
 BOUND = "plain processes (bound)"
+LOCKSTEP = "plain processes in lockstep (bound of rounds)"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     BOUND: ("", {}),
+    LOCKSTEP: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
     "ppo (bulk_sync), 4 fragments per call": ("ppo", {"fragments_per_call": 4}),
     "impala": ("impala", {"num_sgd_iter": 1}),
@@ -87,28 +91,33 @@ def start_cluster(nodes: int, max_workers: int) -> Any:
     return cluster
 
 
-def measure_bound(workers: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Env steps/s of ``workers`` plain processes stepping at once (sampling.py's limit)."""
-    from sampling import PlainProcesses
+def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Env steps/s of ``workers`` plain processes stepping at once (sampling.py's limit), or
+    in lockstep rounds (``LOCKSTEP``: a 10-step fragment from each over a pipe per round)."""
+    from sampling import PlainLockstep, PlainProcesses
 
     start = time.perf_counter()
-    plain = PlainProcesses(ENV, workers, 8, env_config={"step_s": args.step_s, "length": 100})
+    env_config = {"step_s": args.step_s, "length": 100}
+    if name == LOCKSTEP:
+        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
+    else:
+        plain = PlainProcesses(ENV, workers, 8, env_config=env_config)
     try:
         up_s = time.perf_counter() - start
         plain.measure(1.0)  # every process awake
         steps, elapsed = plain.measure(args.seconds)
     finally:
         plain.close()
-    print(f"  {BOUND}, {workers} workers: {steps / elapsed:,.0f} env steps/s")
-    return {"contender": BOUND, "workers": workers, "env_steps_per_s": steps / elapsed,
+    print(f"  {name}, {workers} workers: {steps / elapsed:,.0f} env steps/s")
+    return {"contender": name, "workers": workers, "env_steps_per_s": steps / elapsed,
             "workers_up_s": up_s}  # fmt: skip
 
 
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     from flowrl import Algorithm
 
-    if name == BOUND:
-        return measure_bound(workers, args)
+    if name in (BOUND, LOCKSTEP):
+        return measure_bound(name, workers, args)
     algo_name, settings = CONTENDERS[name]
     settings = dict(settings)
     if settings.get("num_aggregation_workers") == "auto":
