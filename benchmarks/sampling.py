@@ -127,12 +127,12 @@ class NumpyLSTM:
 
 
 def _plain_child(
-    conn, env_id: str, num_envs: int, seed: int, env_config: dict, lstm: int = 0
+    conn, env_id: str, num_envs: int, seed: int, env_config: dict, lstm_state_every: int = 0
 ) -> None:
     """One plain process: on each request, step the vector env for that many seconds with
-    one batched forward pass per step (``TorchNetwork``, or with ``lstm`` ``NumpyLSTM``
-    keeping every ``lstm``-th step's state) and answer with its env steps per second, or
-    with a fragment of that many steps.
+    one batched forward pass per step (``TorchNetwork``; with ``lstm_state_every``,
+    ``NumpyLSTM`` keeping every such step's state) and answer with its env steps per
+    second, or with a fragment of that many steps.
 
     Counted like every contender: transitions, not the reset steps of NEXT_STEP autoreset
     (on a random CartPole policy about one step in 20)."""
@@ -145,7 +145,8 @@ def _plain_child(
     env = make_vector_env(
         env_id, num_envs=num_envs, seed=seed, num_threads=1, env_config=env_config
     )
-    network = NumpyLSTM(env, seed, lstm) if lstm else TorchNetwork(env)
+    every = lstm_state_every
+    network = NumpyLSTM(env, seed, every) if every else TorchNetwork(env)
     obs, _ = env.reset(seed=seed)
     resetting = np.zeros(num_envs, bool)
 
@@ -212,8 +213,8 @@ def one_blas_thread() -> Iterator[None]:
 
 class PlainProcesses:
     """The limit: ``workers`` plain processes that step at the same time when measured
-    (``env_config`` to the env's creator; ``lstm``: PPO's LSTM network in numpy, keeping
-    every ``lstm``-th step's state; 0: PPO's MLP in torch)."""
+    (``env_config`` to the env's creator; ``lstm_state_every``: PPO's LSTM network in
+    numpy, keeping every such step's state; 0: PPO's MLP in torch)."""
 
     def __init__(
         self,
@@ -221,13 +222,13 @@ class PlainProcesses:
         workers: int,
         envs: int,
         env_config: dict | None = None,
-        lstm: int = 0,
+        lstm_state_every: int = 0,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         for i in range(workers):
             parent, child = ctx.Pipe()
-            args = (child, env_id, envs, i, env_config or {}, lstm)
+            args = (child, env_id, envs, i, env_config or {}, lstm_state_every)
             proc = ctx.Process(target=_plain_child, args=args, daemon=True)
             with one_blas_thread():
                 proc.start()
@@ -263,10 +264,12 @@ class PlainLockstep(PlainProcesses):
         workers: int,
         envs: int,
         fragment: int,
-        lstm: int = 0,
+        lstm_state_every: int = 0,
         env_config: dict | None = None,
     ) -> None:
-        super().__init__(env_id, workers, envs, env_config=env_config, lstm=lstm)
+        super().__init__(
+            env_id, workers, envs, env_config=env_config, lstm_state_every=lstm_state_every
+        )
         self.fragment = fragment
 
     def _round(self) -> int:
@@ -382,14 +385,14 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
     # the same plain processes stepping PPO's LSTM network: no sampler acting with it is faster
     lockstep_lstm = f"plain processes in lockstep, LSTM network in numpy ({ppo_frag}-step fragments"
     makers["plain processes, LSTM network in numpy"] = lambda: PlainProcesses(
-        env, workers, envs, lstm=1
+        env, workers, envs, lstm_state_every=1
     )
     makers[f"{lockstep_lstm}, every step's state)"] = lambda: PlainLockstep(
-        env, workers, envs, ppo_frag, lstm=1
+        env, workers, envs, ppo_frag, lstm_state_every=1
     )
     seq = PPOConfig.max_seq_len  # what a learner reads: each sequence's first state
     makers[f"{lockstep_lstm}, a state per {seq}-step sequence)"] = lambda: PlainLockstep(
-        env, workers, envs, ppo_frag, lstm=seq
+        env, workers, envs, ppo_frag, lstm_state_every=seq
     )
     # PPO's plan with use_lstm: the state carried per env, recorded per step, sequences cut
     makers[f"flowrl bulk_sync LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
