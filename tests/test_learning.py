@@ -44,10 +44,11 @@ def test_learner_thread_algorithms_reach_450_on_cartpole_within_500k_steps(name,
 
 @pytest.mark.ray
 def test_impala_with_an_aggregation_worker_learns_cartpole(ray_session):
-    # with one aggregator, seeds 0-4 reached 450 at 160k-372k env steps (plain: 120k-264k)
+    # seed 0 is not repeatable here (the learner thread races the samplers): 28 runs
+    # reached 200 at 78k-374k env steps, and one CI run missed a 300k budget
     algo = Algorithm("impala", env="CartPole-v1", seed=0, num_aggregation_workers=1)
     assert "AggregatedRollouts(1 aggregator, 2 workers)" in repr(algo.plan)
-    summary = reach(algo, 200, 300_000)
+    summary = reach(algo, 200, 500_000)
     assert summary["stopped_by"] == "reward", summary
 
 
