@@ -56,6 +56,10 @@ CLEANRL_DQN_ATARI = (84.55, 17.45, "CleanRL dqn_atari, BreakoutNoFrameskip-v4, 1
 #: DQN's Atari preset explores over 1M env steps (RL Zoo's schedule for 10M); CleanRL's 1M
 #: runs explore over the first 100k and learn from 80k
 CLEANRL_DQN_SCHEDULE = ("--set", "exploration_timesteps=100000", "--set", "learning_starts=80000")
+#: and CleanRL's terminals and rewards: each lost life ends an episode for learning
+#: (EpisodicLifeEnv), rewards clipped to their sign
+CLEANRL_DQN_SETUP = (*CLEANRL_DQN_SCHEDULE, "--set", "clip_rewards=true",
+                     "--set", 'env_config={"life_loss_info": true}')  # fmt: skip
 MEMORY = ("--set", "use_lstm=true")
 LONG_MEMORY = (*MEMORY, "--set", "max_seq_len=64")
 #: PPO's MuJoCo preset before it took CleanRL's two other settings: observations as they
@@ -72,7 +76,7 @@ CHECKPOINT_EVERY = {"sac": 20, "ppo": 20}
 LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
-VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule")
+VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule", "atari-dqn-cleanrl-setup")
 
 #: CleanRL's ppo_continuous_action at 1M: env, mean, std over its seeds
 CLEANRL_MUJOCO = [
@@ -137,6 +141,18 @@ PARTS: dict[str, list[Run]] = {
             1_000_000,
             CLEANRL_DQN_SCHEDULE,
             "CleanRL's schedule",
+            published=CLEANRL_DQN_ATARI[0],
+            published_std=CLEANRL_DQN_ATARI[1],
+            source=CLEANRL_DQN_ATARI[2],
+        ),
+    ],
+    "atari-dqn-cleanrl-setup": [
+        Run(
+            "dqn",
+            "ALE/Breakout-v5",
+            1_000_000,
+            CLEANRL_DQN_SETUP,
+            "CleanRL's schedule, lives and clipping",
             published=CLEANRL_DQN_ATARI[0],
             published_std=CLEANRL_DQN_ATARI[1],
             source=CLEANRL_DQN_ATARI[2],

@@ -22,6 +22,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.policy import Policy, inference
+from flowrl.rollout.envs import make_vector_env
 from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
 from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
@@ -94,6 +95,50 @@ def test_episode_bookkeeping_counts_valid_steps_across_fragments():
         [ep.episode_return for ep in got], [r for r, _ in expected], rtol=1e-12
     )
     assert lanes.take_episodes() == []
+
+
+def test_clip_rewards_clips_what_is_learned_from_and_returns_stay_the_envs():
+    rng = np.random.default_rng(1)
+    rewards = rng.normal(scale=5.0, size=(100, 2))
+    done = rng.random((100, 2)) < 0.1
+    valid = np.ones((100, 2), bool)
+    valid[1:] = ~done[:-1]
+    lanes = VectorLanes(ScriptedVectorEnv(rewards, done))
+    config = Config(clip_rewards=True)
+    policy = Policy(lanes.observation_spaces[SINGLE], lanes.action_spaces[SINGLE], config)
+    sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="scripted")
+    fragment = sampler.sample(100)[SINGLE]
+    np.testing.assert_array_equal(fragment.columns[REWARDS][valid], np.sign(rewards[valid]))
+    expected = reference_episodes(rewards, done, valid, np.zeros(2), np.zeros(2, np.int64))
+    np.testing.assert_allclose(
+        [ep.episode_return for ep in lanes.take_episodes()], [r for r, _ in expected]
+    )
+
+
+def test_a_lost_life_is_terminal_for_learning_and_the_game_is_the_episode():
+    """Breakout with ``life_loss_info``: each of a game's 5 lives ends in a terminated
+    row, the row after a lost life is a real step (valid), and an episode is a whole game
+    (its length: the valid rows up to the game's end)."""
+    env = make_vector_env("ALE/Breakout-v5", num_envs=2, seed=0,
+                          env_config={"life_loss_info": True})  # fmt: skip
+    lanes = VectorLanes(env)
+    policy = Policy(lanes.observation_spaces[SINGLE], lanes.action_spaces[SINGLE], Config())
+    sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="Breakout")
+    fragment = sampler.sample(800)[SINGLE]
+    terminated, valid = fragment.columns[TERMINATEDS], fragment.valid
+    game_ends = np.zeros_like(valid)
+    game_ends[:-1] = ~valid[1:]  # the step after a game's end only resets it
+    copies = list(lanes.episode_copies)
+    episodes = lanes.take_episodes()
+    assert episodes, "random Breakout games last 150-250 steps"
+    for i in range(2):
+        ends = np.flatnonzero(game_ends[:, i])
+        lost_lives = terminated[: ends[-1] + 1, i] & ~game_ends[: ends[-1] + 1, i]
+        assert lost_lives.sum() == 4 * len(ends)
+        assert valid[np.flatnonzero(lost_lives) + 1, i].all()
+        lengths = [ep.length for ep, copy in zip(episodes, copies, strict=False) if copy == i]
+        assert sum(lengths) == valid[: ends[-1] + 1, i].sum()
+    env.close()
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])

@@ -291,6 +291,9 @@ class Config:
         False, "divide rewards by the running std of the discounted return"
     )
     normalize_clip: float = param(10.0, "clip normalised observations and rewards to +-this", gt=0)
+    clip_rewards: bool = param(
+        False, "learn from rewards clipped to their sign (Atari's -1, 0, 1); returns stay the env's"
+    )
     evaluation_interval: int = param(
         0, "iterations between greedy evaluations (own worker with Ray); 0: none", ge=0
     )

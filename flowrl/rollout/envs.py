@@ -357,6 +357,7 @@ def _rendering_env(env: str, kwargs: dict[str, Any]) -> tuple[gym.Env, int | Non
     (None: the env's own); an Atari id preprocessed as ``make_vector_env`` does."""
     target = resolve_env(env)
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
+        kwargs = {k: v for k, v in kwargs.items() if k != "life_loss_info"}  # learning's
         one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
         one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
         one = gym.wrappers.FrameStackObservation(one, stack_size=4)
@@ -407,14 +408,52 @@ def _make_registered(
         from ale_py.vector_env import AtariVectorEnv
 
         kwargs = {"reward_clipping": False, **kwargs}
-        return AtariVectorEnv(
+        life_loss = kwargs.pop("life_loss_info", False)  # flowrl's own, below
+        vec = AtariVectorEnv(
             game=_ale_game(env), num_envs=num_envs, num_threads=num_threads, **kwargs
         )
+        return LifeLossTerminals(vec) if life_loss else vec
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     try:
         return gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     except TypeError as e:
         raise ConfigError(f"env {env} rejected env_config {kwargs}: {e}") from None
+
+
+#: the infos key of a vector env whose ``terminated`` flags mark more than its episodes'
+#: ends (``LifeLossTerminals``): which envs' episodes ended at the step
+EPISODE_ENDS = "episode_ends"
+
+
+class LifeLossTerminals(gym.vector.VectorWrapper):
+    """An Atari vector env whose lost lives are terminal for learning (no value is
+    bootstrapped past one, as DQN's Nature paper and CleanRL train) while its episodes
+    still end with the game: ``terminated`` is also set at a step that lost a life, and
+    ``infos[EPISODE_ENDS]`` gives the game's own ends, which the sampler counts episodes
+    and resets by (``VectorLanes``). ``env_config={"life_loss_info": True}`` on an ``ALE/``
+    id; ale-py's own option of that name is not used, because ale-py then marks the
+    lost life and the game's end alike.
+
+    Examples:
+        >>> env = make_vector_env("ALE/Breakout-v5", num_envs=2, seed=0,
+        ...                       env_config={"life_loss_info": True})
+        >>> _ = env.reset(seed=0)
+        >>> type(env).__name__, EPISODE_ENDS in env.step(np.zeros(2, np.int64))[4]
+        ('LifeLossTerminals', True)
+    """
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, infos = self.env.reset(**kwargs)
+        self._lives = np.asarray(infos["lives"]).copy()
+        return obs, infos
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        lives = np.asarray(infos["lives"])
+        ends = terminated | truncated
+        lost = (lives < self._lives) & ~ends  # a reset raises the count: never a loss
+        self._lives = lives.copy()
+        return obs, rewards, terminated | lost, truncated, {**infos, EPISODE_ENDS: ends}
 
 
 def makes_vector_envs(creator: Any) -> bool:

@@ -174,7 +174,8 @@ def finish_fragment(
     """A sampled fragment's columns as a ``Fragment``: non-finite env output is a
     ``NonFiniteError`` naming ``where``; ``raw_obs`` (the raw observations to learn
     the statistics from) join the policy's normaliser after ``last_obs`` is normalised
-    with the statistics the fragment was sampled with, and rewards are scaled."""
+    with the statistics the fragment was sampled with, and rewards are clipped
+    (``clip_rewards``) and scaled."""
     what = non_finite_sample(cols, last_obs)
     if what is not None:
         raise NonFiniteError(f"{where} returned a non-finite {what}")
@@ -185,6 +186,8 @@ def finish_fragment(
     last = norm.observations(last_obs)  # before the statistics change
     if raw_obs is not None:
         norm.observe_fragment(raw_obs)
+    if policy.config.clip_rewards:  # what is learned from; the episodes counted the env's
+        cols[REWARDS] = np.sign(cols[REWARDS])
     done = cols[TERMINATEDS] | cols[TRUNCATEDS]
     cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid).astype(np.float32, copy=False)
     return Fragment(cols, valid, last_obs=np.array(last), pool=pool, last_state=last_state)

@@ -64,7 +64,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.acting import Acted, inference_mode
 from flowrl.learning.multi import PolicyMap
-from flowrl.rollout.envs import EnvError, env_fault
+from flowrl.rollout.envs import EPISODE_ENDS, EnvError, env_fault
 from flowrl.rollout.episodes import Episode, EpisodeHooks
 from flowrl.rollout.experiences import ExperienceWriter
 from flowrl.rollout.fragments import finish_fragment, write_row
@@ -79,7 +79,8 @@ class VectorLanes:
     active. Keeps each env's running return and length (``count``: the sampler gives it a
     fragment's rewards and flags at once, and it counts with running sums along time
     rather than a Python step per env step), and runs the episode hooks of ``callbacks``
-    with each env's info."""
+    with each env's info. An env whose infos carry ``EPISODE_ENDS`` (an Atari game's lost
+    lives are terminal for learning) ends episodes, and resets, only there."""
 
     def __init__(
         self,
@@ -102,12 +103,14 @@ class VectorLanes:
         self._ended: tuple[np.ndarray, np.ndarray] | None = None  # the last step's flags
         #: the ends of the last step ``count`` was given
         self._last_done = np.zeros(n, bool)
+        #: each step's ``EPISODE_ENDS`` since ``count`` was last given steps (if the env has them)
+        self._ends: list[np.ndarray] = []
         self._episodes: list[Episode] = []
         self._copies: list[int] = []
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        self._ended, self._active = None, None
+        self._ended, self._active, self._ends = None, None, []
         self._done[:], self._last_done[:] = False, False
         self._return[:], self._length[:] = 0.0, 0
         return {self.pid: obs}
@@ -131,9 +134,15 @@ class VectorLanes:
             obs, rewards, terminated, truncated, infos = self.env.step(actions[pid])
         except Exception as e:
             raise EnvError(env_fault(e, self.env), -1) from e
-        self._ended, self._active = (terminated, truncated), None
+        ends = infos.get(EPISODE_ENDS) if infos else None
+        if ends is None:
+            self._ended = (terminated, truncated)
+        else:
+            self._ended = (ends, truncated)
+            self._ends.append(ends)
+        self._active = None
         if self._hooks is not None:
-            self._hooks.step(rewards, np.logical_or(terminated, truncated), valid, infos)
+            self._hooks.step(rewards, np.logical_or(*self._ended), valid, infos)
         return {pid: obs}, {pid: rewards}, {pid: terminated}, {pid: truncated}
 
     def count(
@@ -144,6 +153,8 @@ class VectorLanes:
         order they ended) with array operations alone; returns which steps were valid
         (a step after an episode's end only resets its env)."""
         done = terminated | truncated
+        if self._ends:  # the env's terminated flags mark more than its episodes' ends
+            done, self._ends = np.stack(self._ends), []
         valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._last_done, ~done[:-1]
         self._last_done = done[-1].copy()
