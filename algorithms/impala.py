@@ -183,9 +183,13 @@ def enqueue_rollouts(
     with aggregation workers, they gather and concatenate the fragments and pass the
     weights on (AggregatedRollouts)."""
     aggregated = config.num_aggregation_workers > 0 and bool(workers.remote_workers)
-    if aggregated:
-        rollouts = AggregatedRollouts(workers, num_aggregators=config.num_aggregation_workers,
-                                      min_batch_size=config.train_batch_size)  # fmt: skip
+    if aggregated:  # one request per worker: the weights an aggregator forwards act sooner
+        rollouts = AggregatedRollouts(
+            workers,
+            num_aggregators=config.num_aggregation_workers,
+            min_batch_size=config.train_batch_size,
+            num_async=1,
+        )
     else:
         rollouts = ParallelRollouts(workers, mode="async")
     rollouts = rollouts.for_each(

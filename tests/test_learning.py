@@ -44,12 +44,12 @@ def test_learner_thread_algorithms_reach_450_on_cartpole_within_500k_steps(name,
 
 @pytest.mark.ray
 def test_impala_with_an_aggregation_worker_learns_cartpole(ray_session):
-    # seed 0 is not repeatable here (the learner thread races the samplers): 38 runs
-    # reached 200 at 74k-374k env steps (plain IMPALA, 2 workers: 84k-263k); the 300k
-    # budget this test had was missed by 2 of 10 runs on the code it was set on, and in CI
+    # seed 0 is not repeatable (the learner thread races the samplers): 24 runs reached 200
+    # at 72k-282k env steps (plain IMPALA, 2 workers: 84k-263k); with two requests in
+    # flight per worker, as before, 74k-381k, past this budget in 5 of 38
     algo = Algorithm("impala", env="CartPole-v1", seed=0, num_aggregation_workers=1)
     assert "AggregatedRollouts(1 aggregator, 2 workers)" in repr(algo.plan)
-    summary = reach(algo, 200, 500_000)
+    summary = reach(algo, 200, 300_000)
     assert summary["stopped_by"] == "reward", summary
 
 
