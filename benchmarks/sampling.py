@@ -398,6 +398,10 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
     makers[f"flowrl bulk_sync LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
         env, workers, envs, "bulk_sync", 1, ppo_frag, use_lstm=True
     )
+    # IMPALA's and APPO's (async): the free-running plain processes are its bound
+    makers[f"flowrl async LSTM ({ppo_frag}-step fragments)"] = lambda: FlowrlRollouts(
+        env, workers, envs, "async", 2, ppo_frag, use_lstm=True
+    )
     if rllib_available():
         makers["rllib"] = lambda: RLlibRollouts(env, workers, envs)
     if args.only:  # the limit, and the contenders whose names hold one of the words
