@@ -118,6 +118,7 @@ class Normalizer:
 
     def __init__(self, observation_space: gym.Space, config: Config) -> None:
         self.clip, self.gamma = config.normalize_clip, config.gamma
+        self.clip_rewards = config.clip_rewards
         #: (statistics name, record path) of each normalised part of an observation
         leaves = normalized_leaves(observation_space) if config.normalize_observations else []
         if config.normalize_observations and not leaves:
@@ -194,8 +195,12 @@ class Normalizer:
         self._unsent[name].add_moments(*summary)
 
     def scale_rewards(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """A fragment's ``[T, N]`` rewards divided by the running std of the discounted
-        return (whose statistics its valid steps join); unchanged when rewards are off."""
+        """A fragment's ``[T, N]`` rewards to learn from: clipped to their sign with
+        ``clip_rewards``, then divided by the running std of the discounted return (whose
+        statistics its valid steps join) with ``normalize_rewards``. The episodes were
+        counted with the env's own."""
+        if self.clip_rewards:
+            rewards = np.sign(rewards)
         if self.ret is None:
             return rewards
         if self._returns is None:

@@ -186,8 +186,6 @@ def finish_fragment(
     last = norm.observations(last_obs)  # before the statistics change
     if raw_obs is not None:
         norm.observe_fragment(raw_obs)
-    if policy.config.clip_rewards:  # what is learned from; the episodes counted the env's
-        cols[REWARDS] = np.sign(cols[REWARDS])
     done = cols[TERMINATEDS] | cols[TRUNCATEDS]
     cols[REWARDS] = norm.scale_rewards(cols[REWARDS], done, valid).astype(np.float32, copy=False)
     return Fragment(cols, valid, last_obs=np.array(last), pool=pool, last_state=last_state)
