@@ -94,6 +94,13 @@ def ppo_mujoco(args: tuple[str, ...] = ()) -> list[Run]:
     ]
 
 
+def dqn_breakout(args: tuple[str, ...] = (), variant: str = "") -> Run:
+    """DQN on Breakout at 1M env steps, beside CleanRL's ``dqn_atari`` runs of that budget."""
+    published, std, source = CLEANRL_DQN_ATARI
+    return Run("dqn", "ALE/Breakout-v5", 1_000_000, args, variant,
+               published=published, published_std=std, source=source)  # fmt: skip
+
+
 PARTS: dict[str, list[Run]] = {
     "ppo-mujoco": ppo_mujoco(),
     "ppo-mujoco-constant-lr": ppo_mujoco(CONSTANT_LR),
@@ -123,40 +130,10 @@ PARTS: dict[str, list[Run]] = {
     ]
     # the card 32 steps back: sequences long enough for the gradient to reach it
     + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
-    "atari": [
-        Run("ppo", "ALE/Breakout-v5", 1_000_000),
-        Run(
-            "dqn",
-            "ALE/Breakout-v5",
-            1_000_000,
-            published=CLEANRL_DQN_ATARI[0],
-            published_std=CLEANRL_DQN_ATARI[1],
-            source=CLEANRL_DQN_ATARI[2],
-        ),
-    ],
-    "atari-dqn-short-schedule": [
-        Run(
-            "dqn",
-            "ALE/Breakout-v5",
-            1_000_000,
-            CLEANRL_DQN_SCHEDULE,
-            "CleanRL's schedule",
-            published=CLEANRL_DQN_ATARI[0],
-            published_std=CLEANRL_DQN_ATARI[1],
-            source=CLEANRL_DQN_ATARI[2],
-        ),
-    ],
+    "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
+    "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [
-        Run(
-            "dqn",
-            "ALE/Breakout-v5",
-            1_000_000,
-            CLEANRL_DQN_SETUP,
-            "CleanRL's schedule, lives and clipping",
-            published=CLEANRL_DQN_ATARI[0],
-            published_std=CLEANRL_DQN_ATARI[1],
-            source=CLEANRL_DQN_ATARI[2],
-        ),
+        dqn_breakout(CLEANRL_DQN_SETUP, "CleanRL's schedule, lives and clipping")
     ],
 }
 
