@@ -22,7 +22,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.multi import PolicyMap
 from flowrl.learning.policy import Policy, inference
-from flowrl.rollout.envs import make_vector_env
+from flowrl.rollout.envs import EPISODE_ENDS, make_vector_env
 from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
 from flowrl.rollout.worker import RolloutWorker, WorkerSet
 
@@ -117,8 +117,8 @@ def test_clip_rewards_clips_what_is_learned_from_and_returns_stay_the_envs():
 
 def test_a_lost_life_is_terminal_for_learning_and_the_game_is_the_episode():
     """Breakout with ``life_loss_info``: each of a game's 5 lives ends in a terminated
-    row, the row after a lost life is a real step (valid), and an episode is a whole game
-    (its length: the valid rows up to the game's end)."""
+    row followed by a reset step (FIRE pressed for the agent), and an episode is a whole
+    game, its length every step of it."""
     env = make_vector_env("ALE/Breakout-v5", num_envs=2, seed=0,
                           env_config={"life_loss_info": True})  # fmt: skip
     lanes = VectorLanes(env)
@@ -126,18 +126,29 @@ def test_a_lost_life_is_terminal_for_learning_and_the_game_is_the_episode():
     sampler = Sampler(lanes, PolicyMap({SINGLE: policy}), seed=0, where="Breakout")
     fragment = sampler.sample(800)[SINGLE]
     terminated, valid = fragment.columns[TERMINATEDS], fragment.valid
-    game_ends = np.zeros_like(valid)
-    game_ends[:-1] = ~valid[1:]  # the step after a game's end only resets it
+    assert (valid[1:] == ~terminated[:-1]).all()
     copies = list(lanes.episode_copies)
     episodes = lanes.take_episodes()
-    assert episodes, "random Breakout games last 150-250 steps"
     for i in range(2):
-        ends = np.flatnonzero(game_ends[:, i])
-        lost_lives = terminated[: ends[-1] + 1, i] & ~game_ends[: ends[-1] + 1, i]
-        assert lost_lives.sum() == 4 * len(ends)
-        assert valid[np.flatnonzero(lost_lives) + 1, i].all()
-        lengths = [ep.length for ep, copy in zip(episodes, copies, strict=False) if copy == i]
-        assert sum(lengths) == valid[: ends[-1] + 1, i].sum()
+        terminals = np.flatnonzero(terminated[:, i])
+        games = [ep for ep, copy in zip(episodes, copies, strict=True) if copy == i]
+        assert len(games) == len(terminals) // 5 > 0, "random Breakout games last ~200 steps"
+        last_end = terminals[5 * len(games) - 1]
+        assert sum(ep.length for ep in games) == last_end + 1 - (len(games) - 1)
+    env.close()
+
+
+def test_after_a_lost_life_the_game_goes_on_without_the_agent_pressing_fire():
+    env = make_vector_env("ALE/Breakout-v5", num_envs=1, seed=0,
+                          env_config={"life_loss_info": True})  # fmt: skip
+    env.reset(seed=0)
+    lost = 0
+    for _ in range(2000):  # NOOP only: the ball is served and missed, life after life
+        _, _, terminated, _, infos = env.step(np.zeros(1, np.int64))
+        lost += int(terminated[0] and not infos[EPISODE_ENDS][0])
+        if infos[EPISODE_ENDS][0]:
+            break
+    assert lost == 4 and infos[EPISODE_ENDS][0]
     env.close()
 
 

@@ -412,7 +412,8 @@ def _make_registered(
         vec = AtariVectorEnv(
             game=_ale_game(env), num_envs=num_envs, num_threads=num_threads, **kwargs
         )
-        return LifeLossTerminals(vec) if life_loss else vec
+        fire = kwargs.get("use_fire_reset", True)
+        return LifeLossTerminals(vec, fire=fire) if life_loss else vec
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     try:
         return gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
@@ -426,13 +427,15 @@ EPISODE_ENDS = "episode_ends"
 
 
 class LifeLossTerminals(gym.vector.VectorWrapper):
-    """An Atari vector env whose lost lives are terminal for learning (no value is
-    bootstrapped past one, as DQN's Nature paper and CleanRL train) while its episodes
-    still end with the game: ``terminated`` is also set at a step that lost a life, and
-    ``infos[EPISODE_ENDS]`` gives the game's own ends, which the sampler counts episodes
-    and resets by (``VectorLanes``). ``env_config={"life_loss_info": True}`` on an ``ALE/``
-    id; ale-py's own option of that name is not used, because ale-py then marks the
-    lost life and the game's end alike.
+    """An Atari vector env whose lost lives end episodes for learning, as the DQN paper
+    and CleanRL train (``EpisodicLifeEnv``), while the episodes counted stay whole games:
+    ``terminated`` is set at a step that lost a life too, the step after it presses FIRE
+    where the game has it (as ale-py does at a reset; the agent's action there is not
+    taken, so the sampler's reset step after a terminal fits it), and
+    ``infos[EPISODE_ENDS]`` gives the game's own ends, by which ``VectorLanes`` counts
+    episodes. ``env_config={"life_loss_info": True}`` on an ``ALE/`` id; ale-py's own
+    option of that name is not used, because it marks a lost life and the game's end
+    alike.
 
     Examples:
         >>> env = make_vector_env("ALE/Breakout-v5", num_envs=2, seed=0,
@@ -442,18 +445,29 @@ class LifeLossTerminals(gym.vector.VectorWrapper):
         ('LifeLossTerminals', True)
     """
 
+    def __init__(self, env: gym.vector.VectorEnv, *, fire: bool = True) -> None:
+        super().__init__(env)
+        from ale_py import Action
+
+        actions = list(env.unwrapped.ale.get_action_set())
+        #: the action pressed after a lost life (None: the game has no FIRE, or not asked)
+        self.fire = actions.index(Action.FIRE) if fire and Action.FIRE in actions else None
+        self._lives = self._lost = np.zeros(env.num_envs, bool)
+
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, infos = self.env.reset(**kwargs)
-        self._lives = np.asarray(infos["lives"]).copy()
+        self._lives, self._lost = np.array(infos["lives"]), np.zeros(self.num_envs, bool)
         return obs, infos
 
     def step(self, actions: Any) -> tuple[Any, ...]:
+        if self.fire is not None and self._lost.any():
+            actions = np.where(self._lost, self.fire, actions)
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        lives = np.asarray(infos["lives"])
+        lives = np.array(infos["lives"])
         ends = terminated | truncated
-        lost = (lives < self._lives) & ~ends  # a reset raises the count: never a loss
-        self._lives = lives.copy()
-        return obs, rewards, terminated | lost, truncated, {**infos, EPISODE_ENDS: ends}
+        self._lost = (lives < self._lives) & ~ends  # a reset raises the count: never a loss
+        self._lives = lives
+        return obs, rewards, terminated | self._lost, truncated, {**infos, EPISODE_ENDS: ends}
 
 
 def makes_vector_envs(creator: Any) -> bool:

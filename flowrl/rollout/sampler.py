@@ -79,8 +79,9 @@ class VectorLanes:
     active. Keeps each env's running return and length (``count``: the sampler gives it a
     fragment's rewards and flags at once, and it counts with running sums along time
     rather than a Python step per env step), and runs the episode hooks of ``callbacks``
-    with each env's info. An env whose infos carry ``EPISODE_ENDS`` (an Atari game's lost
-    lives are terminal for learning) ends episodes, and resets, only there."""
+    with each env's info. An env whose infos carry ``EPISODE_ENDS`` (``LifeLossTerminals``:
+    a lost life is terminal for learning) has its episodes counted from those ends
+    alone: whole games, every step of them."""
 
     def __init__(
         self,
@@ -103,15 +104,18 @@ class VectorLanes:
         self._ended: tuple[np.ndarray, np.ndarray] | None = None  # the last step's flags
         #: the ends of the last step ``count`` was given
         self._last_done = np.zeros(n, bool)
-        #: each step's ``EPISODE_ENDS`` since ``count`` was last given steps (if the env has them)
+        #: each step's ``EPISODE_ENDS`` since ``count`` was last given steps (if the env
+        #: gives them), the last step's, and the last ones ``count`` was given
         self._ends: list[np.ndarray] = []
+        self._game_over: np.ndarray | None = None
+        self._last_end = np.zeros(n, bool)
         self._episodes: list[Episode] = []
         self._copies: list[int] = []
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         obs, _ = self.env.reset(seed=seed)
-        self._ended, self._active, self._ends = None, None, []
-        self._done[:], self._last_done[:] = False, False
+        self._ended, self._active, self._ends, self._game_over = None, None, [], None
+        self._done[:], self._last_done[:], self._last_end[:] = False, False, False
         self._return[:], self._length[:] = 0.0, 0
         return {self.pid: obs}
 
@@ -129,20 +133,19 @@ class VectorLanes:
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, np.ndarray], ...]:
         pid = self.pid
         if self._hooks is not None:  # a reset step (not valid) begins the env's next episode
-            valid = self.active[pid]
+            valid = self.active[pid] if self._game_over is None else ~self._game_over
         try:  # (step_env, inlined: this is the loop's hottest call)
             obs, rewards, terminated, truncated, infos = self.env.step(actions[pid])
         except Exception as e:
             raise EnvError(env_fault(e, self.env), -1) from e
+        self._ended, self._active = (terminated, truncated), None
         ends = infos.get(EPISODE_ENDS) if infos else None
-        if ends is None:
-            self._ended = (terminated, truncated)
-        else:
-            self._ended = (ends, truncated)
+        if ends is not None:
             self._ends.append(ends)
-        self._active = None
+            self._game_over = ends
         if self._hooks is not None:
-            self._hooks.step(rewards, np.logical_or(*self._ended), valid, infos)
+            done = np.logical_or(terminated, truncated) if ends is None else ends
+            self._hooks.step(rewards, done, valid, infos)
         return {pid: obs}, {pid: rewards}, {pid: terminated}, {pid: truncated}
 
     def count(
@@ -153,14 +156,18 @@ class VectorLanes:
         order they ended) with array operations alone; returns which steps were valid
         (a step after an episode's end only resets its env)."""
         done = terminated | truncated
-        if self._ends:  # the env's terminated flags mark more than its episodes' ends
-            done, self._ends = np.stack(self._ends), []
         valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._last_done, ~done[:-1]
         self._last_done = done[-1].copy()
-        returns = np.cumsum(rewards * valid, axis=0, dtype=np.float64)  # (int rewards too)
-        lengths = np.cumsum(valid, axis=0)
-        end_t, end_i = np.nonzero(done & valid)  # in the order the episodes ended
+        ends, counted = done, valid
+        if self._ends:  # the episodes are whole games: every step up to the game's end
+            ends, self._ends = np.stack(self._ends), []
+            counted = np.empty_like(ends)
+            counted[0], counted[1:] = ~self._last_end, ~ends[:-1]
+            self._last_end = ends[-1].copy()
+        returns = np.cumsum(rewards * counted, axis=0, dtype=np.float64)  # (int rewards too)
+        lengths = np.cumsum(counted, axis=0)
+        end_t, end_i = np.nonzero(ends & counted)  # in the order the episodes ended
         by_env = np.lexsort((end_t, end_i))  # env by env, in time within each
         t, i = end_t[by_env], end_i[by_env]
         first = np.ones(len(i), bool)  # an env's first end in these steps
