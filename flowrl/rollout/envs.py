@@ -452,7 +452,7 @@ class LifeLossTerminals(gym.vector.VectorWrapper):
         actions = list(env.unwrapped.ale.get_action_set())
         #: the action pressed after a lost life (None: the game has no FIRE, or not asked)
         self.fire = actions.index(Action.FIRE) if fire and Action.FIRE in actions else None
-        self._lives = self._lost = np.zeros(env.num_envs, bool)
+        self._lives, self._lost = np.zeros(env.num_envs, np.int64), np.zeros(env.num_envs, bool)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, infos = self.env.reset(**kwargs)
