@@ -43,6 +43,8 @@ class Run(NamedTuple):
     published: float | None = None  # the mean return at ``budget`` the row compares with
     published_std: float | None = None
     source: str = ""
+    #: evaluate the final checkpoint as the published runs do: 10 episodes at this epsilon
+    eval_eps: float | None = None
 
 
 CLEANRL_PPO = "CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds, about 25 min a run"
@@ -97,8 +99,8 @@ def ppo_mujoco(args: tuple[str, ...] = ()) -> list[Run]:
 def dqn_breakout(args: tuple[str, ...] = (), variant: str = "") -> Run:
     """DQN on Breakout at 1M env steps, beside CleanRL's ``dqn_atari`` runs of that budget."""
     published, std, source = CLEANRL_DQN_ATARI
-    return Run("dqn", "ALE/Breakout-v5", 1_000_000, args, variant,
-               published=published, published_std=std, source=source)  # fmt: skip
+    return Run("dqn", "ALE/Breakout-v5", 1_000_000, args, variant, published=published,
+               published_std=std, source=source, eval_eps=0.05)  # fmt: skip
 
 
 PARTS: dict[str, list[Run]] = {
@@ -162,11 +164,30 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
                 raise SystemExit(f"stopped; {out} goes on from its last checkpoint next time")
             row.update(variant=run.variant, budget=run.budget, published=run.published,
                        published_std=run.published_std, source=run.source)  # fmt: skip
+            if run.eval_eps is not None and "error" not in row:
+                try:  # the row is kept whatever happens here: its run took hours
+                    row.update(evaluate(out, run.eval_eps))
+                except Exception as err:  # noqa: BLE001
+                    row["eval_error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
             write_results(f"suite_{part}", {"part": part, "train_args": more, "rows": rows})
             shutil.rmtree(out, ignore_errors=True)  # its row holds what the suite keeps
     return rows
+
+
+def evaluate(out: Path, eps: float, episodes: int = 10) -> dict:
+    """The run's final checkpoint played for ``episodes`` whole games at epsilon ``eps``
+    (CleanRL's and the Atari papers' evaluation): their mean, min and max return."""
+    from flowrl.run.algorithm import Algorithm
+
+    algo = Algorithm.from_checkpoint(out, in_process=True, exploration_eps=eps)
+    try:
+        res = algo.evaluate(episodes, explore=True)
+    finally:
+        algo.stop()
+    return {"eval_eps": eps, "eval_return": res["episode_return_mean"],
+            "eval_min": res["episode_return_min"], "eval_max": res["episode_return_max"]}  # fmt: skip
 
 
 def table(rows: list[dict]) -> list[dict]:
