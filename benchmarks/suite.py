@@ -167,7 +167,7 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
             if run.eval_eps is not None and "error" not in row:
                 try:  # the row is kept whatever happens here: its run took hours
                     row.update(evaluate(out, run.eval_eps))
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:
                     row["eval_error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
@@ -186,8 +186,9 @@ def evaluate(out: Path, eps: float, episodes: int = 10) -> dict:
         res = algo.evaluate(episodes, explore=True)
     finally:
         algo.stop()
-    return {"eval_eps": eps, "eval_return": res["episode_return_mean"],
-            "eval_min": res["episode_return_min"], "eval_max": res["episode_return_max"]}  # fmt: skip
+    low, high = res["episode_return_min"], res["episode_return_max"]
+    return {"eval_eps": eps, "eval_return": res["episode_return_mean"], "eval_min": low,
+            "eval_max": high}  # fmt: skip
 
 
 def table(rows: list[dict]) -> list[dict]:
