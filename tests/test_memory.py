@@ -16,7 +16,7 @@ from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
 from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_IN, STATE_STARTS, VF_PREDS
 from flowrl.learning.models import RecurrentActorCritic
 from flowrl.learning.module import ActingModule
-from flowrl.learning.postprocessing import VALID
+from flowrl.learning.postprocessing import VALID, sequence_states
 from flowrl.rollout.sampler import SINGLE
 from flowrl.rollout.worker import RolloutWorker
 
@@ -73,10 +73,21 @@ def test_the_learner_replays_the_sequences_as_the_workers_acted():
     assert np.isfinite(stats["policy_loss"]) and stats["entropy"] > 0
 
 
+def test_training_rows_keep_one_state_per_sequence():
+    """Sequences carry the state at their first valid step, not every step's: the state
+    column is a sequence's state laid over its rows, an eighth of every step's here."""
+    batch = recurrent_worker().sample()[SINGLE]
+    states = sequence_states(batch[STATE_IN], 8, (2, 16))
+    assert states.shape == (3 * 7, 2, 16)
+    assert batch[STATE_IN].nbytes == 3 * 7 * 8 * 4 * 4  # 32 floats over 8 rows: 4 a row
+    assert not states.reshape(3, 7, 2, 16)[:, 0].any()  # each env's first: a fresh episode
+
+
 def test_a_turn_based_game_s_sequences_replay_as_its_agents_acted():
     """A game lane's rows are its own turns, right-aligned, its last move carried into the
     next fragment: the learner resets the state where the sampler did (``state_starts``),
-    not after the rows that pad a lane whose carried move is mid-game."""
+    and a sequence whose lane starts after rows that pad it starts there from the state
+    recorded there, mid-game."""
     cfg = PPOConfig(env="custom_envs:float_tictactoe", num_workers=0, use_lstm=True,
                     lstm_cell_size=16, num_envs_per_worker=3, rollout_fragment_length=20,
                     max_seq_len=4)  # fmt: skip
@@ -87,7 +98,12 @@ def test_a_turn_based_game_s_sequences_replay_as_its_agents_acted():
     with torch.no_grad():
         out = learner.forward(learner._tensors(batch))
     valid = batch[VALID]
-    assert (batch[STATE_IN][valid].any(axis=(1, 2)) & ~batch[STATE_STARTS][valid]).any()
+    valid_seq = valid.reshape(-1, 4)
+    first = valid_seq.argmax(1)  # each sequence's first valid step
+    starts = batch[STATE_STARTS].reshape(-1, 4)[np.arange(len(first)), first]
+    recorded = sequence_states(batch[STATE_IN], 4, (2, 16))
+    padded = valid_seq.any(1) & (first > 0)  # the lane's rows begin after padding
+    assert (padded & ~starts & recorded.any(axis=(1, 2))).any()  # mid-game, not fresh
     np.testing.assert_allclose(out.dist_inputs[valid], batch[ACTION_DIST_INPUTS][valid], atol=1e-5)
     np.testing.assert_allclose(out.value[valid], batch[VF_PREDS][valid], atol=1e-5)
 

@@ -30,16 +30,17 @@ ACTION_DIST_INPUTS = "action_dist_inputs"
 VF_PREDS = "vf_preds"
 ADVANTAGES = "advantages"
 VALUE_TARGETS = "value_targets"
-#: the recurrent state a step started from (recurrent policies' fragments)
+#: the recurrent state a step started from (recurrent policies' fragments); in training
+#: rows, each sequence's state at its first valid step, laid over the sequence's rows
+#: (``flowrl.learning.postprocessing.sequence_states`` reads it back)
 STATE_IN = "state_in"
 #: the recurrent state after a step, in ``Policy.compute_actions``'s extras only
 STATE_OUT = "state_out"
 #: a step's observation before normalisation, in the rows of a policy that normalises
 #: (the valid ones update the statistics)
 RAW_OBS = "raw_obs"
-#: where a recurrent learner's unroll takes the step's ``state_in`` rather than going on
-#: from the step before (an episode's start: a fresh state; a lane's first row after the
-#: rows that pad it)
+#: where a recurrent policy's step started from a fresh state (an episode's start): a
+#: learner's unroll starts there from the module's ``initial_state``
 STATE_STARTS = "state_starts"
 
 

@@ -36,7 +36,7 @@ from flowrl.core.sample_batch import OBS, STATE_IN, STATE_STARTS, NonFiniteError
 from flowrl.core.schedules import Schedule, is_schedule, scheduled
 from flowrl.learning.optim import adam
 from flowrl.learning.policy import Policy, load_module_weights, module_weights
-from flowrl.learning.postprocessing import VALID
+from flowrl.learning.postprocessing import VALID, sequence_states
 from flowrl.learning.spaces import to_tensor
 
 Losses = torch.Tensor | dict[str, torch.Tensor]
@@ -220,14 +220,19 @@ class Learner:
     def forward(self, batch: dict[str, torch.Tensor], module: nn.Module | None = None) -> Any:
         """The acting module (or ``module``, a target copy) on a minibatch's observations,
         masked as the policy masks them; a recurrent module runs through each sequence
-        from the state its first step recorded (``state_in``), taking the recorded state
-        again where the sampler set it (``state_starts``: episode starts)."""
+        from the state its first valid step recorded (``state_in``), restarting from a
+        fresh state where the sampler did (``state_starts``: episode starts)."""
         if not self.module.recurrent:
             return self.policy.forward(batch[OBS], module=module)
         length = self.sequence_length
-        states = batch[STATE_IN].unflatten(0, (-1, length))
+        valid = batch[VALID].view(-1, length)
+        fresh = self.module.initial_state(len(valid))
+        recorded = sequence_states(batch[STATE_IN], length, fresh.shape[1:]).to(fresh)
         starts = batch[STATE_STARTS].view(-1, length)
-        return self.policy.forward(batch[OBS], states, module=module, starts=starts)
+        resumes = valid & (valid.cumsum(1) == 1) & ~starts  # each sequence's first valid step
+        at = starts.view(*starts.shape, *[1] * (fresh.dim() - 1))
+        states = torch.where(at, fresh[:, None], recorded[:, None])  # [B, L, ...]
+        return self.policy.forward(batch[OBS], states, module=module, starts=starts | resumes)
 
     def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """The action distribution and value estimates of a minibatch (``forward``)."""

@@ -78,10 +78,10 @@ class ActingModule(nn.Module):
 
     def unroll(self, obs: Any, states: Any, starts: torch.Tensor) -> ActingOutput:
         """A recurrent module over ``B`` sequences of ``L`` steps: ``obs`` holds their steps
-        sequence by sequence (``[B * L, ...]``), ``states`` the state each step recorded
-        (``[B, L, ...]``), and where ``starts[b, t]`` is True (an episode's start) step
-        ``t`` starts from its recorded state; elsewhere, after its first step, a sequence
-        goes on from the state its step before left. Returns the outputs of every step,
+        sequence by sequence (``[B * L, ...]``), ``states`` per step the state it starts
+        from where ``starts[b, t]`` is True (``[B, L, ...]``: an episode's start, a
+        sequence's first valid step); elsewhere, after its first step, a sequence goes on
+        from the state its step before left. Returns the outputs of every step,
         ``[B * L, ...]``. By default, one ``forward`` per step."""
         batch, length = starts.shape
         steps = map_nest(lambda x: x.unflatten(0, (batch, length)), obs)

@@ -14,7 +14,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from flowrl.core.sample_batch import (
     ADVANTAGES,
     OBS,
     REWARDS,
+    STATE_IN,
     TERMINATEDS,
     TRUNCATEDS,
     VALUE_TARGETS,
@@ -164,11 +165,14 @@ def to_sequences(fragment: Fragment) -> SampleBatch:
         (8, [True, True, True, False])
     """
     steps, num_envs = fragment.valid.shape
-    out = {}
-    for key, column in {**fragment.columns, VALID: fragment.valid}.items():
+    columns, out = dict(fragment.columns), {}
+    state = columns.pop(STATE_IN, None)
+    for key, column in {**columns, VALID: fragment.valid}.items():
         last = fragment.last_obs if key == OBS else np.zeros_like(column[:1][0])
         seq = np.concatenate([column, last[None]], axis=0)  # [T + 1, N, ...]
         out[key] = seq.swapaxes(0, 1).reshape(num_envs * (steps + 1), *column.shape[2:])
+    if state is not None:
+        out[STATE_IN] = spread(first_states(state, fragment.valid, steps), steps + 1)
     return SampleBatch(out)
 
 
@@ -188,12 +192,68 @@ def chunk_sequences(fragment: Fragment, length: int) -> SampleBatch:
     """
     steps, num_envs = fragment.valid.shape
     padded = -(-steps // length) * length
-    out = {}
-    for key, column in {**fragment.columns, VALID: fragment.valid}.items():
+    columns, out = dict(fragment.columns), {}
+    state = columns.pop(STATE_IN, None)
+    for key, column in {**columns, VALID: fragment.valid}.items():
         seq = np.zeros((padded, *column.shape[1:]), column.dtype)
         seq[:steps] = column
         out[key] = seq.swapaxes(0, 1).reshape(num_envs * padded, *column.shape[2:])
+    if state is not None:
+        out[STATE_IN] = spread(first_states(state, fragment.valid, length), length)
     return SampleBatch(out)
+
+
+def first_states(state: np.ndarray, valid: np.ndarray, length: int) -> np.ndarray:
+    """The state each sequence of ``length`` steps starts from: time-major ``[T, N, ...]``
+    states cut env by env into ``ceil(T / length)`` sequences, each one's state at its
+    first valid step (at its first step where none is), env-major ``[N * ceil(T / length),
+    ...]``. Steps before a sequence's first valid one pad it (a lane that did not act yet),
+    so the state there is the one its unroll needs; after it, the unroll carries its own.
+
+    Examples:
+        >>> state = np.arange(6.0).reshape(3, 2)  # 3 steps of 2 envs, a number each
+        >>> valid = np.array([[True, False], [True, True], [True, True]])
+        >>> first_states(state, valid, 2).tolist()  # env 0: steps 0 and 2; env 1: 1 and 2
+        [0.0, 4.0, 3.0, 5.0]
+    """
+    steps, num_envs = valid.shape
+    chunks = -(-steps // length)
+    padded = np.zeros((chunks * length, num_envs), bool)
+    padded[:steps] = valid
+    first = padded.reshape(chunks, length, num_envs).argmax(axis=1)  # 0 where none is valid
+    at = np.arange(chunks)[:, None] * length + first  # [chunks, N]
+    picked = state[at, np.arange(num_envs)]
+    return picked.swapaxes(0, 1).reshape(num_envs * chunks, *state.shape[2:])
+
+
+def spread(per_sequence: np.ndarray, length: int) -> np.ndarray:
+    """Values of ``S`` sequences (``[S, ...]``) laid over their rows, a sequence's
+    ``length`` rows holding its values in order, zero-padded (``[S * length,
+    ceil(size / length)]``): a per-sequence column that concatenates, slices and
+    shuffles by whole sequences as the rows do. ``sequence_states`` reads it back.
+
+    Examples:
+        >>> spread(np.arange(6.0).reshape(2, 3), 2).tolist()
+        [[0.0, 1.0], [2.0, 0.0], [3.0, 4.0], [5.0, 0.0]]
+    """
+    flat = per_sequence.reshape(len(per_sequence), -1)
+    width = -(-flat.shape[1] // length)
+    out = np.zeros((len(flat), width * length), flat.dtype)
+    out[:, : flat.shape[1]] = flat
+    return out.reshape(len(flat) * length, width)
+
+
+def sequence_states(column: Any, length: int, shape: tuple[int, ...]) -> Any:
+    """The per-sequence values ``spread`` laid over rows of ``length``, back as
+    ``[S, *shape]`` (numpy or torch).
+
+    Examples:
+        >>> column = spread(np.arange(6.0).reshape(2, 3), 2)
+        >>> sequence_states(column, 2, (3,)).tolist()
+        [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    flat = column.reshape(-1, length * column.shape[1])
+    return flat[:, : int(np.prod(shape))].reshape(-1, *shape)
 
 
 def vtrace(

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.config import ConfigError
-from flowrl.core.sample_batch import OBS, RAW_OBS, REWARDS, STATE_STARTS, TERMINATEDS, TRUNCATEDS
+from flowrl.core.sample_batch import OBS, RAW_OBS, REWARDS, TERMINATEDS, TRUNCATEDS
 from flowrl.learning.acting import inference_mode
 from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite
 from flowrl.rollout.envs import step_env
@@ -183,8 +183,6 @@ class TurnRows:
             cols[k][dst, lane] = c[src, lane]
         valid = np.zeros((length, n), bool)
         valid[dst, lane] = self.valid[src, lane]
-        if STATE_STARTS in cols:  # a recurrent unroll takes each lane's first row's state
-            cols[STATE_STARTS][length - rows[rows > 0], lanes[rows > 0]] = True
         return cols, valid, last_obs
 
 
