@@ -127,7 +127,7 @@ class NumpyActing:
         plan, arrays = self.plan, self.arrays()
         if self.recurrent:
             self.body = _layers(plan.body, arrays)
-            self.lstm = tuple(_matrix(arrays[name]) for name in plan.lstm)
+            self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm))
         self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
         self.stale = False
@@ -173,20 +173,23 @@ class NumpyActing:
         return out, dist_inputs, values, state
 
     def _lstm_step(self, x: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, ...]:
-        """``nn.LSTMCell`` (gates in torch's order: input, forget, cell, output) on ``x``
-        from ``state`` ``[B, 2, cell]`` (h and c; zeros when None); ``h`` and the next state."""
-        w_ih, w_hh, b_ih, b_hh = self.lstm
+        """``nn.LSTMCell`` on ``x`` from ``state`` ``[B, 2, cell]`` (h and c; zeros when
+        None), its gates in ``_lstm_weights``' order; ``h`` and the next state."""
+        w_ih, w_hh, bias = self.lstm
+        n = w_hh.shape[0]
         if state is None:
-            state = np.zeros((len(x), 2, w_hh.shape[0]), np.float32)
-        h, c = state[:, 0], state[:, 1]
+            state = np.zeros((len(x), 2, n), np.float32)
         gates = x @ w_ih
-        gates += h @ w_hh
-        gates += b_ih
-        gates += b_hh
-        i, f, g, o = np.split(gates, 4, axis=-1)
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-        h = _sigmoid(o) * np.tanh(c)
-        return h, np.stack([h, c], 1)
+        gates += state[:, 0] @ w_hh
+        gates += bias
+        sig = _sigmoid(gates[:, : 3 * n])  # the input, forget and output gates in one call
+        out = np.empty_like(state)  # the next h and c, written in place
+        h, c = out[:, 0], out[:, 1]
+        np.multiply(sig[:, n : 2 * n], state[:, 1], out=c)
+        c += sig[:, :n] * np.tanh(gates[:, 3 * n :])
+        np.tanh(c, out=h)
+        h *= sig[:, 2 * n :]
+        return h, out
 
 
 def logp(discrete: bool, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -263,6 +266,17 @@ def _matrix(array: np.ndarray) -> np.ndarray:
     """A weight as ``x @ w`` reads it: a matrix transposed (a view, which BLAS reads
     without a copy)."""
     return array.T if array.ndim == 2 else array
+
+
+def _lstm_weights(
+    w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray, b_hh: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``nn.LSTMCell``'s weights as ``_lstm_step`` reads them: the gates reordered from
+    torch's (input, forget, cell, output) to input, forget, output, cell, so the three
+    sigmoids are one call, and the two biases summed."""
+    n = w_hh.shape[1]
+    order = np.r_[0 : 2 * n, 3 * n : 4 * n, 2 * n : 3 * n]
+    return _matrix(w_ih[order]), _matrix(w_hh[order]), (b_ih + b_hh)[order]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
