@@ -477,6 +477,8 @@ def main() -> None:
           + f", {args.rounds} x {args.seconds:g} s windows per contender")  # fmt: skip
     print_table([{k: v for k, v in r.items() if k != "windows_env_steps_per_s"} for r in rows])
     name = "sampling_" + args.env.replace("/", "_").replace("-", "_").lower()
+    if args.only:  # a partial run keeps the whole run's file
+        name += "_only_" + "_".join(w.replace("-", "_").lower() for w in args.only)
     write_results(name, {"env": args.env, "fragment_by_workers": fragments, "rounds": args.rounds,
                          "window_s": args.seconds, "results": rows})  # fmt: skip
     plot(rows, RESULTS / f"{name}.png", f"{args.env} sampling ({args.envs} envs/worker)")
