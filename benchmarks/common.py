@@ -131,8 +131,8 @@ def train_cli(
                "--stop-timesteps", str(budget), *where, "--no-progress", *more]  # fmt: skip
     if stop_reward is not None:
         command += ["--stop-reward", str(stop_reward)]
-    if checkpoint_every:
-        command += ["--checkpoint-every", str(checkpoint_every)]
+    if checkpoint_every:  # the newest only: each can hold GBs of replay
+        command += ["--checkpoint-every", str(checkpoint_every), "--keep-checkpoints", "1"]
     sittings = out / "sittings_s.txt"  # the wall seconds of the sittings before this one
     before = float(sittings.read_text()) if started and sittings.exists() else 0.0
     start = time.perf_counter()

@@ -168,6 +168,15 @@ def test_resume_removes_what_a_killed_checkpoint_write_left(ppo_run):
     assert iterations(ppo_run) == [1, 2, 3, 4]
 
 
+def test_keep_checkpoints_leaves_the_newest_on_disk(tmp_path):
+    """A run whose checkpoints hold GBs of replay keeps only its newest few."""
+    with Algorithm("ppo", env="CartPole-v1", num_workers=0) as algo:
+        run(algo, stop=StopCriteria(iters=4), output_dir=tmp_path,
+            checkpoint_every=1, keep_checkpoints=2)  # fmt: skip
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["checkpoint_000003", "checkpoint_000004"], names
+
+
 def test_a_file_the_disk_cannot_hold_is_reported_and_the_run_goes_on(tmp_path, caplog):
     from flowrl.run.runner import _write_or_say
 

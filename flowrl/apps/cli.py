@@ -150,6 +150,9 @@ def _add_train_parser(sub: Any) -> None:
     _add_run_arguments(train)
     train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
+    train.add_argument(
+        "--keep-checkpoints", type=int, default=0, metavar="N", help="keep the newest N (0: all)"
+    )
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--address", help="address of a running Ray cluster to join")
     train.add_argument(
@@ -281,6 +284,8 @@ def _stop_criteria(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--stop-reward must be a finite number, got {args.stop_reward}")
     if args.checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if getattr(args, "keep_checkpoints", 0) < 0:
+        raise ConfigError(f"--keep-checkpoints must be >= 0, got {args.keep_checkpoints}")
     return StopCriteria(
         reward=args.stop_reward,
         timesteps=args.stop_timesteps,
@@ -386,6 +391,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             stop=stop,
             output_dir=output,
             checkpoint_every=args.checkpoint_every,
+            keep_checkpoints=args.keep_checkpoints,
             progress=not args.no_progress,
             trackers=trackers,
         )

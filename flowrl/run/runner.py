@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import shutil
 import signal
 import sys
 import threading
@@ -304,6 +305,7 @@ def run(
     stop: StopCriteria | None = None,
     output_dir: Path | None = None,
     checkpoint_every: int = 0,
+    keep_checkpoints: int = 0,
     progress: bool | None = None,
     failure_budget: FailureBudget | None = None,
     trackers: Sequence[Tracker] = (),
@@ -311,8 +313,9 @@ def run(
     """Train until a stop criterion holds (default: ``StopCriteria.default_for``).
 
     With ``output_dir``, writes the run's files and checkpoints (every
-    ``checkpoint_every`` iterations, and at the end). A fresh algorithm needs an empty
-    ``output_dir``; a restored one continues the run there (its logs cut back to the
+    ``checkpoint_every`` iterations, and at the end; with ``keep_checkpoints``, only that
+    many of the newest stay: a replay of frames makes each GBs). A fresh algorithm needs
+    an empty ``output_dir``; a restored one continues the run there (its logs cut back to the
     checkpoint). Ctrl-C stops cleanly and an error re-raises, but both still write the
     final checkpoint (unless the weights went non-finite: the last good one stays) and
     the summary. Dead workers are replaced within ``failure_budget``. Returns the summary.
@@ -328,7 +331,7 @@ def run(
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
     bar = _progress_bar(stop, sys.stderr.isatty() if progress is None else progress)
     best, result, stopped_by = -math.inf, algo.last_result, None
-    kept, shown = _Kept(), {}
+    kept, shown = _Kept(keep=keep_checkpoints), {}
     error: Exception | None = None
     try:
         while stopped_by is None or pending:  # every result made is logged
@@ -363,14 +366,20 @@ def run(
 @dataclass
 class _Kept:
     """The checkpoints a run keeps as it goes: every ``checkpoint_every`` iterations (the
-    last of them), and the weights of the best evaluation so far."""
+    last of them; with ``keep``, the newest ``keep`` on disk), and the weights of the best
+    evaluation so far."""
 
+    keep: int = 0
     last: Path | None = None
     best_eval: float = -math.inf
 
     def checkpoint(self, algo: Trainable, result: dict, output_dir: Path, every: int) -> None:
         if every and result[ITERATION] % every == 0:
             self.last = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
+            if self.keep:  # the older ones go once the new one is written whole
+                older = sorted(self.last.parent.glob("checkpoint_*"))[: -self.keep]
+                for path in older:
+                    shutil.rmtree(path, ignore_errors=True)
         if result.get(EVAL_RETURN_MEAN, -math.inf) > self.best_eval:
             self.best_eval = result[EVAL_RETURN_MEAN]
             scored = algo.evaluation.scored_weights
