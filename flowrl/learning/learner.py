@@ -110,6 +110,20 @@ def minibatches(
         yield idx, {k: v[idx] for k, v in tensors.items()}
 
 
+def restarts(batch: dict[str, torch.Tensor], length: int, initial_state: Any) -> tuple[Any, Any]:
+    """Where a recurrent unroll over sequences of ``length`` rows takes a state, and which
+    (``ActingModule.unroll``'s ``states`` ``[B, L, ...]`` and ``starts`` ``[B, L]``): each
+    sequence's first valid step its recorded state (``state_in``), an episode's start
+    (``state_starts``) ``initial_state(B)``."""
+    valid = batch[VALID].view(-1, length)
+    fresh = initial_state(len(valid))
+    recorded = sequence_states(batch[STATE_IN], length, fresh.shape[1:]).to(fresh)
+    starts = batch[STATE_STARTS].view(-1, length)
+    resumes = valid & (valid.cumsum(1) == 1) & ~starts  # each sequence's first valid step
+    at = starts.view(*starts.shape, *[1] * (fresh.dim() - 1))
+    return torch.where(at, fresh[:, None], recorded[:, None]), starts | resumes
+
+
 def take_per_row(
     stats: dict[str, Any], per_row: dict[str, torch.Tensor], idx: Any, rows: int
 ) -> dict[str, Any]:
@@ -224,15 +238,8 @@ class Learner:
         fresh state where the sampler did (``state_starts``: episode starts)."""
         if not self.module.recurrent:
             return self.policy.forward(batch[OBS], module=module)
-        length = self.sequence_length
-        valid = batch[VALID].view(-1, length)
-        fresh = self.module.initial_state(len(valid))
-        recorded = sequence_states(batch[STATE_IN], length, fresh.shape[1:]).to(fresh)
-        starts = batch[STATE_STARTS].view(-1, length)
-        resumes = valid & (valid.cumsum(1) == 1) & ~starts  # each sequence's first valid step
-        at = starts.view(*starts.shape, *[1] * (fresh.dim() - 1))
-        states = torch.where(at, fresh[:, None], recorded[:, None])  # [B, L, ...]
-        return self.policy.forward(batch[OBS], states, module=module, starts=starts | resumes)
+        states, starts = restarts(batch, self.sequence_length, self.module.initial_state)
+        return self.policy.forward(batch[OBS], states, module=module, starts=starts)
 
     def distribution(self, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
         """The action distribution and value estimates of a minibatch (``forward``)."""

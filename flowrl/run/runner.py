@@ -312,14 +312,12 @@ def run(
 ) -> dict[str, Any]:
     """Train until a stop criterion holds (default: ``StopCriteria.default_for``).
 
-    With ``output_dir``, writes the run's files and checkpoints (every
-    ``checkpoint_every`` iterations, and at the end; with ``keep_checkpoints``, only that
-    many of the newest stay: a replay of frames makes each GBs). A fresh algorithm needs
-    an empty ``output_dir``; a restored one continues the run there (its logs cut back to the
-    checkpoint). Ctrl-C stops cleanly and an error re-raises, but both still write the
-    final checkpoint (unless the weights went non-finite: the last good one stays) and
-    the summary. Dead workers are replaced within ``failure_budget``. Returns the summary.
-
+    With ``output_dir`` (empty, unless ``algo`` was restored: the run goes on there, its
+    logs cut back to the checkpoint), writes the run's files and checkpoints (every
+    ``checkpoint_every`` iterations, the newest ``keep_checkpoints`` kept if set, and at
+    the end). Ctrl-C and an error (re-raised) still write the final checkpoint (unless the
+    weights went non-finite: the last good one stays) and the summary. Dead workers are
+    replaced within ``failure_budget``. Returns the summary.
     A config that evaluates (``evaluation_interval``) has ``stop.reward`` judged on the
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
     ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
