@@ -193,8 +193,9 @@ def evaluate(out: Path, eps: float, episodes: int = 10) -> dict:
 
 
 def table(rows: list[dict]) -> list[dict]:
-    """One line per env and variant: the mean and spread of the final returns over seeds,
-    beside the published mean and spread, and the median wall time and env steps/s."""
+    """One line per env and variant: the mean and spread of the final returns over seeds
+    (and of the final checkpoints' evaluations, where the rows have them), beside the
+    published mean and spread, and the median wall time and env steps/s."""
     lines = []
     for key in dict.fromkeys((r["algo"], r["env"], r.get("variant", "")) for r in rows):
         mine = [r for r in rows if (r["algo"], r["env"], r.get("variant", "")) == key]
@@ -204,11 +205,19 @@ def table(rows: list[dict]) -> list[dict]:
         lines.append({"algo": key[0], "env": key[1].removeprefix("suite_envs:"),
                       "variant": key[2], "seeds": len(ok), "steps": first.get("budget"),
                       "return": f"{np.mean(returns):.3g} +/- {np.std(returns):.3g}",
+                      "evaluated": _evaluated(ok),
                       "published": _published(first),
                       "wall s": np.median([r["seconds"] for r in ok] or [np.nan]),
                       "steps/s": np.median([r["steps_per_s"] for r in ok] or [np.nan]),
                       "errors": len(mine) - len(ok)})  # fmt: skip
     return lines
+
+
+def _evaluated(rows: list[dict]) -> str:
+    scores = [r["eval_return"] for r in rows if r.get("eval_return") is not None]
+    if not scores:
+        return "-"
+    return f"{np.mean(scores):.3g} +/- {np.std(scores):.3g} (epsilon {rows[0]['eval_eps']})"
 
 
 def _published(row: dict) -> str:
