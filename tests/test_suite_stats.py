@@ -52,3 +52,20 @@ def test_the_aggregate_keeps_tasks_of_several_runs_and_names_the_others(tmp_path
     assert out["tasks"] == ["ppo A", "ppo B"] and out["runs_per_task"] == 2
     assert out["left_out"] == ["dqn C"]
     assert out["iqm_normalised"] == pytest.approx(iqm(np.array([[1.0, 1.0], [2.0, 1.0]])))
+
+
+def test_a_dqn_row_is_evaluated_from_its_final_checkpoint_at_an_epsilon(tmp_path):
+    """As CleanRL scores its DQN runs: whole games of the final checkpoint at epsilon 0.05."""
+    import suite
+
+    from flowrl import Algorithm
+
+    with Algorithm("dqn", env="CartPole-v1", num_workers=0, seed=0) as algo:
+        algo.train()
+        algo.save(tmp_path / "checkpoints" / "checkpoint_000001")
+    scores = suite.evaluate(tmp_path, 0.05, episodes=3)
+    assert scores["eval_eps"] == 0.05
+    assert scores["eval_min"] <= scores["eval_return"] <= scores["eval_max"]
+    row = {"algo": "dqn", "env": "CartPole-v1", "return": 9.0, "seconds": 1, "steps_per_s": 1}
+    [line] = suite.table([{**row, **scores}])
+    assert line["evaluated"].endswith("(epsilon 0.05)")
