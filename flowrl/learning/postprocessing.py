@@ -155,7 +155,9 @@ def to_sequences(fragment: Fragment) -> SampleBatch:
     ``[T + 1, B]`` data (V-trace), rows env-major: row ``i * (T + 1) + t`` is step ``t`` of
     env ``i``. Step ``T`` is a bootstrap step: its observation is ``last_obs``, the rest of
     it zeros. ``valid`` marks the steps to learn from (not the reset steps of NEXT_STEP
-    autoreset, not the bootstrap step). Sequences of several fragments concatenate.
+    autoreset, not the bootstrap step). Sequences of several fragments concatenate. A
+    recurrent policy's ``state_in`` keeps each env's state at its first valid step, laid
+    over its rows (``first_states``, ``spread``).
 
     Examples:
         >>> cols = {"obs": np.zeros((3, 2, 4)), "rewards": np.ones((3, 2))}
