@@ -214,10 +214,11 @@ def table(rows: list[dict]) -> list[dict]:
 
 
 def _evaluated(rows: list[dict]) -> str:
-    scores = [r["eval_return"] for r in rows if r.get("eval_return") is not None]
-    if not scores:
+    scored = [r for r in rows if r.get("eval_return") is not None]  # not an eval_error's
+    if not scored:
         return "-"
-    return f"{np.mean(scores):.3g} +/- {np.std(scores):.3g} (epsilon {rows[0]['eval_eps']})"
+    scores = [r["eval_return"] for r in scored]
+    return f"{np.mean(scores):.3g} +/- {np.std(scores):.3g} (epsilon {scored[0]['eval_eps']})"
 
 
 def _published(row: dict) -> str:
