@@ -20,15 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
-
-from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy, q_and_targets
+from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
 from flowrl.core.config import param
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
-from flowrl.learning.policy import inference
-from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
-from flowrl.learning.spaces import to_tensor
 from flowrl.ops import (
     BroadcastWeights,
     Concurrently,
@@ -44,7 +38,7 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
-from flowrl.replay import PRIORITIES, make_replay
+from flowrl.replay import make_replay
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import ATARI, Preset
 from flowrl.run.spec import AlgorithmSpec
@@ -125,40 +119,12 @@ PRESETS = (
 
 
 class ApexPolicy(DQNPolicy):
-    """DQN's policy with a final epsilon per worker and initial priorities."""
+    """DQN's policy with a final epsilon per worker (worker i of N at ``eps ** (1 + alpha *
+    i / (N - 1))``, as in the paper; the local worker greedy) and the TD errors of what it
+    samples as initial priorities (``EpsilonGreedy``)."""
 
-    def final_epsilon(self) -> float:
-        """Worker i of N (remote workers 1..N) ends at ``eps ** (1 + alpha * i / (N - 1))``
-        for i = 0..N-1, as in the paper; the local worker acts greedily unless it samples."""
-        cfg = self.config
-        if cfg.num_workers == 0:  # the local worker is the only sampler
-            return cfg.exploration_final_eps
-        i = self.worker_index - 1
-        exponent = 1 + cfg.worker_epsilon_alpha * i / max(cfg.num_workers - 1, 1)
-        return cfg.exploration_final_eps**exponent
-
-    def epsilon(self) -> float:
-        if self.worker_index == 0 and self.config.num_workers > 0:
-            return 0.0
-        return super().epsilon()
-
-    def metrics(self) -> dict[str, float]:
-        return {"epsilon": self.epsilon()}
-
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        batch = super().postprocess(fragment)
-        if self.config.worker_side_prioritization and self.config.prioritized_replay:
-            batch[PRIORITIES] = self.td_errors(batch)
-        return batch
-
-    @inference
-    def td_errors(self, batch: SampleBatch) -> Any:
-        """Absolute TD errors of ``batch`` under this copy's weights; its Q-network also
-        gives the bootstrap value (workers hold no target network)."""
-        columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
-        tensors = {k: to_tensor(batch[k]) for k in columns}
-        q, target = q_and_targets(self, self.module, tensors, double_q=False)
-        return torch.abs(q - target).numpy()
+    epsilon_per_worker = True
+    priorities_on_workers = True
 
 
 def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict[str, Any]]:

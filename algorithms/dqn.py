@@ -27,14 +27,16 @@ from torch import nn
 
 from flowrl.core.config import param
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
-from flowrl.core.schedules import Schedule, scheduled
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, SampleBatch
+from flowrl.core.schedules import Schedule
 from flowrl.learning.distributions import Categorical
+from flowrl.learning.epsilon_greedy import EpsilonGreedy
 from flowrl.learning.learner import Learner
 from flowrl.learning.models import QNetwork
 from flowrl.learning.policy import MASKED, Policy, inference
-from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
 from flowrl.learning.registry import build_module
+from flowrl.learning.spaces import to_tensor
 from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -109,18 +111,12 @@ PRESETS = (
 )
 
 
-class DQNPolicy(Policy):
+class DQNPolicy(EpsilonGreedy, Policy):
     """Epsilon-greedy over a Q-network (the acting module's ``dist_inputs`` are the
-    Q-values); fragments become n-step transitions."""
+    Q-values; the schedule is ``EpsilonGreedy``'s); fragments become n-step transitions.
+    Remote workers act with an MLP Q-network in numpy, without torch (``NumpyQPolicy``)."""
 
     action_spaces = (gym.spaces.Discrete,)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.timesteps = 0  # env steps this copy acted for
-        #: the run's env steps sampled when last heard (``set_env_steps_sampled``: the plan's
-        #: counter, every iteration), and this copy's ``timesteps`` then
-        self.heard = (0, 0)
 
     def make_module(self) -> nn.Module:
         cfg, obs_space, action_space = self.config, self.input_space, self.action_space
@@ -132,25 +128,6 @@ class DQNPolicy(Policy):
                 obs_space, action_space, hiddens=cfg.model_hiddens, dueling=cfg.dueling, trunk=trunk
             ),
         )
-
-    def epsilon(self) -> float:
-        """``exploration_eps`` at the run's env steps, or by default a linear decay over
-        ``exploration_timesteps`` down to ``final_epsilon``: the plan's counter as last
-        heard, plus this copy's steps since times the copies sampling."""
-        cfg = self.config
-        run, mine = self.heard
-        steps = run + (self.timesteps - mine) * max(cfg.num_workers, 1)
-        if cfg.exploration_eps != -1.0:
-            return scheduled(cfg.exploration_eps, steps)
-        progress = min(1.0, steps / cfg.exploration_timesteps)
-        start, end = cfg.exploration_initial_eps, self.final_epsilon()
-        return start + progress * (end - start)
-
-    def final_epsilon(self) -> float:
-        return self.config.exploration_final_eps
-
-    def set_env_steps_sampled(self, steps: int) -> None:
-        self.heard = (steps, self.timesteps)
 
     @inference
     def compute_actions(
@@ -172,15 +149,12 @@ class DQNPolicy(Policy):
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).dist_inputs.argmax(-1)
 
-    def postprocess(self, fragment: Fragment) -> SampleBatch:
-        return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)
-
-    def get_state(self) -> dict[str, Any]:
-        return {**super().get_state(), "timesteps": self.timesteps}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        self.timesteps = state["timesteps"]
+    @inference
+    def td_errors(self, batch: SampleBatch) -> np.ndarray:
+        columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
+        tensors = {k: to_tensor(batch[k]) for k in columns}
+        q, target = q_and_targets(self, self.module, tensors, double_q=False)
+        return torch.abs(q - target).numpy()
 
 
 def q_and_targets(

@@ -1,6 +1,6 @@
 """Memory per rollout worker: what one Ray actor that samples CartPole holds, as flowrl's
-``RolloutWorker`` acting in numpy without torch (PPO's default) and with torch
-(``numpy_acting=false``), beside the same work in a bare numpy loop (a numpy MLP over 8
+``RolloutWorker`` (PPO's and Ape-X's) acting in numpy without torch (the default) and with
+torch (``numpy_acting=false``), beside the same work in a bare numpy loop (a numpy MLP over 8
 gymnasium envs) and an idle Ray actor (Ray's own share).
 
 How many workers fit in a machine's memory is set by what each holds on its own. Each
@@ -94,13 +94,14 @@ def main() -> None:
     rows += measure("idle Ray actor", idle, None)
     numpy_workers = [ray.remote(num_cpus=0)(NumpyWorker).remote() for _ in range(n)]
     rows += measure("numpy MLP + 8 envs, no torch", numpy_workers, lambda a: a.sample.remote(64))
-    for name, numpy_acting in (("numpy, no torch", True), ("torch", False)):
-        settings = {"num_cpus_per_worker": 0, "numpy_acting": numpy_acting}
-        with Algorithm("ppo", env="CartPole-v1", num_workers=n, **settings) as algo:
-            workers = algo.workers.remote_workers
-            time.sleep(1)
-            row = f"flowrl RolloutWorker (PPO), {name}"
-            rows += measure(row, workers, lambda a: a.sample.remote())
+    for algo_name, label in (("ppo", "PPO"), ("apex", "Ape-X")):
+        for name, numpy_acting in (("numpy, no torch", True), ("torch", False)):
+            settings = {"num_cpus_per_worker": 0, "numpy_acting": numpy_acting}
+            with Algorithm(algo_name, env="CartPole-v1", num_workers=n, **settings) as algo:
+                workers = algo.workers.remote_workers
+                time.sleep(1)
+                row = f"flowrl RolloutWorker ({label}), {name}"
+                rows += measure(row, workers, lambda a: a.sample.remote())
     print_table(rows)
     write_results("worker_memory", {"results": rows})
 

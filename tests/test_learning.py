@@ -56,8 +56,16 @@ def test_impala_with_an_aggregation_worker_learns_cartpole(ray_session):
 @pytest.mark.ray
 def test_apex_reaches_450_on_cartpole_within_400k_steps(ray_session):
     # seeds 0-47 reached 450 at 108k-390k env steps (seed 0: ~290k, ~20 s of training)
+    import sys
+
+    ray = ray_session
     algo = Algorithm("apex", env="CartPole-v1", seed=0)
     assert (algo.config.num_workers, algo.config.replay_shards) == (2, 2)
+    assert algo.workers.numpy_workers  # they act, explore and prioritise in numpy
+    algo.train()
+    actors = algo.workers.remote_workers
+    loaded = [a.__ray_call__.remote(lambda self: "torch" in sys.modules) for a in actors]
+    assert ray.get(loaded) == [False, False]
     summary = reach(algo, 450, 400_000)
     assert summary["stopped_by"] == "reward", summary
 

@@ -106,6 +106,10 @@ def test_in_process_acting_follows_the_learner_s_steps():
             np.testing.assert_allclose(values, torch_values, rtol=1e-4, atol=1e-5)
 
 
+#: epsilon 0: a Q-policy's draws (torch's or numpy's generator) never change an action
+GREEDY = {"exploration_initial_eps": 0.0, "exploration_final_eps": 0.0}
+
+
 def torch_and_numpy_workers(name, **settings):
     """Worker 1 of an in-process WorkerSet built twice: with the algorithm's torch policy,
     and as a remote worker without torch is (``NumpyPolicy``), with the same weights."""
@@ -133,12 +137,15 @@ def torch_and_numpy_workers(name, **settings):
         ("ppo", {"use_lstm": True, "max_seq_len": 8}),
         ("ppo", {"normalize_observations": True}),
         ("impala", {}),
+        ("dqn", GREEDY),
+        ("apex", GREEDY),
     ],
-    ids=["gae", "gae-lstm", "gae-normalised", "sequences"],
+    ids=["gae", "gae-lstm", "gae-normalised", "sequences", "n-step", "n-step-priorities"],
 )
 def test_a_numpy_worker_samples_the_fragments_a_torch_worker_does(name, settings):
-    """The same seed and weights give the same actions, log-probs, values, advantages and
-    sequences, to float32 rounding, from a worker that holds no torch policy."""
+    """The same seed and weights give the same actions, log-probs, values, advantages,
+    sequences, n-step rows and priorities, to float32 rounding, from a worker that holds
+    no torch policy."""
     from flowrl.learning.numpy_policy import NumpyPolicy
 
     heavy, light = torch_and_numpy_workers(name, **settings)
@@ -155,18 +162,66 @@ def test_a_numpy_worker_samples_the_fragments_a_torch_worker_does(name, settings
 
 
 def test_policies_of_their_own_keep_torch_workers():
-    """DQN acts with its Q-network and its own exploration; A3C's workers learn."""
+    """SAC acts with a network of its own, a DQN of your class or on images keeps torch,
+    and A3C's workers learn."""
+    from flowrl.algorithms.dqn import DQNConfig, DQNPolicy
     from flowrl.learning.numpy_policy import NumpyPolicy
     from flowrl.run.spec import get_algorithm
 
-    for name, env in (("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")):
-        spec = get_algorithm(name)
-        policy = spec.policy_cls(*spaces(env), spec.config_cls(env=env))
-        assert NumpyPolicy.remote_of(policy) is None
+    sac = get_algorithm("sac")
+    assert NumpyPolicy.remote_of(sac.policy_cls(*spaces("Pendulum-v1"), sac.config_cls())) is None
     ppo = get_algorithm("ppo")
     off = ppo.policy_cls(*spaces("CartPole-v1"), ppo.config_cls(numpy_acting=False))
     assert NumpyPolicy.remote_of(off) is None
+
+    class Mine(DQNPolicy):
+        def epsilon(self):
+            return 0.5
+
+    images = gym.spaces.Box(0, 255, (42, 42, 4), np.uint8)
+    for policy in (
+        Mine(OBS, gym.spaces.Discrete(2), DQNConfig()),
+        DQNPolicy(images, gym.spaces.Discrete(2), DQNConfig()),
+        DQNPolicy(OBS, gym.spaces.Discrete(2), DQNConfig(numpy_acting=False)),
+    ):
+        assert NumpyPolicy.remote_of(policy) is None
     assert get_algorithm("a3c").workers_learn
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_a_numpy_q_policy_acts_explores_and_prioritises_as_its_torch_one(dueling):
+    """Ape-X's remote worker 2 of 3 in numpy: the same Q-values, greedy actions, epsilon
+    (its own per worker) and TD errors as in torch; its epsilon-greedy draws at that rate."""
+    from flowrl.algorithms.apex import ApexConfig, ApexPolicy
+    from flowrl.core.sample_batch import ACTIONS, REWARDS, TERMINATEDS, SampleBatch
+    from flowrl.core.sample_batch import OBS as OBS_COLUMN
+    from flowrl.learning.numpy_policy import NumpyPolicy, NumpyQPolicy
+    from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
+
+    config = ApexConfig(num_workers=3, dueling=dueling, exploration_final_eps=0.5,
+                        exploration_timesteps=30_000, worker_epsilon_alpha=1.0)  # fmt: skip
+    actions = gym.spaces.Discrete(3)
+    heavy = ApexPolicy(OBS, actions, config, worker_index=2)
+    light = NumpyPolicy.remote_of(heavy)(OBS, actions, config.portable(), worker_index=2)
+    assert isinstance(light, NumpyQPolicy)
+    light.set_weights(heavy.get_weights())
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (20_000, 4)).astype(np.float32)
+    q_values = heavy.forward(torch.from_numpy(obs)).dist_inputs.detach().numpy()
+    np.testing.assert_allclose(light.acting.q_values(obs), q_values, atol=1e-5)
+    greedy = q_values.argmax(-1)
+    assert np.mean(light.compute_actions(obs, explore=False)[0] == greedy) > 0.999
+    light.timesteps = heavy.timesteps = 10_000  # 30k of the run's: at the schedule's end
+    assert light.epsilon() == pytest.approx(heavy.epsilon()) == pytest.approx(0.5**1.5)
+    explored = light.compute_actions(obs)[0]
+    # epsilon's random actions are 2 of 3 times not the greedy one
+    assert abs(np.mean(explored != greedy) - 0.5**1.5 * 2 / 3) < 0.015
+    assert light.timesteps == 30_000
+    batch = SampleBatch({OBS_COLUMN: obs[:500], ACTIONS: rng.integers(3, size=500),
+                         NEXT_OBS: obs[500:1000], REWARDS: rng.normal(size=500).astype(np.float32),
+                         DISCOUNTS: np.full(500, 0.97, np.float32),
+                         TERMINATEDS: rng.random(500) < 0.1})  # fmt: skip
+    np.testing.assert_allclose(light.td_errors(batch), heavy.td_errors(batch), atol=1e-5)
 
 
 def spaces(env):

@@ -1,12 +1,13 @@
-"""Acting in numpy: flowrl's MLP actor-critic's forward pass and its action draw without
-torch, for the per-step calls of sampling.
+"""Acting in numpy: flowrl's MLP actor-critic's forward pass and its action draw, and its
+MLP Q-network's Q-values, without torch, for the per-step calls of sampling.
 
 A rollout step runs the policy on a handful of rows (one per env), where torch's per-call
 overhead is most of the cost: on CartPole's 8 envs, ``Policy.compute_actions`` takes about
 44 us in torch and 16 us in numpy. ``ActingPlan.of(policy)`` names the weights (by their
 state-dict keys) that make up the forward pass where one applies (flowrl's
 ``ActorCritic`` or, with ``use_lstm``, ``RecurrentActorCritic``: vector observations,
-MLPs, Discrete or Box actions, no action mask), else None. ``NumpyActing`` runs a plan on
+MLPs, Discrete or Box actions, no action mask), else None; ``ActingPlan.of_q_network``
+does the same for flowrl's MLP ``QNetwork`` (dueling or not). ``NumpyActing`` runs a plan on
 arrays: numpy views of the torch module's weights (``NumpyActing.of``; they follow the
 weights as they change in place) or the arrays a rollout worker without torch was sent
 (``flowrl.learning.numpy_policy``). This module imports torch only to read a module.
@@ -41,14 +42,16 @@ ACTIVATIONS: dict[str, Callable[..., Any]] = {
 
 @dataclass(frozen=True)
 class ActingPlan:
-    """Which weights, by state-dict name, make up an actor-critic's forward pass: the
-    policy and value heads, an LSTM's features and cell, a Gaussian's log std."""
+    """Which weights, by state-dict name, make up an actor-critic's forward pass (the
+    policy and value heads, an LSTM's features and cell, a Gaussian's log std) or a
+    Q-network's (its MLP trunk as ``body``, its advantage head as ``pi``, its dueling
+    value head, if any, as ``vf``)."""
 
     pi: tuple[Layer, ...]
     vf: tuple[Layer, ...]
     discrete: bool
     log_std: str | None = None
-    body: tuple[Layer, ...] = ()  # the LSTM's features (the MLP's: none)
+    body: tuple[Layer, ...] = ()  # the LSTM's features, a Q-network's trunk (none: the MLP's)
     #: ``nn.LSTMCell``'s weight_ih, weight_hh, bias_ih and bias_hh
     lstm: tuple[str, ...] = ()
     cell_size: int = 0
@@ -80,6 +83,29 @@ class ActingPlan:
         body = _plan(module.trunk.body, names)
         return cls(**heads, discrete=discrete, log_std=log_std, body=body, lstm=lstm,
                    cell_size=module.cell_size)  # fmt: skip
+
+    @classmethod
+    def of_q_network(cls, policy: Any) -> ActingPlan | None:
+        """The plan of a policy's flowrl ``QNetwork`` on vector observations, or None
+        where its Q-values need torch (an image or custom module, a mask, composite
+        spaces)."""
+        from flowrl.learning.models import QNetwork
+
+        module = policy.module
+        if (
+            type(module) is not QNetwork
+            or not _flat(module.flatten)
+            or not isinstance(policy.input_space, gym.spaces.Box | gym.spaces.MultiBinary)
+            or policy.masked
+            or policy.obs_layout is not None
+        ):
+            return None
+        names = {id(p): name for name, p in module.named_parameters()}
+        mlp, relu = module.trunk  # the MLP, then a ReLU on its last layer
+        *body, (weight, bias, _) = _plan(mlp, names)
+        value = () if module.value is None else _plan(module.value, names)
+        return cls(pi=_plan(module.advantage, names), vf=value, discrete=True,
+                   body=(*body, (weight, bias, _activation(relu))))  # fmt: skip
 
 
 class NumpyActing:
@@ -125,8 +151,8 @@ class NumpyActing:
         if not self.stale:
             return
         plan, arrays = self.plan, self.arrays()
+        self.body = _layers(plan.body, arrays)
         if self.recurrent:
-            self.body = _layers(plan.body, arrays)
             self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm))
         self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
@@ -150,7 +176,15 @@ class NumpyActing:
         x = obs.reshape(len(obs), -1).astype(np.float32, copy=False)
         if self.recurrent:
             return self._lstm_step(np.tanh(_forward(x, self.body)), state)
-        return x, None
+        return _forward(x, self.body), None
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """A Q-network's Q-values of ``obs`` (its ``dist_inputs``), dueling or not."""
+        x = self.features(obs, None)[0]
+        advantage = _forward(x, self.pi)
+        if not self.vf:
+            return advantage
+        return _forward(x, self.vf) + advantage - advantage.mean(-1, keepdims=True)
 
     def values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         """The value head on ``obs`` (from ``state`` when recurrent)."""

@@ -6,7 +6,9 @@ process) to run a forward pass that ``flowrl.learning.numpy_acting`` runs in num
 the driver's policy acts in numpy and post-processes as ``BasePolicy`` does (PPO, A3C's
 acting, IMPALA, APPO with flowrl's MLP or LSTM actor-critic), ``NumpyPolicy.remote_of``
 gives what a remote worker builds instead: the same acting plan on the weights it is sent,
-the same log-probs, values and GAE, the same random stream (the worker's seed).
+the same log-probs, values and GAE, the same random stream (the worker's seed). DQN's and
+Ape-X's MLP Q-network acts as ``NumpyQPolicy``: epsilon-greedy as ``EpsilonGreedy`` says,
+drawn with the worker's numpy generator, and the same n-step rows and TD errors.
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -28,10 +30,19 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import ACTION_DIST_INPUTS, ACTIONS
+from flowrl.core.sample_batch import (
+    ACTION_DIST_INPUTS,
+    ACTIONS,
+    OBS,
+    REWARDS,
+    TERMINATEDS,
+    SampleBatch,
+)
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
+from flowrl.learning.epsilon_greedy import EpsilonGreedy
 from flowrl.learning.normalization import split_state
 from flowrl.learning.numpy_acting import ActingPlan, NumpyActing, logp
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
 
 #: what a policy class may not override for its remote workers to act in numpy: its
 #: acting, values, log-probs and post-processing are then ``Policy``'s
@@ -39,6 +50,12 @@ SAME_AS_POLICY = (
     "act", "compute_actions", "compute_values", "initial_state", "sampled_logp",
     "postprocess", "add_action_logp", "env_actions", "action_array", "metrics",
     "set_env_steps_sampled", "get_state", "set_state",
+)  # fmt: skip
+#: and what an ``EpsilonGreedy`` one may not override: its epsilon, rows and TD errors
+SAME_AS_Q_POLICY = (
+    "act", "compute_actions", "initial_state", "epsilon", "final_epsilon", "postprocess",
+    "td_errors", "env_actions", "action_array", "metrics", "set_env_steps_sampled",
+    "get_state", "set_state",
 )  # fmt: skip
 
 
@@ -69,9 +86,11 @@ class NumpyPolicy(BasePolicy):
         """What a remote worker builds in place of ``policy`` (a picklable constructor
         that takes a policy class's arguments), or None where it needs torch: numpy acting
         turned off or not applying (``ActingPlan.of``), or a class of its own acting or
-        post-processing."""
+        post-processing. An ``EpsilonGreedy`` policy's is a ``NumpyQPolicy``."""
         from flowrl.learning.policy import Policy
 
+        if isinstance(policy, EpsilonGreedy):
+            return NumpyQPolicy.remote_of(policy)
         own = any(getattr(type(policy), n) is not getattr(Policy, n) for n in SAME_AS_POLICY)
         if own or not policy.config.numpy_acting or (plan := ActingPlan.of(policy)) is None:
             return None
@@ -109,3 +128,52 @@ class NumpyPolicy(BasePolicy):
     def weight_count(self) -> int:
         """How many weights the acting module has (``RolloutWorker.parameter_count``)."""
         return sum(int(np.size(w)) for w in self.weights.values())
+
+
+class NumpyQPolicy(EpsilonGreedy, NumpyPolicy):
+    """DQN's and Ape-X's acting on numpy copies of an MLP Q-network's weights: greedy in
+    its Q-values, or a uniform action with ``EpsilonGreedy``'s epsilon, drawn with the
+    worker's numpy generator; n-step rows, and their TD errors where Ape-X's workers
+    prioritise them."""
+
+    def __init__(
+        self, *args: Any, epsilon_per_worker: bool, priorities_on_workers: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.epsilon_per_worker = epsilon_per_worker  # as the torch policy's class says
+        self.priorities_on_workers = priorities_on_workers
+
+    @classmethod
+    def remote_of(cls, policy: Any) -> Callable[..., NumpyQPolicy] | None:
+        """What a remote worker builds in place of the ``EpsilonGreedy`` torch ``policy``,
+        or None where it needs torch: numpy acting turned off, no MLP ``QNetwork``
+        (``ActingPlan.of_q_network``; an image, a mask), or acting, epsilon, rows or TD
+        errors of a class of your own (defined outside flowrl)."""
+        kind = type(policy)
+        own = any(not getattr(kind, n).__module__.startswith("flowrl.") for n in SAME_AS_Q_POLICY)
+        if own or not policy.config.numpy_acting:
+            return None
+        if (plan := ActingPlan.of_q_network(policy)) is None:
+            return None
+        return functools.partial(cls, plan=plan, postprocessing=policy.postprocessing,
+                                 epsilon_per_worker=kind.epsilon_per_worker,
+                                 priorities_on_workers=kind.priorities_on_workers)  # fmt: skip
+
+    def compute_actions(
+        self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        greedy = self.acting.q_values(obs).argmax(-1)
+        if not explore:
+            return greedy, {}
+        n, rng = len(greedy), self.acting.rng
+        random_actions = rng.integers(int(self.action_space.n), size=n)
+        actions = np.where(rng.random(n) < self.epsilon(), random_actions, greedy)
+        self.timesteps += n
+        return actions, {}
+
+    def td_errors(self, batch: SampleBatch) -> np.ndarray:
+        q_values = self.acting.q_values(batch[OBS])
+        q = np.take_along_axis(q_values, batch[ACTIONS].astype(np.int64)[:, None], 1)[:, 0]
+        next_q = self.acting.q_values(batch[NEXT_OBS]).max(-1)
+        alive = 1.0 - batch[TERMINATEDS].astype(np.float32)
+        return np.abs(q - (batch[REWARDS] + batch[DISCOUNTS] * alive * next_q))
