@@ -65,6 +65,12 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "impala, a fragment per call": ("impala", {"num_sgd_iter": 1, "fragments_per_call": 1}),
     "impala + aggregation": ("impala", {"num_sgd_iter": 1, "num_aggregation_workers": "auto"}),
     "apex (replay shards)": ("apex", {"replay_shards": 2, "learning_starts": 1000}),
+    # its sampling held to the learner's pace no more (SamplingLead), as IMPALA's one SGD
+    # pass: what the plan's communication allows, not what 3 rows trained per env step do
+    "apex, sampling free of the learner": (
+        "apex",
+        {"replay_shards": 2, "learning_starts": 1000, "max_sampling_lead": 0},
+    ),
 }
 
 
