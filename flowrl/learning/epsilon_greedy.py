@@ -16,7 +16,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +36,10 @@ class EpsilonGreedy(BasePolicy):
     #: Ape-X's exploration: remote worker i of N ends at ``exploration_final_eps ** (1 +
     #: worker_epsilon_alpha * i / (N - 1))`` for i = 0..N-1, as in the paper, and the local
     #: worker acts greedily while remote ones sample
-    epsilon_per_worker: ClassVar[bool] = False
+    epsilon_per_worker: bool = False
     #: Ape-X's: new rows carry their TD errors as priorities (``td_errors``), where the
     #: config asks for ``worker_side_prioritization`` and ``prioritized_replay``
-    priorities_on_workers: ClassVar[bool] = False
+    priorities_on_workers: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
