@@ -128,13 +128,19 @@ def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBat
     returns = np.zeros((steps, num_envs), np.float32)
     done = np.zeros((steps, num_envs), bool)
     length = np.zeros((steps, num_envs), np.int64)
-    for t in range(steps):
-        running = np.ones(num_envs, bool)  # still accumulating
-        for k in range(min(n, steps - t)):
-            returns[t] += running * gamma**k * rewards[t + k]
-            length[t] += running
-            done[t] |= running & terminated[t + k]
-            running &= ~ended[t + k]
+    # every row at once, step k after it in turn: n steps past the fragment's end are
+    # padding, where no row goes on accumulating
+    tail = np.zeros((n, num_envs), bool)
+    rewards = np.concatenate([rewards, tail.astype(rewards.dtype)])
+    terminated, ended = np.concatenate([terminated, tail]), np.concatenate([ended, tail])
+    exists = np.arange(steps + n) < steps
+    running = np.ones((steps, num_envs), bool)  # still accumulating
+    for k in range(n):
+        running &= exists[k : k + steps, None]
+        returns += running * gamma**k * rewards[k : k + steps]
+        length += running
+        done |= running & terminated[k : k + steps]
+        running &= ~ended[k : k + steps]
     last = np.arange(steps)[:, None] + length - 1
     env = np.arange(num_envs)[None, :].repeat(steps, 0)
     extra = {
