@@ -296,3 +296,19 @@ def test_ppo_loss_has_the_entropy_bonus_with_its_weight_and_reports_entropy_alwa
         losses[coeff], stats = PPOLearner(policy, config).loss(batch)
         assert stats["entropy"] > 0
     torch.testing.assert_close(losses[0.5], losses[0.0] - 0.5 * stats["entropy"])
+
+
+@pytest.mark.parametrize(
+    "name, follows", [("ppo", False), ("impala", False), ("dqn", True), ("apex", True)]
+)
+def test_remote_workers_are_told_the_run_s_env_steps_only_where_a_policy_follows_them(
+    name, follows
+):
+    """DQN's epsilon follows the run's env steps; PPO's acting does not, so its remote
+    workers are spared a Ray call each per iteration."""
+    from flowrl.rollout.worker import follows_env_steps
+    from flowrl.run.spec import get_algorithm
+
+    spec = get_algorithm(name)
+    workers = WorkerSet(policy_cls=spec.policy_cls, config=spec.config_cls(num_workers=0))
+    assert follows_env_steps(workers.local_worker) is follows

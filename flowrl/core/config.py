@@ -276,7 +276,7 @@ class Config:
     numpy_acting: bool = param(
         True,
         "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost); "
-        "remote workers then run without torch (DQN's and Ape-X's too, with an MLP Q-network)",
+        "remote workers then run without torch (an MLP Q-network's too)",
     )
     learner_threads: int = param(
         0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0

@@ -355,6 +355,14 @@ def numpy_worker_args(local_worker: RolloutWorker) -> dict[str, Any] | None:
     return dict(policy_cls=first, config=local_worker.config.portable(), policy_specs=specs)
 
 
+def follows_env_steps(worker: RolloutWorker) -> bool:
+    """Whether a policy of ``worker`` acts on the run's env steps (``set_env_steps_sampled``:
+    DQN's epsilon, say), so its remote copies are told them every iteration; PPO's and
+    IMPALA's are not (a Ray call per worker per iteration saved)."""
+    base = BasePolicy.set_env_steps_sampled
+    return any(type(p).set_env_steps_sampled is not base for p in worker.policies.values())
+
+
 def torch_worker_args(args: dict[str, Any]) -> dict[str, Any]:
     """What a remote worker with torch is built with: the local worker's ``args`` and the
     registered model class, if any (``register_model``)."""
@@ -421,6 +429,7 @@ class WorkerSet:
         #: remote workers act in numpy, without torch (``NumpyPolicy``; module docstring)
         self.numpy_workers = light is not None
         self._remote_args = light or torch_worker_args(args)
+        self._follow_env_steps = workers_learn or follows_env_steps(self.local_worker)
         if learner_cls is not None:  # built now: its networks take their seeds in order
             _ = self.local_worker.learner
         self._remote_cls: Any = None
@@ -498,11 +507,11 @@ class WorkerSet:
             actor.set_weights.remote(ref)
 
     def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
-        """Tell ``actors`` (all remote workers by default) that the run has sampled
-        ``steps`` env steps (``Policy.set_env_steps_sampled``), without waiting: a
-        worker's next sample request comes after it."""
-        for actor in self.remote_workers if actors is None else actors:
-            actor.set_env_steps_sampled.remote(steps)
+        """Tell ``actors`` (all remote workers by default) the run's env steps, where a policy
+        follows them (``follows_env_steps``), without waiting: their next request comes after."""
+        if self._follow_env_steps:
+            for actor in self.remote_workers if actors is None else actors:
+                actor.set_env_steps_sampled.remote(steps)
 
     def defer_weight_sync(self) -> None:
         """The local weights changed: send them to every remote worker, once, right before
