@@ -128,19 +128,13 @@ def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBat
     returns = np.zeros((steps, num_envs), np.float32)
     done = np.zeros((steps, num_envs), bool)
     length = np.zeros((steps, num_envs), np.int64)
-    # every row at once, step k after it in turn: n steps past the fragment's end are
-    # padding, where no row goes on accumulating
-    tail = np.zeros((n, num_envs), bool)
-    rewards = np.concatenate([rewards, tail.astype(rewards.dtype)])
-    terminated, ended = np.concatenate([terminated, tail]), np.concatenate([ended, tail])
-    exists = np.arange(steps + n) < steps
     running = np.ones((steps, num_envs), bool)  # still accumulating
-    for k in range(n):
-        running &= exists[k : k + steps, None]
-        returns += running * gamma**k * rewards[k : k + steps]
-        length += running
-        done |= running & terminated[k : k + steps]
-        running &= ~ended[k : k + steps]
+    for k in range(min(n, steps)):  # every row at once, step k after it: rows < steps - k
+        rows = running[: steps - k]  # (a view: the rows that have a step k after them)
+        returns[: steps - k] += rows * gamma**k * rewards[k:]
+        length[: steps - k] += rows
+        done[: steps - k] |= rows & terminated[k:]
+        rows &= ~ended[k:]
     last = np.arange(steps)[:, None] + length - 1
     env = np.arange(num_envs)[None, :].repeat(steps, 0)
     extra = {
