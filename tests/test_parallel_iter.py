@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from flowrl.core.iter import Operator, ParallelIterator, ParallelIteratorWorker
+from flowrl.core.iter import Carry, Operator, ParallelIterator, ParallelIteratorWorker
 
 pytestmark = pytest.mark.ray
 
@@ -30,7 +30,7 @@ class Sleeper(ParallelIteratorWorker):
 
     def __init__(self, name, delay):
         super().__init__(self.items)
-        self.name, self.delay, self.weights = name, delay, 0
+        self.name, self.delay, self.weights, self.loads = name, delay, 0, 0
 
     def items(self):
         for i in range(3):
@@ -38,7 +38,10 @@ class Sleeper(ParallelIteratorWorker):
             yield self.name, i
 
     def set_weights(self, w):
-        self.weights = w
+        self.weights, self.loads = w, self.loads + 1
+
+    def weight_loads(self):
+        return self.loads
 
 
 class WithWeights(Operator):
@@ -67,6 +70,17 @@ def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session)
     source.set_weights.remote(7)  # what the plan sends back before pulling again
     _, (_, _, weights) = next(it)
     assert weights == 7
+
+
+@pytest.mark.parametrize("gather", ["gather_sync", "gather_async"])
+def test_a_carry_goes_with_each_actors_next_request_once(ray_session, gather):
+    ray = ray_session
+    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
+    carries = iter([Carry("set_weights", ray.put(7))])  # a ref arrives as its value
+    it = ParallelIterator.from_actors(actors, before_requests=lambda ctx: next(carries, None))
+    items = getattr(it.for_each(WithWeights()), gather)().take(6)
+    assert [weights for _, _, weights in items] == [7] * 6  # loaded before the first item
+    assert ray.get([actor.weight_loads.remote() for actor in actors]) == [1, 1]
 
 
 class Counter(ParallelIteratorWorker):

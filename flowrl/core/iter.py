@@ -23,7 +23,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from flowrl.core.context import IDLE, PlanContext
 
@@ -546,10 +546,13 @@ class ParallelIteratorWorker:
             it = getattr(it, method)(*args)
         self._par_it = it
 
-    def par_iter_next(self) -> Any:
-        """The shard's next item, or the end marker once it is exhausted."""
+    def par_iter_next(self, method: str | None = None, arg: Any = None) -> Any:
+        """The shard's next item, or the end marker once it is exhausted; first
+        ``self.method(arg)`` where the request carries a call (a ``Carry``)."""
         if self._par_it is None:
             raise RuntimeError("par_iter_init must be called before par_iter_next")
+        if method is not None:
+            getattr(self, method)(arg)
         try:
             return next(self._par_it)
         except StopIteration:
@@ -559,6 +562,40 @@ class ParallelIteratorWorker:
 class _ItemShard(ParallelIteratorWorker):
     def __init__(self, items: list[Any], repeat: bool) -> None:
         super().__init__(lambda: itertools.cycle(items) if repeat else iter(items))
+
+
+class Carry(NamedTuple):
+    """A call an actor makes before its next item, sent with that request instead of as a
+    Ray call of its own (one task per request, not two): what ``before_requests`` returns,
+    such as a round's new weights, ``Carry("set_weights", ref)``. Each actor gets the
+    latest ``Carry`` once, with its next request; an ``ObjectRef`` arg reaches the actor
+    as its value."""
+
+    method: str
+    arg: Any
+
+
+class _Carried:
+    """The latest ``Carry`` a gather's ``before_requests`` returned, and the actors that
+    have had it."""
+
+    def __init__(self, before_requests: Callable[[PlanContext], Any] | None) -> None:
+        self.before_requests = before_requests
+        self.latest: Carry | None = None
+        self.had: set[Any] = set()
+
+    def refresh(self, ctx: PlanContext) -> None:
+        """Run ``before_requests``; a new ``Carry`` it returns is for every actor."""
+        carry = self.before_requests(ctx) if self.before_requests is not None else None
+        if isinstance(carry, Carry) and carry is not self.latest:
+            self.latest, self.had = carry, set()
+
+    def take(self, actor: Any) -> Carry | None:
+        """What ``actor``'s next request carries: the latest ``Carry`` if it has not had it."""
+        if self.latest is None or actor in self.had:
+            return None
+        self.had.add(actor)
+        return self.latest
 
 
 class Requests:
@@ -587,9 +624,10 @@ class Requests:
                 e.timed_out = f"{late}, so it was killed"
             raise
 
-    def send(self, actor: Any) -> Any:
-        """Ask ``actor`` for its next item; returns the request's ref."""
-        ref = actor.par_iter_next.remote()
+    def send(self, actor: Any, carry: Carry | None = None) -> Any:
+        """Ask ``actor`` for its next item, with the call ``carry`` holds if any; returns
+        the request's ref."""
+        ref = actor.par_iter_next.remote(*(carry or ()))
         self.pending[ref] = (actor, time.monotonic())
         return ref
 
@@ -695,8 +733,9 @@ class ParallelIterator(PlanNode, Generic[T]):
         receives_from: Any = None,
     ) -> Any:
         """Shards served by actors that mix in ``ParallelIteratorWorker``.
-        ``before_requests(context)`` runs before every round of requests to the actors
-        (ParallelRollouts sends weights the learner deferred with it). An actor whose
+        ``before_requests(context)`` runs before every round of requests to the actors; a
+        ``Carry`` it returns goes to each actor with its next request (ParallelRollouts's
+        carries the weights the learner deferred). An actor whose
         request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
         pull fails with Ray's actor error and the runner replaces it (a hung env).
         ``receives_from``: the buffer the actors serve, for the plan's graph."""
@@ -771,21 +810,18 @@ class ParallelIterator(PlanNode, Generic[T]):
     def _emit(self, actor: Any, item: Any) -> Any:
         return (actor, item) if self.with_actor else item
 
-    def _before_requests(self, ctx: PlanContext) -> None:
-        if self.before_requests is not None:
-            self.before_requests(ctx)
-
     def batch_across_shards(self) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier)."""
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[list[Any]]:
             self._start()
+            carried = _Carried(self.before_requests)
             refs: list[Any] | None = None
             while True:
                 if refs is None:  # submitted only once the consumer asks for more
-                    self._before_requests(ctx)
+                    carried.refresh(ctx)
                     requests = Requests(self.name, self.request_timeout_s)
-                    refs = [requests.send(a) for a in self.actors]
+                    refs = [requests.send(a, carried.take(a)) for a in self.actors]
                 if timeout is not None or self.request_timeout_s:
                     ready, _ = requests.wait(len(refs), timeout)
                     if len(ready) < len(refs):
@@ -828,17 +864,18 @@ class ParallelIterator(PlanNode, Generic[T]):
 
         def build(ctx: PlanContext, timeout: float | None) -> Iterator[Any]:
             self._start()
-            self._before_requests(ctx)
+            carried = _Carried(self.before_requests)
+            carried.refresh(ctx)
             requests = Requests(self.name, self.request_timeout_s)
             for actor in self.actors:
                 for _ in range(num_async):
-                    requests.send(actor)
+                    requests.send(actor, carried.take(actor))
             resubmit = None
             try:
                 while requests.pending or resubmit is not None:
                     if resubmit is not None:
-                        self._before_requests(ctx)
-                        requests.send(resubmit)
+                        carried.refresh(ctx)
+                        requests.send(resubmit, carried.take(resubmit))
                         resubmit = None
                     ready, _ = requests.wait(1, timeout)
                     if not ready:

@@ -23,6 +23,7 @@ import numpy as np
 from flowrl.core.config import ConfigError
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import (
+    Carry,
     LocalIterator,
     NotReady,
     Operator,
@@ -70,17 +71,19 @@ def _counted(
 
 
 class SendDeferredWeights:
-    """Before a round of sample requests: the weights a learner deferred go out once
-    (counted as a weight broadcast)."""
+    """Before a round of sample requests: the weights a learner deferred, put once, for
+    every worker's next request to carry (counted as a weight broadcast)."""
 
     def __init__(self, workers: WorkerSet) -> None:
         self._workers = workers
 
-    def __call__(self, ctx: PlanContext) -> None:
+    def __call__(self, ctx: PlanContext) -> Carry | None:
         with ctx.span(SYNC):
-            sent = self._workers.flush_weights()
-        if sent:
-            ctx.counters[WEIGHT_BROADCASTS] += 1
+            ref = self._workers.take_deferred_weights()
+        if ref is None:
+            return None
+        ctx.counters[WEIGHT_BROADCASTS] += 1
+        return Carry("set_weights", ref)
 
 
 def ParallelRollouts(
@@ -148,27 +151,20 @@ class Aggregator(ParallelIteratorWorker):
         self._workers = list(workers)
         self._min_batch_size, self._num_async = min_batch_size, num_async
         self._request_timeout_s = request_timeout_s
-        self._version, self._ref = 0, None  # the weights to forward, put once
-        self._has: dict[Any, int] = {}  # worker -> the version it was sent
+        self._carry: Carry | None = None  # the newest weights to forward, put once
         super().__init__(self._batches)
 
     def set_weights(self, weights: Any) -> None:
-        """New weights: each worker gets them before its next request."""
+        """New weights: each worker's next request carries them."""
         import ray
 
-        self._version, self._ref = self._version + 1, ray.put(weights)
-
-    def _forward_weights(self, ctx: PlanContext) -> None:
-        worker = ctx.current_actor  # the one about to get its next request
-        if worker is not None and self._ref is not None and self._has.get(worker) != self._version:
-            worker.set_weights.remote(self._ref)
-            self._has[worker] = self._version
+        self._carry = Carry("set_weights", ray.put(weights))
 
     def _batches(self) -> Iterator[MultiAgentBatch]:
         fragments = ParallelIterator.from_actors(
             self._workers,
             name="RolloutWorker",
-            before_requests=self._forward_weights,
+            before_requests=lambda ctx: self._carry,
             request_timeout_s=self._request_timeout_s,
         ).gather_async(num_async=self._num_async)
         return iter(fragments.combine(ConcatBatches(self._min_batch_size)))

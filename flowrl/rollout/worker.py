@@ -400,6 +400,14 @@ def _answers(actor: Any, timeout_s: float = 30) -> bool:
     return True
 
 
+def _wait_until_up(actors: list[Any]) -> None:
+    """Block until ``actors`` are constructed (env and policy built), so a request timeout
+    (``sample_timeout_s``) measures sampling, not a worker's start."""
+    import ray
+
+    ray.get([actor.ping.remote() for actor in actors])
+
+
 class WorkerSet:
     """One local worker (the learner, and the sampler when there are no remote workers)
     and ``num_workers`` remote ``RolloutWorker`` actors.
@@ -443,7 +451,7 @@ class WorkerSet:
             # first update to build
             if learner_cls is not None:
                 _ = self.local_worker.learner.optimizers
-            self._wait_until_up(self.remote_workers)
+            _wait_until_up(self.remote_workers)
             self.sync_weights()
         self._pending_metrics: dict[Any, Any] = {}
         self._kept: dict[str, Any] = {}
@@ -488,7 +496,7 @@ class WorkerSet:
         It works in short bursts, so it reserves no CPU: Ray places it even when the
         rollout workers hold every CPU."""
         actor = self._make_remote(self.config.num_workers + 1, num_cpus=0)
-        self._wait_until_up([actor])
+        _wait_until_up([actor])
         return actor
 
     def sync_weights(self, actors: list[Any] | None = None, *, weights_ref: Any = None) -> None:
@@ -514,8 +522,8 @@ class WorkerSet:
                 actor.set_env_steps_sampled.remote(steps)
 
     def defer_weight_sync(self) -> None:
-        """The local weights changed: send them to every remote worker, once, right before
-        the workers' next sample request (``flush_weights``). Updates that follow each
+        """The local weights changed: send them to every remote worker, once, with the
+        workers' next sample requests (``take_deferred_weights``). Updates that follow each
         other with no sampling in between (DQN's SGD steps in one round) cost one send.
 
         Examples:
@@ -524,14 +532,16 @@ class WorkerSet:
         """
         self._weights_deferred = bool(self.remote_workers)
 
-    def flush_weights(self) -> bool:
-        """Send the weights deferred by ``defer_weight_sync``, if any; returns whether
-        it sent them. ParallelRollouts and AsyncGradients call it before each round of
-        requests; call it yourself before sampling the remote workers directly."""
+    def take_deferred_weights(self) -> Any:
+        """The weights deferred by ``defer_weight_sync``, put in the object store, once
+        (None: none deferred): ParallelRollouts's requests carry them to the workers. To
+        sample the workers yourself, send them first: ``sync_weights(weights_ref=ref)``."""
         if not self._weights_deferred:
-            return False
-        self.sync_weights()
-        return True
+            return None
+        import ray
+
+        self._weights_deferred = False
+        return ray.put(self.local_worker.get_weights())
 
     def collect_metrics(
         self, timeout_s: float = 0.05
@@ -586,17 +596,9 @@ class WorkerSet:
             replaced.append(i + 1)
         if replaced:
             new = [self.remote_workers[i - 1] for i in replaced]
-            self._wait_until_up(new)
+            _wait_until_up(new)
             self.sync_weights(new)
         return replaced
-
-    @staticmethod
-    def _wait_until_up(actors: list[Any]) -> None:
-        """Block until ``actors`` are constructed (env and policy built), so a request
-        timeout (``sample_timeout_s``) measures sampling, not a worker's start."""
-        import ray
-
-        ray.get([actor.ping.remote() for actor in actors])
 
     def revive_kept(self) -> dict[str, list[int]]:
         """What plans kept and can revive itself (``ReplayShards``)
