@@ -139,7 +139,7 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
         .gate(SamplingLead(config.training_intensity, lead=config.max_sampling_lead or None,
                            learning_starts=config.learning_starts))  # waits for a slow learner
         .for_each(StoreToReplayBuffer(shards, seed=config.seed))
-        .for_each(BroadcastWeights(workers, learner, min_env_steps=config.max_weight_sync_delay))
+        .for_each(BroadcastWeights(learner, min_env_steps=config.max_weight_sync_delay))
     )  # fmt: skip
     replay_op = (
         Replay(shards, batch_size=config.train_batch_size * config.batches_per_replay,

@@ -193,7 +193,7 @@ def enqueue_rollouts(
     else:
         rollouts = ParallelRollouts(workers, mode="async")
     rollouts = rollouts.for_each(
-        BroadcastWeights(workers, learner, broadcast_interval=config.broadcast_interval)
+        BroadcastWeights(learner, broadcast_interval=config.broadcast_interval)
     )
     if config.replay_proportion > 0:
         replay = MixInReplay(

@@ -132,52 +132,46 @@ def test_mix_in_replay_adds_the_proportion_on_average():
     assert [len(none(batch(2))) for _ in range(5)] == [1] * 5
 
 
-class FakeWorkers:
-    def __init__(self) -> None:
-        self.sent: list[tuple[object, object]] = []
-
-    def sync_weights(self, actors, *, weights_ref=None):
-        self.sent.extend((actor, weights_ref) for actor in actors)
-
-
 def broadcaster(**settings):
-    """A BroadcastWeights on a fake learner and workers, bound to a fresh context."""
-    learner, workers = LearnerThread(FakeWorker()), FakeWorkers()
-    op = BroadcastWeights(workers, learner, **settings)
+    """A BroadcastWeights on a fake learner, bound to a fresh context, and the (actor,
+    weights ref) pairs it sends with the actors' next requests."""
+    learner, sent = LearnerThread(FakeWorker()), []
+    op = BroadcastWeights(learner, **settings)
     ctx = PlanContext()
+    ctx.send_with_next_request = lambda actor, carry: sent.append((actor, carry.arg))
     op.bind(ctx)
-    return learner, workers, op, ctx
+    return learner, sent, op, ctx
 
 
 @pytest.mark.ray
 def test_broadcast_weights_every_interval_once_per_version(ray_session):
-    learner, workers, op, ctx = broadcaster(broadcast_interval=2)
+    learner, sent, op, ctx = broadcaster(broadcast_interval=2)
     a, b = "worker-a", "worker-b"
     for actor in (a, a, b, b):  # version 0: nothing has changed, nothing is sent
         ctx.current_actor = actor
         op(batch(1))
-    assert workers.sent == []
+    assert sent == []
     learner.version = 1
     for actor in (a, a, b, b, a, a):  # every 2nd item of an actor, once per version
         ctx.current_actor = actor
         op(batch(1))
-    assert [actor for actor, _ in workers.sent] == [a, b]
-    assert workers.sent[0][1] is workers.sent[1][1], "one ray.put serves every worker"
+    assert [actor for actor, _ in sent] == [a, b]
+    assert sent[0][1] is sent[1][1], "one ray.put serves every worker"
     assert ctx.counters[WEIGHT_BROADCASTS] == 2
 
 
 @pytest.mark.ray
 def test_broadcast_weights_waits_for_min_env_steps_of_the_worker(ray_session):
-    learner, workers, op, ctx = broadcaster(min_env_steps=100)
+    learner, sent, op, ctx = broadcaster(min_env_steps=100)
     sent_after = []
     for i in range(12):  # 30 env steps per item; a new version before every item
         learner.version = i + 1
         ctx.current_actor = "worker-a"
         op(batch(30))
-        sent_after.append(len(workers.sent))
+        sent_after.append(len(sent))
     # sent once 100 steps have passed since the last push: after items 4, 8, 12
     assert sent_after == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
-    assert len({id(ref) for _, ref in workers.sent}) == 3, "one put per version sent"
+    assert len({id(ref) for _, ref in sent}) == 3, "one put per version sent"
 
 
 def test_impala_learner_thread_stops_with_the_algorithm_and_errors_surface(monkeypatch):

@@ -132,6 +132,27 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("mode", ["bulk_sync", "async"])
+def test_fragments_bring_their_workers_reports_and_nobody_is_asked(ray_session, mode):
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=64)
+    workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+    try:
+        rollouts = ParallelRollouts(workers, mode=mode)
+        batches = rollouts.take(4)
+        assert all(b.reports == () for b in batches), "taken off where they arrive"
+        reported = set(workers.reports.reported)  # async: in completion order, maybe one
+        assert reported == {1, 2} if mode == "bulk_sync" else reported in ({1}, {2}, {1, 2})
+        episodes, _ = workers.collect_metrics(timeout_s=30)
+        if mode == "bulk_sync":
+            assert not workers.reports.pending, "a worker that reported is not asked"
+        # untrained CartPole episodes are short: many ended in the env steps sampled
+        assert 0 < sum(ep.length for ep in episodes) <= sum(len(b) for b in batches)
+        rollouts.close()
+    finally:
+        workers.stop()
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 def test_aggregated_rollouts_concatenate_off_the_plan_and_pass_the_weights_on(ray_session):
     ray = ray_session

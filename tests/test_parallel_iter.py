@@ -83,6 +83,18 @@ def test_a_carry_goes_with_each_actors_next_request_once(ray_session, gather):
     assert ray.get([actor.weight_loads.remote() for actor in actors]) == [1, 1]
 
 
+def test_the_plan_sends_a_call_with_the_current_actors_next_request(ray_session):
+    ray = ray_session
+    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
+    it = ParallelIterator.from_actors(actors).for_each(WithWeights()).gather_async()
+    first, *_ = next(it)
+    sender = it.context.current_actor
+    it.context.send_with_next_request(sender, Carry("set_weights", 5))
+    seen = {name: weights for name, _, weights in it.take(5)}  # each sends its other two
+    assert seen[first] == 5 and seen[({"a", "b"} - {first}).pop()] == 0
+    assert ray.get(sender.weight_loads.remote()) == 1
+
+
 class Counter(ParallelIteratorWorker):
     """Endless items, each after ``delay`` seconds; counts the items it has finished."""
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowrl.core.sample_batch import ArrayPool, Fragment, SampleBatch
+from flowrl.core.sample_batch import ArrayPool, Fragment, MultiAgentBatch, SampleBatch
 
 sizes = st.lists(st.integers(0, 30), min_size=1, max_size=5)
 
@@ -109,3 +109,12 @@ def test_concat_into_a_pool_reuses_the_memory_of_a_dropped_batch_only():
     del again
     assert SampleBatch.concat(parts[1:] * 2, pool=pool)["obs"].ctypes.data == address
     assert kept["obs"][:, 0].tolist() == [3, 3, 3, 2, 2]
+
+
+def test_concat_keeps_what_every_batch_reports_in_order():
+    def batch(*reports):
+        return MultiAgentBatch({"p": SampleBatch(obs=np.zeros((2, 1)))}, 2, reports=reports)
+
+    both = MultiAgentBatch.concat([batch("worker 1"), batch(), batch("worker 2", "again")])
+    assert both.reports == ("worker 1", "worker 2", "again") and len(both) == 6
+    assert pickle.loads(pickle.dumps(both)).reports == both.reports

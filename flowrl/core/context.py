@@ -102,6 +102,8 @@ class PlanContext:
     profiler: Any = None  # a flowrl.diagnostics.profiler.Profiler when the plan is profiled
     #: per name, the objects registered under it since the plan was built, in order
     registered: dict[str, list[Any]] = field(default_factory=dict)
+    #: per actor, the call its next request carries (``send_with_next_request``)
+    carries: dict[Any, Any] = field(default_factory=dict)
 
     def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
         """Times a piece of work inside an operator as its own row of the profile (the
@@ -115,6 +117,12 @@ class PlanContext:
         if self.profiler is None:
             return contextlib.nullcontext()
         return self.profiler.span(label, role)
+
+    def send_with_next_request(self, actor: Any, carry: Any) -> None:
+        """Have ``actor`` (``current_actor``, say) make the call ``carry`` holds (a
+        ``flowrl.core.iter.Carry``) before its next item: the gather that asks it sends
+        it with that request instead of in a Ray call of its own."""
+        self.carries[actor] = carry
 
     def on_close(self, fn: Callable[[], Any]) -> None:
         """Call ``fn`` when the plan closes, whether or not the operator that started
@@ -131,6 +139,7 @@ class PlanContext:
         its operators registering their state anew)."""
         closers, self.closers = self.closers, []
         self.registered.clear()
+        self.carries.clear()
         for fn in closers:
             fn()
 

@@ -590,12 +590,14 @@ class _Carried:
         if isinstance(carry, Carry) and carry is not self.latest:
             self.latest, self.had = carry, set()
 
-    def take(self, actor: Any) -> Carry | None:
-        """What ``actor``'s next request carries: the latest ``Carry`` if it has not had it."""
-        if self.latest is None or actor in self.had:
+    def take(self, actor: Any, ctx: PlanContext) -> Carry | None:
+        """What ``actor``'s next request carries: the ``Carry`` the plan gave it
+        (``PlanContext.send_with_next_request``), else the latest if it has not had it."""
+        own = ctx.carries.pop(actor, None)
+        if own is None and (self.latest is None or actor in self.had):
             return None
         self.had.add(actor)
-        return self.latest
+        return own or self.latest
 
 
 class Requests:
@@ -709,11 +711,13 @@ class ParallelIterator(PlanNode, Generic[T]):
         op: Any = None,
         label: str | None = None,
         receives_from: Any = None,
+        actors_name: str = "",
     ) -> None:
         if not actors:
             raise ValueError("a ParallelIterator needs at least one actor")
         self.actors = list(actors)
         self.name = name
+        self.actors_name = actors_name or name  # before the transforms: what errors name
         self.transforms = transforms
         self.with_actor = with_actor
         self.before_requests = before_requests
@@ -777,6 +781,7 @@ class ParallelIterator(PlanNode, Generic[T]):
             parents=(self,),
             op=args[0] if args else None,
             label=f"{suffix} on the actors",
+            actors_name=self.actors_name,
         )
 
     def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
@@ -820,8 +825,8 @@ class ParallelIterator(PlanNode, Generic[T]):
             while True:
                 if refs is None:  # submitted only once the consumer asks for more
                     carried.refresh(ctx)
-                    requests = Requests(self.name, self.request_timeout_s)
-                    refs = [requests.send(a, carried.take(a)) for a in self.actors]
+                    requests = Requests(self.actors_name, self.request_timeout_s)
+                    refs = [requests.send(a, carried.take(a, ctx)) for a in self.actors]
                 if timeout is not None or self.request_timeout_s:
                     ready, _ = requests.wait(len(refs), timeout)
                     if len(ready) < len(refs):
@@ -866,16 +871,16 @@ class ParallelIterator(PlanNode, Generic[T]):
             self._start()
             carried = _Carried(self.before_requests)
             carried.refresh(ctx)
-            requests = Requests(self.name, self.request_timeout_s)
+            requests = Requests(self.actors_name, self.request_timeout_s)
             for actor in self.actors:
                 for _ in range(num_async):
-                    requests.send(actor, carried.take(actor))
+                    requests.send(actor, carried.take(actor, ctx))
             resubmit = None
             try:
                 while requests.pending or resubmit is not None:
                     if resubmit is not None:
                         carried.refresh(ctx)
-                        requests.send(resubmit, carried.take(resubmit))
+                        requests.send(resubmit, carried.take(resubmit, ctx))
                         resubmit = None
                     ready, _ = requests.wait(1, timeout)
                     if not ready:

@@ -148,11 +148,16 @@ class MultiAgentBatch:
         (8, 8, ['dqn'])
     """
 
-    __slots__ = ("env_steps", "policy_batches")
+    __slots__ = ("env_steps", "policy_batches", "reports")
 
-    def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int) -> None:
+    def __init__(
+        self, policy_batches: Mapping[str, SampleBatch], env_steps: int, reports: tuple = ()
+    ) -> None:
         self.policy_batches = dict(policy_batches)
         self.env_steps = int(env_steps)
+        #: what the workers that sampled these rows reported with them (episodes, metrics),
+        #: until the plan's source takes it off (``flowrl.ops.rollouts``)
+        self.reports = reports
 
     @property
     def policy_ids(self) -> list[str]:
@@ -191,7 +196,8 @@ class MultiAgentBatch:
             )
             for pid in ids
         }
-        return MultiAgentBatch(merged, sum(b.env_steps for b in batches))
+        reports = tuple(r for b in batches for r in b.reports)
+        return MultiAgentBatch(merged, sum(b.env_steps for b in batches), reports)
 
 
 class ArrayPool:

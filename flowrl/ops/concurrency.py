@@ -24,10 +24,9 @@ from flowrl.core.context import (
     PlanContext,
     TimerStat,
 )
-from flowrl.core.iter import LocalIterator, NotReady, Operator
+from flowrl.core.iter import Carry, LocalIterator, NotReady, Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import PolicyStats, scalar_stats
-from flowrl.rollout.worker import WorkerSet
 
 T = TypeVar("T")
 
@@ -289,16 +288,15 @@ class BroadcastWeights(Operator):
     from (``context.current_actor``), at most once every ``broadcast_interval`` of that
     worker's items and ``min_env_steps`` of its env steps (rows). One ``ray.put`` per
     learner version serves every worker; a worker that already has the current version
-    gets nothing. Sent before that worker's next sample request (see
-    ``ParallelIterator.gather_async``).
+    gets nothing. They go with that worker's next sample request
+    (``PlanContext.send_with_next_request``).
 
     Examples:
-        >>> rollouts.for_each(BroadcastWeights(workers, learner))  # doctest: +SKIP
+        >>> rollouts.for_each(BroadcastWeights(learner))  # doctest: +SKIP
     """
 
     def __init__(
         self,
-        workers: WorkerSet,
         learner: LearnerThread,
         *,
         broadcast_interval: int = 1,
@@ -309,7 +307,7 @@ class BroadcastWeights(Operator):
                 f"need broadcast_interval >= 1 and min_env_steps >= 0, got "
                 f"{broadcast_interval} and {min_env_steps}"
             )
-        self._workers, self._learner = workers, learner
+        self._learner = learner
         self.broadcast_interval, self.min_env_steps = broadcast_interval, min_env_steps
         self._ref: Any = None
         self._ref_version = -1
@@ -331,7 +329,7 @@ class BroadcastWeights(Operator):
                         import ray
 
                         self._ref_version, self._ref = latest, ray.put(weights)
-                    self._workers.sync_weights([actor], weights_ref=self._ref)
+                    self.context.send_with_next_request(actor, Carry("set_weights", self._ref))
                     self.context.counters[WEIGHT_BROADCASTS] += 1
                     version, items, steps = latest, 0, 0
         self._sent[actor] = (version, items, steps)

@@ -36,19 +36,25 @@ from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
-from flowrl.rollout.worker import WorkerSet
+from flowrl.rollout.worker import WithReport, WorkerSet
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
 
 
 def _counted(
-    source: Any, *, name: str, size: Callable[[Any], int], in_process: bool = False
+    source: Any,
+    *,
+    name: str,
+    size: Callable[[Any], int],
+    in_process: bool = False,
+    reports_to: WorkerSet | None = None,
 ) -> LocalIterator[Any]:
     """``source`` with the time spent waiting for each item and the env steps it holds
     recorded in the plan's context; a profile counts its time as sampling. An
     ``in_process`` item comes from no actor: ``context.current_actor`` is cleared for it
-    (another branch, such as replay from shard actors, may have set it)."""
+    (another branch, such as replay from shard actors, may have set it). The reports a
+    batch brings (``WithReport``) go to ``reports_to``'s ``WorkerReports``."""
 
     def build(ctx: PlanContext, timeout: float | None):
         it = source.build(ctx, timeout)
@@ -62,6 +68,9 @@ def _counted(
                 ctx.counters[STEPS_SAMPLED] += size(item)
                 if in_process:
                     ctx.current_actor = None
+                if reports_to is not None and item.reports:
+                    reports_to.reports.receive(item.reports)
+                    item.reports = ()
             yield item
 
     for it in walk(source):  # waiting for the actors and joining their fragments is sampling
@@ -121,11 +130,13 @@ def ParallelRollouts(
     )
     if mode == "raw":
         return shards
+    reporting = shards.for_each(WithReport())
+    reporting.hidden = True  # part of the source, as the requests' weights are
     if mode == "bulk_sync":
-        source = shards.batch_across_shards().for_each(ConcatRound())
+        source = reporting.batch_across_shards().for_each(ConcatRound())
     else:
-        source = shards.gather_async(num_async=num_async)
-    return _counted(source, name=f"ParallelRollouts({mode})", size=len)
+        source = reporting.gather_async(num_async=num_async)
+    return _counted(source, name=f"ParallelRollouts({mode})", size=len, reports_to=workers)
 
 
 class Aggregator(ParallelIteratorWorker):
@@ -166,7 +177,8 @@ class Aggregator(ParallelIteratorWorker):
             name="RolloutWorker",
             before_requests=lambda ctx: self._carry,
             request_timeout_s=self._request_timeout_s,
-        ).gather_async(num_async=self._num_async)
+        )
+        fragments = fragments.for_each(WithReport()).gather_async(num_async=self._num_async)
         return iter(fragments.combine(ConcatBatches(self._min_batch_size)))
 
 
@@ -184,7 +196,7 @@ def AggregatedRollouts(
     Examples:
         >>> AggregatedRollouts(  # doctest: +SKIP
         ...     workers, num_aggregators=2, min_batch_size=500
-        ... ).for_each(BroadcastWeights(workers, learner))
+        ... ).for_each(BroadcastWeights(learner))
     """
     import ray
 
@@ -208,6 +220,7 @@ def AggregatedRollouts(
         shards.gather_async(num_async=1),  # new weights reach an aggregator before its next batch
         name=f"AggregatedRollouts({n} aggregator{'s' * (n > 1)}, {len(remote)} workers)",
         size=len,
+        reports_to=workers,
     )
 
 

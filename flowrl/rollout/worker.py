@@ -37,7 +37,7 @@ import numpy as np
 from flowrl.core.callbacks import load_callbacks
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
-from flowrl.core.iter import ParallelIteratorWorker
+from flowrl.core.iter import Operator, ParallelIteratorWorker
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
 from flowrl.learning.multi import PolicyMap, PolicySpec, PolicyStats
@@ -198,6 +198,11 @@ class RolloutWorker(ParallelIteratorWorker):
         if self.config.profile:
             metrics = {**metrics, **self.busy_s}
         return episodes, metrics, unsent
+
+    def report(self) -> tuple[int, list[Episode], dict[str, float], dict[str, np.ndarray]]:
+        """``get_metrics`` after this worker's index: what a fragment carries to the
+        plan (``WorkerReports``)."""
+        return (self.worker_index, *self.get_metrics())
 
     def merge_statistics(self, unsent: dict[str, Any]) -> None:
         """Merge another worker's normalisation statistics (``get_metrics``) in."""
@@ -400,6 +405,66 @@ def _answers(actor: Any, timeout_s: float = 30) -> bool:
     return True
 
 
+class WorkerReports:
+    """What the remote workers report: the episodes they finished, their policies' acting
+    metrics and the normalisation statistics they added (``RolloutWorker.report``).
+
+    A fragment brings its worker's report where the plan's source asks for it
+    (``ParallelRollouts``): ``receive`` takes it, with no call of its own. ``collect``
+    asks the workers that sent none since the last collect (``get_metrics``); one that
+    is busy past ``timeout_s`` keeps its request pending and reports on a later call, so
+    nothing is lost and nobody waits for a long sample.
+    """
+
+    def __init__(self, local_worker: RolloutWorker) -> None:
+        self.local_worker = local_worker  # the learner's policies merge the statistics
+        self.pending: dict[Any, tuple[int, Any]] = {}  # actor -> (index, request)
+        self.episodes: list[Episode] = []
+        self.metrics: dict[int, dict[str, float]] = {}
+        self.reported: set[int] = set()
+
+    def receive(self, reports: Sequence[tuple]) -> None:
+        """Reports that came with fragments: ``(worker index, episodes, metrics, unsent)``."""
+        for index, episodes, metrics, unsent in reports:
+            if unsent:
+                self.local_worker.merge_statistics(unsent)
+            self.episodes.extend(episodes)
+            if metrics:
+                self.metrics[index] = metrics
+            self.reported.add(index)
+
+    def collect(
+        self, actors: Sequence[Any], timeout_s: float
+    ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
+        """Everything reported since the last call, asking ``actors`` (worker ``i + 1`` at
+        ``i``) that reported nothing meanwhile."""
+        import ray
+
+        for index, actor in enumerate(actors, start=1):
+            if index not in self.reported and actor not in self.pending:
+                self.pending[actor] = (index, actor.get_metrics.remote())
+        refs = [ref for _, ref in self.pending.values()]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=timeout_s)[0] if refs else [])
+        for actor, (index, ref) in list(self.pending.items()):
+            if ref in ready:
+                self.receive([(index, *ray.get(ref))])
+                del self.pending[actor]
+        taken = self.episodes, self.metrics
+        self.episodes, self.metrics, self.reported = [], {}, set()
+        return taken
+
+
+class WithReport(Operator):
+    """On a rollout worker: its batch carries what the worker reports (its episodes,
+    acting metrics and normalisation statistics: ``RolloutWorker.report``) to the plan,
+    which takes it off where the batch arrives (``WorkerReports.receive``), instead of
+    asking for it in a Ray call of its own."""
+
+    def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        batch.reports = (*batch.reports, self.context.worker.report())
+        return batch
+
+
 def _wait_until_up(actors: list[Any]) -> None:
     """Block until ``actors`` are constructed (env and policy built), so a request timeout
     (``sample_timeout_s``) measures sampling, not a worker's start."""
@@ -453,7 +518,8 @@ class WorkerSet:
                 _ = self.local_worker.learner.optimizers
             _wait_until_up(self.remote_workers)
             self.sync_weights()
-        self._pending_metrics: dict[Any, Any] = {}
+        #: what the remote workers report, with their fragments or when asked
+        self.reports = WorkerReports(self.local_worker)
         self._kept: dict[str, Any] = {}
         self._weights_deferred = False
 
@@ -547,34 +613,16 @@ class WorkerSet:
         self, timeout_s: float = 0.05
     ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
         """Episodes finished on all workers since the last call, and each sampling
-        worker's policy metrics by worker index (those that answered in time).
+        worker's policy metrics by worker index (``WorkerReports``).
 
-        A remote worker that is busy past ``timeout_s`` keeps its request pending and
-        reports on a later call, so nothing is lost and nobody waits for a long sample.
+        Examples:
+            >>> episodes, by_worker = workers.collect_metrics()
         """
         episodes, local_metrics, _ = self.local_worker.get_metrics()  # its own statistics
         if not self.remote_workers:  # the local worker samples
             return episodes, {0: local_metrics} if local_metrics else {}
-        import ray
-
-        for actor in self.remote_workers:
-            if actor not in self._pending_metrics:
-                self._pending_metrics[actor] = actor.get_metrics.remote()
-        refs = list(self._pending_metrics.values())
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        ready_set = set(ready)
-        by_worker = {}
-        for index, actor in enumerate(self.remote_workers, start=1):
-            ref = self._pending_metrics.get(actor)
-            if ref in ready_set:
-                new, metrics, unsent = ray.get(ref)
-                if unsent:
-                    self.local_worker.merge_statistics(unsent)
-                episodes.extend(new)
-                if metrics:
-                    by_worker[index] = metrics
-                del self._pending_metrics[actor]
-        return episodes, by_worker
+        remote, by_worker = self.reports.collect(self.remote_workers, timeout_s)
+        return episodes + remote, by_worker
 
     def recreate_failed_workers(self, broken: Sequence[int] = ()) -> list[int]:
         """Replace remote workers that no longer answer, and those of the indexes in
@@ -591,7 +639,7 @@ class WorkerSet:
             elif _answers(actor):
                 continue
             logger.warning("rollout worker %d failed; starting a new one", i + 1)
-            self._pending_metrics.pop(actor, None)
+            self.reports.pending.pop(actor, None)
             self.remote_workers[i] = self._make_remote(i + 1)
             replaced.append(i + 1)
         if replaced:
