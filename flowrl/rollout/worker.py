@@ -200,14 +200,8 @@ class RolloutWorker(ParallelIteratorWorker):
         return episodes, metrics, unsent
 
     def report(self) -> tuple[int, list[Episode], dict[str, float], dict[str, np.ndarray]]:
-        """``get_metrics`` after this worker's index: what a fragment carries to the
-        plan (``WorkerReports``)."""
+        """``(worker index, *get_metrics())``: what the plan takes in (``WorkerReports``)."""
         return (self.worker_index, *self.get_metrics())
-
-    def merge_statistics(self, unsent: dict[str, Any]) -> None:
-        """Merge another worker's normalisation statistics (``get_metrics``) in."""
-        with self.lock:
-            self.policies.merge(unsent)
 
     # -- learning (used on the local worker, and by remote gradient workers) -------------
     @cached_property
@@ -411,23 +405,24 @@ class WorkerReports:
 
     A fragment brings its worker's report where the plan's source asks for it
     (``ParallelRollouts``): ``receive`` takes it, with no call of its own. ``collect``
-    asks the workers that sent none since the last collect (``get_metrics``); one that
-    is busy past ``timeout_s`` keeps its request pending and reports on a later call, so
-    nothing is lost and nobody waits for a long sample.
+    asks the workers that sent none since the last collect; one that is busy past
+    ``timeout_s`` keeps its request pending and reports on a later call, so nothing is
+    lost and nobody waits for a long sample.
     """
 
     def __init__(self, local_worker: RolloutWorker) -> None:
         self.local_worker = local_worker  # the learner's policies merge the statistics
-        self.pending: dict[Any, tuple[int, Any]] = {}  # actor -> (index, request)
+        self.pending: dict[Any, Any] = {}  # actor -> its report's request
         self.episodes: list[Episode] = []
         self.metrics: dict[int, dict[str, float]] = {}
         self.reported: set[int] = set()
 
     def receive(self, reports: Sequence[tuple]) -> None:
-        """Reports that came with fragments: ``(worker index, episodes, metrics, unsent)``."""
+        """Reports ``(worker index, episodes, metrics, unsent)``, however they came."""
         for index, episodes, metrics, unsent in reports:
             if unsent:
-                self.local_worker.merge_statistics(unsent)
+                with self.local_worker.lock:  # a checkpoint reads whole updates
+                    self.local_worker.policies.merge(unsent)
             self.episodes.extend(episodes)
             if metrics:
                 self.metrics[index] = metrics
@@ -442,12 +437,12 @@ class WorkerReports:
 
         for index, actor in enumerate(actors, start=1):
             if index not in self.reported and actor not in self.pending:
-                self.pending[actor] = (index, actor.get_metrics.remote())
-        refs = [ref for _, ref in self.pending.values()]
+                self.pending[actor] = actor.report.remote()
+        refs = list(self.pending.values())
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=timeout_s)[0] if refs else [])
-        for actor, (index, ref) in list(self.pending.items()):
+        for actor, ref in list(self.pending.items()):
             if ref in ready:
-                self.receive([(index, *ray.get(ref))])
+                self.receive([ray.get(ref)])
                 del self.pending[actor]
         taken = self.episodes, self.metrics
         self.episodes, self.metrics, self.reported = [], {}, set()
