@@ -611,7 +611,7 @@ class WorkerSet:
         worker's policy metrics by worker index (``WorkerReports``).
 
         Examples:
-            >>> episodes, by_worker = workers.collect_metrics()
+            >>> episodes, by_worker = workers.collect_metrics()  # doctest: +SKIP
         """
         episodes, local_metrics, _ = self.local_worker.get_metrics()  # its own statistics
         if not self.remote_workers:  # the local worker samples
