@@ -159,8 +159,10 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
             name = f"{run.algo}_{run.env}_{run.variant}_s{seed}".replace("/", "-").replace(":", "-")
             out = RUNS / part / name.replace(" ", "-").replace(",", "")
             every = CHECKPOINT_EVERY.get(run.algo, 0) if run.budget > LONG else 0
-            row = train_cli(run.algo, run.env, seed, run.budget, out, [*run.args, *more],
-                            checkpoint_every=every)  # fmt: skip
+            args = [*run.args, *more]
+            if every and run.algo == "dqn":  # a run taken up again needs its replay back
+                args += ["--set", "store_buffer_in_checkpoints=true"]
+            row = train_cli(run.algo, run.env, seed, run.budget, out, args, checkpoint_every=every)
             if row.get("stopped_by") == "interrupted":  # Ctrl-C: the next call goes on
                 raise SystemExit(f"stopped; {out} goes on from its last checkpoint next time")
             row.update(variant=run.variant, budget=run.budget, published=run.published,
