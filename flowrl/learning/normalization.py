@@ -10,9 +10,9 @@ results stay the env's own.
 The statistics live in the policy's ``Normalizer``, so they travel with its weights
 (``get_weights``), are saved in checkpoints and applied when
 evaluating. Each rollout worker adds what it samples to its own copy and keeps the same
-additions apart (``unsent``); ``collect_metrics`` takes them
-from every worker once per iteration and merges them into the learner's copy, which the next
-weights carry back. Statistics are frozen while a fragment is sampled and updated at its end.
+additions apart (``unsent``); its fragments bring them to the plan, which merges them into
+the learner's copy (``WorkerReports``: a worker whose fragments bring none is asked once per
+iteration), and the next weights carry them back. Statistics are frozen while a fragment is sampled and updated at its end.
 
 Examples:
     >>> rms = RunningMeanStd(())
