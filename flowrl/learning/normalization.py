@@ -12,7 +12,8 @@ The statistics live in the policy's ``Normalizer``, so they travel with its weig
 evaluating. Each rollout worker adds what it samples to its own copy and keeps the same
 additions apart (``unsent``); its fragments bring them to the plan, which merges them into
 the learner's copy (``WorkerReports``: a worker whose fragments bring none is asked once per
-iteration), and the next weights carry them back. Statistics are frozen while a fragment is sampled and updated at its end.
+iteration), and the next weights carry them back. Statistics are frozen while a fragment is
+sampled and updated at its end.
 
 Examples:
     >>> rms = RunningMeanStd(())
