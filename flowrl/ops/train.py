@@ -20,7 +20,7 @@ from flowrl.core.context import (
     SYNC,
     PlanContext,
 )
-from flowrl.core.iter import Operator
+from flowrl.core.iter import Carry, Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import POLICY_PREFIX, Learners, PolicyStats, scalar_stats
 from flowrl.ops.rollouts import Gradients
@@ -79,7 +79,7 @@ class TrainOneStep(Operator):
 class ApplyGradients(Operator):
     """Applies a ``(gradients, info)`` item on the local worker; the new weights go to all
     remote workers before they next sample (``update_all``, as in ``TrainOneStep``),
-    or at once to the worker the gradient came from.
+    or with the next request of the worker the gradient came from.
 
     Examples:
         >>> grads = AsyncGradients(workers)  # doctest: +SKIP
@@ -100,9 +100,12 @@ class ApplyGradients(Operator):
         self.context.info[LEARNER_INFO] = info
         if self.update_all:
             self._workers.defer_weight_sync()
-        elif self.context.current_actor is not None:
+        elif (actor := self.context.current_actor) is not None:
+            import ray
+
             with self.context.span(SYNC):
-                self._workers.sync_weights([self.context.current_actor])
+                ref = ray.put(self._workers.local_worker.get_weights())
+            self.context.send_with_next_request(actor, Carry("set_weights", ref))
         return info
 
 
