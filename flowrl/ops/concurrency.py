@@ -24,9 +24,10 @@ from flowrl.core.context import (
     PlanContext,
     TimerStat,
 )
-from flowrl.core.iter import Carry, LocalIterator, NotReady, Operator
+from flowrl.core.iter import LocalIterator, NotReady, Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import PolicyStats, scalar_stats
+from flowrl.rollout.worker import weights_carry
 
 T = TypeVar("T")
 
@@ -329,7 +330,7 @@ class BroadcastWeights(Operator):
                         import ray
 
                         self._ref_version, self._ref = latest, ray.put(weights)
-                    self.context.send_with_next_request(actor, Carry("set_weights", self._ref))
+                    self.context.send_with_next_request(actor, weights_carry(self._ref))
                     self.context.counters[WEIGHT_BROADCASTS] += 1
                     version, items, steps = latest, 0, 0
         self._sent[actor] = (version, items, steps)

@@ -36,7 +36,7 @@ from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
-from flowrl.rollout.worker import WithReport, WorkerSet
+from flowrl.rollout.worker import WithReport, WorkerSet, weights_carry
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
@@ -92,7 +92,7 @@ class SendDeferredWeights:
         if ref is None:
             return None
         ctx.counters[WEIGHT_BROADCASTS] += 1
-        return Carry("set_weights", ref)
+        return weights_carry(ref)
 
 
 def ParallelRollouts(
@@ -169,7 +169,7 @@ class Aggregator(ParallelIteratorWorker):
         """New weights: each worker's next request carries them."""
         import ray
 
-        self._carry = Carry("set_weights", ray.put(weights))
+        self._carry = weights_carry(ray.put(weights))
 
     def _batches(self) -> Iterator[MultiAgentBatch]:
         fragments = ParallelIterator.from_actors(

@@ -20,11 +20,11 @@ from flowrl.core.context import (
     SYNC,
     PlanContext,
 )
-from flowrl.core.iter import Carry, Operator
+from flowrl.core.iter import Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import POLICY_PREFIX, Learners, PolicyStats, scalar_stats
 from flowrl.ops.rollouts import Gradients
-from flowrl.rollout.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet, weights_carry
 
 
 def steps_trained(policy_id: str) -> str:
@@ -105,7 +105,7 @@ class ApplyGradients(Operator):
 
             with self.context.span(SYNC):
                 ref = ray.put(self._workers.local_worker.get_weights())
-            self.context.send_with_next_request(actor, Carry("set_weights", ref))
+            self.context.send_with_next_request(actor, weights_carry(ref))
         return info
 
 

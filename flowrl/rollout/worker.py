@@ -37,7 +37,7 @@ import numpy as np
 from flowrl.core.callbacks import load_callbacks
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
-from flowrl.core.iter import Operator, ParallelIteratorWorker
+from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
 from flowrl.learning.multi import PolicyMap, PolicySpec, PolicyStats
@@ -458,6 +458,12 @@ class WithReport(Operator):
     def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
         batch.reports = (*batch.reports, self.context.worker.report())
         return batch
+
+
+def weights_carry(ref: Any) -> Carry:
+    """Weights put in the object store (``ref``), for a rollout worker's next request to
+    carry: it loads them (``set_weights``) before it samples."""
+    return Carry("set_weights", ref)
 
 
 def _wait_until_up(actors: list[Any]) -> None:
