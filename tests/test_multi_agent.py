@@ -355,7 +355,7 @@ def test_a_turn_based_game_credits_each_agent_s_last_move_with_what_followed_it(
     # a lane's last move waits for what follows it: player_1's opens the next fragment,
     # whose last moves (player_2's, then player_1's) wait in turn
     following = sampler.sample(2)["shared"]
-    assert following.valid.tolist() == [[True, False]] and lanes.illegal_moves == 0
+    assert following.valid.tolist() == [[True, False]] and lanes.illegal_moves == {"shared": 0}
 
 
 @pytest.mark.slow
@@ -363,14 +363,14 @@ def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_
     from pettingzoo.classic import tictactoe_v3
 
     from flowrl import Algorithm
-    from flowrl.rollout.turns import match, policy_player, random_player
+    from flowrl.ops.selfplay import RandomMoves, match
 
     algo = Algorithm("ppo", env=TICTACTOE, num_workers=0, seed=0)  # one policy, both seats
     try:
         while (result := algo.train())["env_steps_sampled"] < 30_000:
             pass
         policy = algo.workers.local_worker.policies["shared"]
-        rates = match(tictactoe_v3.env, policy_player(policy), random_player(0), games=1000)
+        rates = match(tictactoe_v3.env, policy, RandomMoves(0), games=1000)
     finally:
         algo.stop()
     assert result["worker_0/illegal_moves"] == 0 and rates["illegal_moves"] == 0

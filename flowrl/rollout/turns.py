@@ -30,12 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import OBS, RAW_OBS, REWARDS, TERMINATEDS, TRUNCATEDS
-from flowrl.learning.acting import inference_mode
-from flowrl.learning.spaces import ACTION_MASK, RecordLayout, is_composite
+from flowrl.learning.spaces import ACTION_MASK
 from flowrl.rollout.envs import step_env
-from flowrl.rollout.episodes import write_video
 from flowrl.rollout.multi_agent import Lanes, lane_action
 
 
@@ -43,8 +40,8 @@ class TurnLanes(Lanes):
     """``num_envs`` copies of an AEC game, each agent of each copy a lane of the policy
     ``policy_of(agent, copy)`` names, stepped by ``Sampler`` one move of every copy at a
     time: ``active`` lanes move, ``present`` ones write a row (the movers, and the seats
-    of a game that ended, which reset). ``illegal_moves`` counts moves an action mask
-    forbade."""
+    of a game that ended, which reset). ``illegal_moves`` counts, by policy, the moves an
+    action mask forbade."""
 
     in_turns = True  # a lane's rows are its own turns (``TurnRows``)
 
@@ -52,7 +49,7 @@ class TurnLanes(Lanes):
         super().__init__(make_env, **lanes)
         self.present = {pid: active.copy() for pid, active in self.active.items()}
         self._mover: list[tuple[str, int]] = [("", 0)] * self.num_envs
-        self.illegal_moves = 0
+        self.illegal_moves = dict.fromkeys(self.policy_ids, 0)
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
         """Start every copy (copy ``i`` seeded ``seed + i``); each policy's observations."""
@@ -92,7 +89,7 @@ class TurnLanes(Lanes):
     def _check_move(self, pid: str, lane: int, move: Any) -> None:
         obs = self.obs[pid][lane]
         if obs.dtype.names and ACTION_MASK in obs.dtype.names and np.ndim(move) == 0:
-            self.illegal_moves += not obs[ACTION_MASK].reshape(-1)[int(move)]
+            self.illegal_moves[pid] += not obs[ACTION_MASK].reshape(-1)[int(move)]
 
     def _settle(self, copy: int, rewards: dict, terminated: dict, truncated: dict) -> None:
         """Play copy ``copy`` up to its next move: each agent selected on the way is given
@@ -184,112 +181,3 @@ class TurnRows:
         valid = np.zeros((length, n), bool)
         valid[dst, lane] = self.valid[src, lane]
         return cols, valid, last_obs
-
-
-Player = Callable[[Any], Any]  # an agent's observation -> its move
-
-
-def random_player(seed: int = 0) -> Player:
-    """A player that moves uniformly at random among the legal moves (all of them when
-    the observation has no ``action_mask``)."""
-    rng = np.random.default_rng(seed)
-
-    def move(obs: Any) -> int:
-        mask = obs.get("action_mask") if isinstance(obs, dict) else None
-        if mask is None:
-            raise ConfigError("random_player needs observations with an action_mask")
-        return int(rng.choice(np.flatnonzero(mask)))
-
-    return move
-
-
-def policy_player(policy: Any, *, explore: bool = False) -> Player:
-    """A player moved by ``policy`` (greedy unless ``explore``)."""
-    space = policy.observation_space
-    layout = RecordLayout(space) if is_composite(space) else None
-
-    def move(obs: Any) -> Any:
-        batch = np.asarray(obs)[None] if layout is None else layout.pack_one(obs)
-        return lane_action(policy.act(batch, explore=explore).env_actions, 0)
-
-    return move
-
-
-def play_games(
-    make_env: Callable[[], Any],
-    players: dict[str, Player],
-    games: int,
-    *,
-    seed: int = 0,
-    video_dir: str | None = None,
-) -> list[dict[str, Any]]:
-    """``games`` games of a turn-based env, each agent moved by its player; each game's
-    returns by agent, ``illegal`` moves (a mask forbade them) by agent, and its moves.
-    With ``video_dir`` (``make_env`` rendering ``rgb_array`` frames), each game is written
-    there as ``eval-episode-{i}.mp4``."""
-    env, results = make_env(), []
-    with inference_mode():
-        for game in range(games):
-            env.reset(seed=seed + game)
-            frames = [env.render()] if video_dir else None
-            returns = dict.fromkeys(env.agents, 0.0)
-            illegal, moves = dict.fromkeys(env.agents, 0), 0
-            for agent in env.agent_iter():
-                obs, reward, terminated, truncated, _ = env.last()
-                returns[agent] += float(reward)
-                if terminated or truncated:
-                    env.step(None)
-                    continue
-                move = players[agent](obs)
-                mask = obs.get("action_mask") if isinstance(obs, dict) else None
-                if mask is not None and not mask[int(move)]:
-                    illegal[agent] += 1
-                env.step(move)
-                moves += 1
-                if frames is not None:
-                    frames.append(env.render())
-            if frames is not None:
-                write_video(frames, video_dir, game, env.metadata.get("render_fps", 1))
-            results.append({"returns": returns, "illegal": illegal, "moves": moves})
-    env.close()
-    return results
-
-
-def match(
-    make_env: Callable[[], Any], player: Player, opponent: Player, games: int, *, seed: int = 0
-) -> dict[str, float]:
-    """``player`` against ``opponent`` for ``games`` games in each seat of a two-player
-    game: its win, draw and loss rates over all of them, its rate of wins or draws in
-    each seat (``win_or_draw_as_<agent>``), and its illegal moves.
-
-    Examples:
-        >>> from pettingzoo.classic import tictactoe_v3
-        >>> rates = match(tictactoe_v3.env, random_player(1), random_player(2), games=50)
-        >>> round(rates["win"] + rates["draw"] + rates["loss"], 6), rates["illegal_moves"]
-        (1.0, 0)
-        >>> rates["win_or_draw_as_player_1"] > rates["win_or_draw_as_player_2"]  # moves first
-        True
-    """
-    env = make_env()
-    agents = list(env.possible_agents)
-    env.close()
-    if len(agents) != 2:
-        raise ConfigError(f"match needs a two-player game, got agents {agents}")
-    outcomes, illegal, by_seat = [], 0, {}
-    for seat, agent in enumerate(agents):
-        other = agents[1 - seat]
-        players = {agent: player, other: opponent}
-        signs = []
-        for game in play_games(make_env, players, games, seed=seed + seat * games):
-            signs.append(np.sign(game["returns"][agent] - game["returns"][other]))
-            illegal += game["illegal"][agent]
-        by_seat[f"win_or_draw_as_{agent}"] = float((np.array(signs) >= 0).mean())
-        outcomes += signs
-    outcomes = np.array(outcomes)
-    return {
-        "win": float((outcomes > 0).mean()),
-        "draw": float((outcomes == 0).mean()),
-        "loss": float((outcomes < 0).mean()),
-        **by_seat,
-        "illegal_moves": illegal,
-    }

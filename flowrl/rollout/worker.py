@@ -194,7 +194,7 @@ class RolloutWorker(ParallelIteratorWorker):
         unsent = self.policies.take_unsent()
         metrics = self.policies.metrics()
         if hasattr(self.env, "illegal_moves"):  # a turn-based game's, so far
-            metrics = {**metrics, "illegal_moves": self.env.illegal_moves}
+            metrics = {**metrics, "illegal_moves": sum(self.env.illegal_moves.values())}
         if self.config.profile:
             metrics = {**metrics, **self.busy_s}
         return episodes, metrics, unsent
