@@ -106,10 +106,10 @@ class RolloutWorker(ParallelIteratorWorker):
         self.policy_specs = dict(policy_specs or {})
         #: the config's Callbacks, this worker's own instance (None: no callbacks)
         self.callbacks = load_callbacks(config.callbacks)
-        make_agent_env = agent_env_maker(config.env, config.env_config)
         #: the env as lanes, and a policy for each policy id of them (``SINGLE`` alone for
         #: a single-agent env)
-        self.env = self._lanes(make_agent_env, seed, threads)
+        self.env = make_lanes(config, config.num_envs_per_worker, seed=seed, threads=threads,
+                              callbacks=self.callbacks, worker_index=worker_index)  # fmt: skip
         self.policies = PolicyMap()
         for pid in self.env.policy_ids:
             spec = self.policy_spec(pid)
@@ -124,18 +124,6 @@ class RolloutWorker(ParallelIteratorWorker):
         self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where, writer=writer)
         if worker_index > 0:  # what a remote worker started with lives as long as it does
             freeze_start_up()
-
-    def _lanes(self, make_agent_env: Callable[[], Any] | None, seed: int, threads: int) -> Any:
-        """The config's env as lanes: a vector env's (one policy), or a multi-agent env's
-        copies (a Parallel env's or a turn-based game's), each agent mapped to a policy."""
-        cfg, hooks = self.config, {"callbacks": self.callbacks, "worker_index": self.worker_index}
-        if make_agent_env is None:
-            env = make_vector_env(cfg.env, num_envs=cfg.num_envs_per_worker, seed=seed,
-                                  num_threads=threads, env_config=cfg.env_config)  # fmt: skip
-            return VectorLanes(env, **hooks)
-        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-        kind = TurnLanes if make_agent_env.turn_based else AgentLanes
-        return kind(make_agent_env, num_envs=cfg.num_envs_per_worker, policy_of=policy_of, **hooks)
 
     @property
     def policy(self) -> BasePolicy:
@@ -291,6 +279,33 @@ class RolloutWorker(ParallelIteratorWorker):
         self.env.close()
 
 
+def make_lanes(
+    cfg: Config,
+    copies: int,
+    *,
+    seed: int,
+    threads: int = 0,
+    video_dir: str | None = None,
+    **hooks: Any,
+) -> Any:
+    """``cfg``'s env as lanes of ``copies`` envs: a vector env's (one policy; with
+    ``video_dir``, one env recording its episodes there), or a multi-agent env's copies (a
+    Parallel env's or a turn-based game's), each agent mapped to a policy. ``hooks``:
+    ``callbacks`` and ``worker_index`` for the episode hooks."""
+    make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
+    if make_agent_env is not None:
+        policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
+        kind = TurnLanes if make_agent_env.turn_based else AgentLanes
+        return kind(make_agent_env, num_envs=copies, policy_of=policy_of, **hooks)
+    if video_dir:  # one env: its episodes are written one at a time
+        env = make_recording_env(cfg.env, video_dir=video_dir, seed=seed,
+                                 env_config=cfg.env_config)  # fmt: skip
+    else:
+        env = make_vector_env(cfg.env, num_envs=copies, seed=seed, num_threads=threads,
+                              env_config=cfg.env_config)  # fmt: skip
+    return VectorLanes(env, **hooks)
+
+
 def evaluate_policies(
     cfg: Config,
     policies: PolicyMap,
@@ -304,26 +319,15 @@ def evaluate_policies(
     """Exactly ``episodes`` episodes of ``policies`` on fresh envs of ``cfg``'s env (a
     multi-agent env's copies with every policy acting as mapped); with ``video_dir``, one
     env whose episodes are written there."""
-    make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
     with contextlib.ExitStack() as stack:
         if video_dir:
             stack.enter_context(headless_rendering())
         copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
-        if make_agent_env is not None:
-            policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
-            kind = TurnLanes if make_agent_env.turn_based else AgentLanes
-            lanes: Any = kind(make_agent_env, num_envs=copies, policy_of=policy_of)
-        elif video_dir:  # one env: its episodes are written one at a time
-            env = make_recording_env(cfg.env, video_dir=video_dir, seed=seed,
-                                     env_config=cfg.env_config)  # fmt: skip
-            lanes = VectorLanes(env)
-        else:
-            env = make_vector_env(cfg.env, num_envs=copies, seed=seed, env_config=cfg.env_config)
-            lanes = VectorLanes(env)
+        lanes = make_lanes(cfg, copies, seed=seed, video_dir=video_dir)
         stack.callback(lanes.close)  # before the rendering variables go (videos are written)
         sampler = Sampler(lanes, policies, seed=seed, where=where)  # resets the lanes
         frames = None  # a multi-agent env's frames (a recording vector env writes its own)
-        if video_dir and make_agent_env is not None:
+        if video_dir and not isinstance(lanes, VectorLanes):
             frames = EpisodeFrames(lanes.envs[0], video_dir)
         return sampler.episodes(episodes, explore=explore, after_step=frames)
 
