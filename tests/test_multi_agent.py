@@ -378,6 +378,27 @@ def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_
     assert rates["win_or_draw_as_player_2"] >= 0.9, rates
 
 
+def test_match_plays_both_seats_through_the_sampler_a_recurrent_policy_too():
+    from pettingzoo.classic import tictactoe_v3
+
+    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    from flowrl.core.config import ConfigError
+    from flowrl.ops.selfplay import RandomMoves, match
+    from flowrl.rollout.turns import TurnLanes
+
+    rates = match(tictactoe_v3.env, RandomMoves(1), RandomMoves(2), games=200, copies=4)
+    assert rates["illegal_moves"] == 0
+    assert math.isclose(rates["win"] + rates["draw"] + rates["loss"], 1)
+    assert rates["win_or_draw_as_player_1"] > rates["win_or_draw_as_player_2"]  # moves first
+    lanes = TurnLanes(tictactoe_v3.env, num_envs=1, policy_of=lambda agent: "p")
+    spaces = lanes.observation_spaces["p"], lanes.action_spaces["p"]
+    lanes.close()
+    lstm = PPOPolicy(*spaces, PPOConfig(use_lstm=True))  # its state kept per lane
+    assert match(tictactoe_v3.env, lstm, RandomMoves(0), games=20)["illegal_moves"] == 0
+    with pytest.raises(ConfigError, match="at least one game"):
+        match(tictactoe_v3.env, lstm, RandomMoves(0), games=0)
+
+
 def test_self_play_keeps_a_pool_of_snapshots_and_seats_one_against_the_policy(tmp_path):
     from flowrl import Algorithm
     from flowrl.run.spec import get_algorithm

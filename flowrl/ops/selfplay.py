@@ -65,6 +65,8 @@ def match(
     env.close()
     if len(agents) != 2:
         raise ConfigError(f"match needs a two-player game, got agents {agents}")
+    if games < 1:
+        raise ConfigError(f"match needs at least one game a seat, got games={games}")
     outcomes, illegal, by_seat = [], 0, {}
     for seat, agent in enumerate(agents):
         other = agents[1 - seat]
