@@ -10,6 +10,7 @@ Examples:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 from typing import Any
 
@@ -71,11 +72,11 @@ def match(
     for seat, agent in enumerate(agents):
         other = agents[1 - seat]
         seats = policy_mapping({agent: "player", other: "opponent"})
-        lanes = TurnLanes(make_env, num_envs=min(games, copies), policy_of=seats)
         policies = {"player": player, "opponent": opponent}
-        sampler = Sampler(lanes, policies, seed=seed + seat * games, where="match")
-        episodes = sampler.episodes(games, explore=False)
-        lanes.close()
+        lanes = TurnLanes(make_env, num_envs=min(games, copies), policy_of=seats)
+        with contextlib.closing(lanes):
+            sampler = Sampler(lanes, policies, seed=seed + seat * games, where="match")
+            episodes = sampler.episodes(games, explore=False)
         signs = np.sign([ep.agents[agent] - ep.agents[other] for ep in episodes])
         by_seat[f"win_or_draw_as_{agent}"] = float((signs >= 0).mean())
         illegal += lanes.illegal_moves["player"]
