@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from flowrl.core.callbacks import load_callbacks
+from flowrl.core.callbacks import Callbacks, load_callbacks
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker
@@ -286,12 +286,14 @@ def make_lanes(
     seed: int,
     threads: int = 0,
     video_dir: str | None = None,
-    **hooks: Any,
+    callbacks: Callbacks | None = None,
+    worker_index: int = 0,
 ) -> Any:
     """``cfg``'s env as lanes of ``copies`` envs: a vector env's (one policy; with
     ``video_dir``, one env recording its episodes there), or a multi-agent env's copies (a
-    Parallel env's or a turn-based game's), each agent mapped to a policy. ``hooks``:
-    ``callbacks`` and ``worker_index`` for the episode hooks."""
+    Parallel env's or a turn-based game's), each agent mapped to a policy; ``callbacks``'
+    episode hooks run on them as worker ``worker_index``'s."""
+    hooks = {"callbacks": callbacks, "worker_index": worker_index}
     make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
     if make_agent_env is not None:
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
