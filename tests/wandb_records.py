@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK, HEADER = 32 * 1024, 7
@@ -24,6 +25,8 @@ def records(path: Path) -> list[bytes]:
             pos += left_in_block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
+        if pos + HEADER + length > len(data):  # a record still being written
+            break
         chunk = data[pos + HEADER : pos + HEADER + length]
         pos += HEADER + length
         if kind == FULL:
@@ -39,16 +42,31 @@ def records(path: Path) -> list[bytes]:
     return out
 
 
+def finished_records(path: Path, timeout: float = 60.0) -> list:
+    """The run file's records once it holds the ``exit`` record, wandb's last: its core
+    process may still be writing the file when ``run.finish()`` returns on a loaded host."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    deadline = time.monotonic() + timeout
+    while True:
+        parsed = []
+        for raw in records(path):
+            record = pb.Record()
+            record.ParseFromString(raw)
+            parsed.append(record)
+        kinds = [record.WhichOneof("record_type") for record in parsed]
+        if "exit" in kinds:
+            return parsed
+        assert time.monotonic() < deadline, f"no exit record after {timeout} s; found {kinds}"
+        time.sleep(0.5)
+
+
 def history_and_summary(run_dir: Path) -> tuple[list[dict], dict]:
     """The logged rows (``run.log``) and the final summary of the one offline run under
     ``run_dir/wandb``."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
     (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
     rows, summary = [], {}
-    for raw in records(path):
-        record = pb.Record()
-        record.ParseFromString(raw)
+    for record in finished_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "history":
             rows.append({_key(item): json.loads(item.value_json) for item in record.history.item})
