@@ -57,6 +57,7 @@ def test_list():
         (["evaluate", ".", "--episodes", "0"], "--episodes must be >= 1"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["train", "sac", "--env", "CartPole-v1"], "set discrete=true"),
+        (["train", "sac", "--env", "CartPole-v1", "--num-workers", "2"], "set discrete=true"),
         (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),
         (["train", "dqn", "--env", "Pendulum-v1"], "dqn takes Discrete actions"),
     ],
@@ -66,11 +67,12 @@ def test_bad_input_exits_2_with_one_line(args, message, capsys):
         code = main(args)
     except SystemExit as e:  # argparse's own errors
         code = e.code
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
+    assert out == "", out  # not even the layout measuring's announcement
 
 
 def test_a_bad_input_exits_the_process_with_2_and_no_traceback():

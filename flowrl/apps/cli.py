@@ -343,12 +343,18 @@ def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
 def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     """The algorithm of a new run, saying what takes time before its first iteration:
     measuring the layout (whose run counts toward ``stop`` and is logged) or starting Ray."""
-    from flowrl.run.algorithm import Algorithm, build_config, get_algorithm
+    from flowrl.run.algorithm import Algorithm, build_config, check_env, get_algorithm
 
-    if _layout_is_unset(args, values) or values.get("num_workers") == "auto":
+    spec = get_algorithm(args.algo)
+    auto = _layout_is_unset(args, values) or values.get("num_workers") == "auto"
+    config = build_config(
+        spec, {k: v for k, v in values.items() if not (auto and k == "num_workers")}
+    )
+    check_env(spec, config)  # bad input (config, env, spaces) is one line, before what follows
+    if auto:
         print("flowrl: measuring the fastest layout here (a few seconds; --num-workers sets one)")
         return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
-    if build_config(get_algorithm(args.algo), values).uses_ray:
+    if config.uses_ray:
         where = f"joining Ray at {args.address}" if args.address else "starting Ray"
         print(f"flowrl: {where} for the rollout workers")
     return Algorithm(args.algo, values, address=args.address)
