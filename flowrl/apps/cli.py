@@ -350,7 +350,8 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     config = build_config(
         spec, {k: v for k, v in values.items() if not (auto and k == "num_workers")}
     )
-    check_env(spec, config)  # bad input (config, env, spaces) is one line, before what follows
+    if auto or config.uses_ray:  # bad input (config, env, spaces): one line, before the news
+        check_env(spec, config)
     if auto:
         print("flowrl: measuring the fastest layout here (a few seconds; --num-workers sets one)")
         return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
