@@ -73,8 +73,8 @@ CONSTANT_LR = ("--set", "normalize_observations=false", "--set", "lr=0.0003")
 RUNS = Path(__file__).parent / "runs"
 #: iterations per checkpoint, for runs of over ``LONG`` env steps: SAC's iterations are 1k
 #: env steps (a few MB of replay each), PPO's a few thousand (its weights alone); DQN's
-#: Atari iterations are 10k env steps and its replay of frames 5.6 GB, written every 100k
-#: env steps (a run of 1M takes 1.3-3.6 h here, by the host), the newest only kept
+#: Atari iterations are 10k env steps and its replay 0.7 GB (a frame a row), written every
+#: 100k env steps (a run of 1M takes 1.3-3.6 h here, by the host), the newest only kept
 CHECKPOINT_EVERY = {"sac": 20, "ppo": 20, "dqn": 10}
 LONG = 100_000
 

@@ -105,6 +105,29 @@ def test_dqn_checkpoint_keeps_the_replay_buffer_when_asked(tmp_path, keep):
     clone.stop()
 
 
+@pytest.mark.slow
+def test_atari_frames_are_replayed_at_a_frame_per_row_and_resume_from_a_checkpoint(tmp_path):
+    """Breakout's stacks of 4 frames go to the buffer's frame store (about 7 KB a row, not
+    56), train, and come back whole from a checkpoint."""
+    config = dict(SMALL, preset=False, num_envs_per_worker=2, rollout_fragment_length=4,
+                  train_batch_size=8, training_intensity=1.0,
+                  store_buffer_in_checkpoints=True)  # fmt: skip
+    algo = Algorithm("dqn", env="ALE/Breakout-v5", **config)
+    result = algo.train()
+    assert result["env_steps_trained"] > 0
+    buffer = algo.plan.context.checkpointables["replay_buffer"].buffers["default"]
+    assert buffer._frames.keys == ("obs", "next_obs")
+    assert buffer._frames.num_frames < 1.1 * len(buffer)
+    clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    assert clone.train()["env_steps_trained"] > result["env_steps_trained"]
+    restored = clone.plan.context.checkpointables["replay_buffer"].buffers["default"]
+    rows = np.arange(len(buffer))  # the rows before the checkpoint, in their slots
+    for key in ("obs", "next_obs"):
+        assert np.array_equal(restored._frames.read(rows)[key], buffer._frames.read(rows)[key])
+    algo.stop()
+    clone.stop()
+
+
 def test_buffer_checkpoints_need_a_local_buffer():
     with pytest.raises(ConfigError, match="store_buffer_in_checkpoints needs replay_shards=0"):
         Algorithm("dqn", env="CartPole-v1", store_buffer_in_checkpoints=True, replay_shards=2)

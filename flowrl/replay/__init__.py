@@ -2,6 +2,7 @@
 
 - ``flowrl.replay.buffer``: ``ReplayBuffer``, a ring buffer over numpy columns,
   and the samplers on it (``UniformSampler``, ``PrioritizedSampler``).
+- ``flowrl.replay.frames``: ``FrameStore``, stacked image frames kept once each.
 - ``flowrl.replay.segment_tree``: the sum and min trees prioritized sampling uses.
 - ``flowrl.replay.actor``: ``ReplayActor``, one shard of a buffer in a Ray actor.
 - ``flowrl.replay.replay_config``: ``ReplayConfig``, the settings off-policy algorithms

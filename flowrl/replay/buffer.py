@@ -5,7 +5,8 @@ Storage and sampling stay apart: ``ReplayBuffer`` stores rows; a sampler picks t
 https://arxiv.org/abs/1511.05952) picks rows with probability proportional to
 ``priority ** alpha`` and returns importance weights ``(N * P(i)) ** -beta`` normalised by
 their maximum (in the batch, or in the whole buffer). Columns keep their dtype: uint8
-frames stay uint8.
+frames stay uint8, and stacks of frames (Atari's ``(4, 84, 84)`` observations and next
+observations) are kept a frame at a time by a ``FrameStore`` (``flowrl.replay.frames``).
 
 Examples:
     >>> buf = ReplayBuffer(1000, sampler=PrioritizedSampler(1000, alpha=0.6, beta=0.4))
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
+from flowrl.replay.frames import FrameStore, stacked_frames
 from flowrl.replay.segment_tree import MinTree, SumTree
 
 BATCH_INDEXES = "batch_indexes"
@@ -165,6 +167,7 @@ class ReplayBuffer:
         self.sampler = sampler if sampler is not None else UniformSampler()
         self.rng = np.random.default_rng(seed)
         self._columns: dict[str, np.ndarray] = {}
+        self._frames: FrameStore | None = None  # stacked frames, kept once each
         self._next = 0
         self._size = 0
         self.num_added = 0
@@ -185,28 +188,53 @@ class ReplayBuffer:
         if PRIORITIES in batch:
             priorities = batch[PRIORITIES]
             batch = SampleBatch({k: v for k, v in batch.items() if k != PRIORITIES})
-        if not self._columns:
-            self._columns = {
-                k: np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in batch.items()
-            }
-        elif set(batch.keys()) != set(self._columns):
-            raise ValueError(f"batch columns {batch.keys()} differ from {list(self._columns)}")
+        if not self._columns and self._frames is None:
+            self._allocate(batch)
+        elif set(batch.keys()) != self._keys():
+            raise ValueError(f"batch columns {batch.keys()} differ from {sorted(self._keys())}")
         keep = min(n, self.capacity)  # a batch larger than the buffer keeps its last rows
         slots = (self._next + np.arange(keep)) % self.capacity
         for k, col in self._columns.items():
             col[slots] = batch[k][n - keep :]
         self._next = int((self._next + keep) % self.capacity)
         self._size = min(self._size + keep, self.capacity)
+        if self._frames is not None:  # the oldest row left is the next to go, once full
+            oldest = self._next if self._size == self.capacity else 0
+            stacks = {k: batch[k][n - keep :] for k in self._frames.keys}
+            self._frames.write(slots, stacks, oldest)
         self.num_added += n
         self.sampler.on_add(slots, None if priorities is None else priorities[n - keep :])
         return slots
+
+    def _allocate(self, batch: SampleBatch) -> None:
+        """Columns of ``batch``'s dtypes and row shapes; stacked frames (the first such
+        column's shape, and every column of it) go to a ``FrameStore``."""
+        stacks = [k for k, v in batch.items() if stacked_frames(v)]
+        shape = batch[stacks[0]].shape[1:] if stacks else None
+        keys = tuple(k for k in stacks if batch[k].shape[1:] == shape)
+        if keys:
+            dtype = batch[keys[0]].dtype
+            self._frames = FrameStore(
+                self.capacity, stack=shape[0], frame=shape[1:], dtype=dtype, keys=keys
+            )
+        self._columns = {
+            k: np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype)
+            for k, v in batch.items()
+            if k not in keys
+        }
+
+    def _keys(self) -> set[str]:
+        return set(self._columns) | set(self._frames.keys if self._frames is not None else ())
 
     def sample(self, n: int) -> SampleBatch:
         """``n`` rows (with replacement), plus ``batch_indexes`` and ``weights`` columns."""
         if self._size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         indices, weights = self.sampler.sample(n, self._size, self.rng)
-        out = SampleBatch({k: v[indices] for k, v in self._columns.items()})
+        columns = {k: v[indices] for k, v in self._columns.items()}
+        if self._frames is not None:
+            columns.update(self._frames.read(indices))
+        out = SampleBatch(columns)
         out[BATCH_INDEXES] = indices
         out[WEIGHTS] = weights
         return out
@@ -226,6 +254,8 @@ class ReplayBuffer:
         """The stored rows, ring position, sampler (priorities) and RNG, for checkpoints."""
         return {
             "columns": {k: v[: self._size] for k, v in self._columns.items()},
+            "frames": None if self._frames is None else self._frames.get_state(self._size),
+            "size": self._size,
             "next": self._next,
             "num_added": self.num_added,
             "sampler": self.sampler.get_state(),
@@ -233,10 +263,12 @@ class ReplayBuffer:
         }
 
     def set_state(self, state: dict) -> None:
-        size = len(next(iter(state["columns"].values()), ()))
+        size = state.get("size", len(next(iter(state["columns"].values()), ())))
         if size > self.capacity:
             raise ValueError(f"a checkpoint of {size} rows does not fit capacity {self.capacity}")
-        self._columns = {}
+        self._columns, self._frames = {}, None
+        if state.get("frames") is not None:
+            self._frames = FrameStore.from_state(self.capacity, state["frames"])
         for k, v in state["columns"].items():
             self._columns[k] = np.empty((self.capacity, *v.shape[1:]), dtype=v.dtype)
             self._columns[k][:size] = v
