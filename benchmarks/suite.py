@@ -62,6 +62,8 @@ CLEANRL_DQN_SCHEDULE = ("--set", "exploration_timesteps=100000", "--set", "learn
 #: (EpisodicLifeEnv), rewards clipped to their sign
 CLEANRL_DQN_SETUP = (*CLEANRL_DQN_SCHEDULE, "--set", "clip_rewards=true",
                      "--set", 'env_config={"life_loss_info": true}')  # fmt: skip
+#: and CleanRL's buffer of 1M rows (about 8 GB with frames kept once each)
+CLEANRL_DQN_BUFFER = (*CLEANRL_DQN_SETUP, "--set", "buffer_size=1000000")
 MEMORY = ("--set", "use_lstm=true")
 LONG_MEMORY = (*MEMORY, "--set", "max_seq_len=64")
 #: PPO's MuJoCo preset before it took CleanRL's two other settings: observations as they
@@ -79,7 +81,8 @@ CHECKPOINT_EVERY = {"sac": 20, "ppo": 20, "dqn": 10}
 LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
-VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule", "atari-dqn-cleanrl-setup")
+VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule", "atari-dqn-cleanrl-setup",
+            "atari-dqn-cleanrl-buffer")  # fmt: skip
 
 #: CleanRL's ppo_continuous_action at 1M: env, mean, std over its seeds
 CLEANRL_MUJOCO = [
@@ -137,6 +140,9 @@ PARTS: dict[str, list[Run]] = {
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [
         dqn_breakout(CLEANRL_DQN_SETUP, "CleanRL's schedule, lives and clipping")
+    ],
+    "atari-dqn-cleanrl-buffer": [
+        dqn_breakout(CLEANRL_DQN_BUFFER, "CleanRL's schedule, lives, clipping and 1M buffer")
     ],
 }
 
