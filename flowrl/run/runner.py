@@ -33,6 +33,7 @@ from flowrl.core.context import (
     EPISODE_RETURN_MEAN,
     ITERATION,
     STEPS_SAMPLED,
+    STEPS_TRAINED,
     TIME_TOTAL_S,
     WORKER_RESTARTS,
 )
@@ -254,23 +255,37 @@ def _ray_actor_errors() -> tuple[type[BaseException], ...]:
 
 
 def _train_watched(algo: Trainable) -> dict[str, Any]:
-    """``algo.train()``, with a warning when it has not returned after the config's
-    ``sample_timeout_s``: remote workers that hang are restarted, but an env that hangs in
-    this process (``num_workers=0``) cannot be, so at least the run says so."""
+    """``algo.train()``, with a warning when the plan has sampled and trained no env step
+    for the config's ``sample_timeout_s``: remote workers that hang are restarted, but an
+    env that hangs in this process (``num_workers=0``) cannot be, so at least the run says
+    so. A long iteration that moves on (DQN's 10k Atari steps on a slow host) is no hang."""
     limit = algo.config.sample_timeout_s
     if getattr(getattr(algo, "workers", None), "remote_workers", None):
         return algo.train()  # a late remote worker is killed and replaced (Requests)
-    timer = threading.Timer(
-        limit,
-        logger.warning,
-        args=("no result for %.0f s: an env step or the plan may hang in this process", limit),
-    )
-    timer.daemon = True
-    timer.start()
+    returned = threading.Event()
+
+    def watch() -> None:
+        seen = _steps(algo)
+        while not returned.wait(limit):
+            if seen is None or _steps(algo) == seen:
+                logger.warning("no env step for %.0f s: an env step or the plan may hang in "
+                               "this process", limit)  # fmt: skip
+                return
+            seen = _steps(algo)
+
+    threading.Thread(target=watch, name="flowrl-hang-watch", daemon=True).start()
     try:
         return algo.train()
     finally:
-        timer.cancel()
+        returned.set()
+
+
+def _steps(algo: Trainable) -> tuple[int, int] | None:
+    """The plan's env steps sampled and trained so far (None: a trainable without them)."""
+    counters = getattr(getattr(getattr(algo, "plan", None), "context", None), "counters", None)
+    if counters is None:
+        return None
+    return counters.get(STEPS_SAMPLED, 0), counters.get(STEPS_TRAINED, 0)
 
 
 def describe_error(error: BaseException) -> str:
