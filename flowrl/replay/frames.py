@@ -123,8 +123,8 @@ class FrameStore:
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """The ``keys`` columns of rows ``indices``, as they were written."""
-        frames = self.frames[self.ids[indices] % len(self.frames)]  # (n, keys, stack, *frame)
-        return {k: frames[:, j] for j, k in enumerate(self.keys)}
+        ids = self.ids[indices] % len(self.frames)
+        return {k: self.frames[ids[:, j]] for j, k in enumerate(self.keys)}  # each contiguous
 
     def get_state(self, size: int) -> dict:
         """The first ``size`` rows' frame ids and the ring (not the window: after a
