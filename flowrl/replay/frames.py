@@ -53,7 +53,6 @@ class FrameStore:
         self, capacity: int, *, stack: int, frame: tuple[int, ...], dtype, keys: tuple[str, ...]
     ) -> None:
         self.keys = keys
-        self.stack = stack
         self.window = min(WINDOW, capacity * stack)
         # a row holds frames written at most `window` frames before it: the frames of the
         # live rows fit in about a frame per row plus the window (the ring grows otherwise)

@@ -267,11 +267,12 @@ def _train_watched(algo: Trainable) -> dict[str, Any]:
     def watch() -> None:
         seen = _steps(algo)
         while not returned.wait(limit):
-            if seen is None or _steps(algo) == seen:
+            now = _steps(algo)
+            if now is None or now == seen:
                 logger.warning("no env step for %.0f s: an env step or the plan may hang in "
                                "this process", limit)  # fmt: skip
                 return
-            seen = _steps(algo)
+            seen = now
 
     threading.Thread(target=watch, name="flowrl-hang-watch", daemon=True).start()
     try:
