@@ -44,6 +44,10 @@ from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import ATARI, Preset
 from flowrl.run.spec import AlgorithmSpec
 
+#: the losses on the TD error ``td_loss`` names: Huber (the Nature DQN's error clipping)
+#: or squared, elementwise
+TD_LOSSES = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}
+
 
 @dataclass
 class DQNConfig(ReplayConfig):
@@ -72,6 +76,9 @@ class DQNConfig(ReplayConfig):
     n_step: int = 3
     double_q: bool = param(True, "pick next actions with the online net (double DQN)")
     dueling: bool = param(True, "dueling value/advantage heads")
+    td_loss: str = param(
+        "huber", "loss on the TD error: huber (smooth L1) or mse", choices=tuple(TD_LOSSES)
+    )
     exploration_initial_eps: float = param(1.0, "epsilon at the start", ge=0, le=1)
     exploration_final_eps: float = param(0.02, "epsilon after the schedule", ge=0, le=1)
     exploration_timesteps: int = param(10_000, "env steps of linear epsilon decay", ge=1)
@@ -175,8 +182,8 @@ def q_and_targets(
 
 
 class DQNLearner(Learner):
-    """The (double) Q-learning loss (Huber, weighted by prioritized replay's importance
-    weights), bootstrapped from a target copy of the Q-network."""
+    """The (double) Q-learning loss (Huber or squared, weighted by prioritized replay's
+    importance weights), bootstrapped from a target copy of the Q-network."""
 
     shuffle = False  # replayed rows are a random sample already
 
@@ -186,10 +193,11 @@ class DQNLearner(Learner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         q, target = q_and_targets(self.policy, self.target, batch, double_q=self.config.double_q)
+        td_loss = TD_LOSSES[self.config.td_loss]
         if WEIGHTS in batch:  # prioritized replay's importance weights
-            loss = (batch[WEIGHTS] * F.smooth_l1_loss(q, target, reduction="none")).mean()
+            loss = (batch[WEIGHTS] * td_loss(q, target, reduction="none")).mean()
         else:
-            loss = F.smooth_l1_loss(q, target)
+            loss = td_loss(q, target)
         td_error = (q - target).detach()
         stats = {
             "loss": loss.detach(),

@@ -64,6 +64,12 @@ CLEANRL_DQN_SETUP = (*CLEANRL_DQN_SCHEDULE, "--set", "clip_rewards=true",
                      "--set", 'env_config={"life_loss_info": true}')  # fmt: skip
 #: and CleanRL's buffer of 1M rows (about 8 GB with frames kept once each)
 CLEANRL_DQN_BUFFER = (*CLEANRL_DQN_SETUP, "--set", "buffer_size=1000000")
+#: and CleanRL's DQN itself: one Q head, targets from the target net alone, a squared TD
+#: error unclipped, Adam's epsilon 1e-8, one env stepped 4 times between updates
+CLEANRL_DQN_EXACT = (*CLEANRL_DQN_BUFFER, "--set", "dueling=false", "--set", "double_q=false",
+                     "--set", "td_loss=mse", "--set", "grad_clip=0", "--set", "adam_eps=1e-8",
+                     "--num-workers", "0", "--num-envs-per-worker", "1",
+                     "--set", "rollout_fragment_length=4")  # fmt: skip
 MEMORY = ("--set", "use_lstm=true")
 LONG_MEMORY = (*MEMORY, "--set", "max_seq_len=64")
 #: PPO's MuJoCo preset before it took CleanRL's two other settings: observations as they
@@ -82,7 +88,7 @@ LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
 VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule", "atari-dqn-cleanrl-setup",
-            "atari-dqn-cleanrl-buffer")  # fmt: skip
+            "atari-dqn-cleanrl-buffer", "atari-dqn-cleanrl-exact")  # fmt: skip
 
 #: CleanRL's ppo_continuous_action at 1M: env, mean, std over its seeds
 CLEANRL_MUJOCO = [
@@ -144,6 +150,7 @@ PARTS: dict[str, list[Run]] = {
     "atari-dqn-cleanrl-buffer": [
         dqn_breakout(CLEANRL_DQN_BUFFER, "CleanRL's schedule, lives, clipping and 1M buffer")
     ],
+    "atari-dqn-cleanrl-exact": [dqn_breakout(CLEANRL_DQN_EXACT, "CleanRL's DQN and setup")],
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from flowrl import Algorithm, ConfigError
 from flowrl.algorithms.dqn import q_and_targets
@@ -41,6 +42,32 @@ def test_learning_on_minibatches_steps_on_each_in_turn_and_keeps_the_rows_order(
     np.testing.assert_allclose(stats["td_error"][:64], (q - target)[:64].detach(), rtol=1e-5)
     assert not np.allclose(stats["td_error"][64:], (q - target)[64:].detach())
     algo.stop()
+
+
+@pytest.mark.parametrize("td_loss", ["huber", "mse"])
+def test_the_loss_on_the_td_error_is_the_one_td_loss_names(td_loss):
+    algo = Algorithm("dqn", env="CartPole-v1", td_loss=td_loss, **SMALL)
+    algo.train()
+    learner = algo.workers.learner["default"]
+    batch = learner._tensors(algo.workers.keep("replay", None).buffers["default"].sample(64))
+    loss, stats = learner.loss(batch)
+    error = stats["td_error"].abs()
+    squared = (error**2).mean()
+    huber = torch.where(error < 1, 0.5 * error**2, error - 0.5).mean()
+    torch.testing.assert_close(loss.detach(), squared if td_loss == "mse" else huber)
+    algo.stop()
+
+
+def test_adam_takes_the_config_s_epsilon():
+    algo = Algorithm("dqn", env="CartPole-v1", adam_eps=1e-8, **SMALL)
+    (optimizer,) = algo.workers.learner["default"].optimizers.values()
+    assert optimizer.param_groups[0]["eps"] == 1e-8
+    algo.stop()
+
+
+def test_an_unknown_td_loss_is_a_config_error():
+    with pytest.raises(ConfigError, match="td_loss must be one of huber, mse, got 'l1'"):
+        Algorithm("dqn", env="CartPole-v1", td_loss="l1", **SMALL)
 
 
 def test_dqn_round_robin_weight_follows_training_intensity():

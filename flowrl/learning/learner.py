@@ -254,7 +254,8 @@ class Learner:
 
     def optimized(self) -> dict[str, Optimized]:
         """What each optimiser steps, by name: by default one over the acting module."""
-        return {"model": Optimized(list(self.module.parameters()), self.config.lr)}
+        params = list(self.module.parameters())
+        return {"model": Optimized(params, self.config.lr, eps=self.config.adam_eps)}
 
     def batch_stats(self, batch: SampleBatch) -> dict[str, float]:
         """Statistics of a whole train batch, beside the loss's (explained variance, say)."""
