@@ -36,7 +36,6 @@ from flowrl.learning.models import QNetwork
 from flowrl.learning.policy import MASKED, Policy, inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
 from flowrl.learning.registry import build_module
-from flowrl.learning.spaces import to_tensor
 from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
@@ -159,9 +158,9 @@ class DQNPolicy(EpsilonGreedy, Policy):
     @inference
     def td_errors(self, batch: SampleBatch) -> np.ndarray:
         columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
-        tensors = {k: to_tensor(batch[k]) for k in columns}
+        tensors = {k: self._as_tensor(batch[k]) for k in columns}  # on the policy's device
         q, target = q_and_targets(self, self.module, tensors, double_q=False)
-        return torch.abs(q - target).numpy()
+        return self._as_numpy(torch.abs(q - target))
 
 
 def q_and_targets(

@@ -15,6 +15,7 @@ Examples:
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from flowrl.learning.policy import Weights
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
 from flowrl.run.spec import get_algorithm
+
+logger = logging.getLogger(__name__)
 
 
 class Checkpointing:
@@ -119,6 +122,8 @@ class Checkpointing:
             overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
         # a checkpoint states its whole config: no preset fills a field it predates
         config = {"preset": False, **meta["config"], **overrides}
+        if config.get("device") == "cuda" and "device" not in overrides:
+            config["device"] = _device_here()
         algo = cls(meta["algo"], config, address=address)
         try:
             algo.restore(ckpt)
@@ -126,3 +131,14 @@ class Checkpointing:
             algo.stop()
             raise
         return algo
+
+
+def _device_here() -> str:
+    """Where a checkpoint of a run that learned on a GPU learns and acts here: the GPU, or
+    with a warning the CPU where torch sees none (training on a GPU server, evaluating on
+    a laptop); ``device=cuda`` among the overrides insists on the GPU."""
+    if torch.cuda.is_available():
+        return "cuda"
+    logger.warning("the checkpoint's run learned on a GPU (device=cuda); torch sees none here, "
+                   "so it loads on the CPU")  # fmt: skip
+    return "cpu"
