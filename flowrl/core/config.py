@@ -273,7 +273,11 @@ class Config:
     model_hiddens: tuple[int, ...] = param(
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1
     )
-    device: str = param("auto", "learner device", choices=("auto", "cpu", "cuda"))
+    device: str = param(
+        "auto",
+        "learner device; auto: the GPU for image observations where torch sees one, else the CPU",
+        choices=("auto", "cpu", "cuda"),
+    )
     numpy_acting: bool = param(
         True,
         "act with a numpy copy of an MLP actor-critic on the CPU (a third of torch's cost); "
