@@ -12,64 +12,19 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 from common import interleaved, print_table, ratio_spread, steady, write_results
-from learner import ACTION_SPACE, OBS_SPACE, ppo_batch
+from learner import dqn, ppo
 
 DEVICES = ("cpu", "cuda")
-FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # Atari's stacked frames
-
-
-def dqn_atari_learner(device: str):
-    """One SGD step of DQN's Atari preset (Nature CNN, 32 rows, double Q, dueling)."""
-    from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
-    from flowrl.core.sample_batch import SampleBatch
-
-    cfg = DQNConfig(device=device, train_batch_size=32, n_step=1, lr=1e-4)
-    action_space = gym.spaces.Discrete(4)
-    learner = DQNLearner(DQNPolicy(FRAMES, action_space, cfg, device=device), cfg)
-    rng, n = np.random.default_rng(0), cfg.train_batch_size
-    batch = SampleBatch({
-        "obs": rng.integers(0, 256, (n, *FRAMES.shape), np.uint8),
-        "next_obs": rng.integers(0, 256, (n, *FRAMES.shape), np.uint8),
-        "actions": rng.integers(0, 4, n),
-        "rewards": np.ones(n, np.float32),
-        "terminateds": np.zeros(n, bool),
-        "discounts": np.full(n, cfg.gamma, np.float32),
-    })  # fmt: skip
-
-    def step() -> int:
-        learner.learn_on_batch(batch)
-        return 1
-
-    return step
-
-
-def ppo_cartpole_learner(device: str):
-    """One train batch of PPO's defaults on CartPole (its epochs of minibatches)."""
-    from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-    from flowrl.core.sample_batch import SampleBatch
-
-    cfg = PPOConfig(device=device)
-    batch = SampleBatch(ppo_batch(cfg.train_batch_size, np.random.default_rng(0)))
-    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device), cfg)
-    per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
-
-    def step() -> int:
-        learner.learn_on_batch(
-            batch, num_sgd_iter=cfg.num_sgd_iter, minibatch_size=cfg.sgd_minibatch_size
-        )
-        return per_call
-
-    return step
 
 
 def learner_rows(name: str, make, seconds: float, rounds: int) -> list[dict]:
-    steps = {device: make(device) for device in DEVICES}
+    """flowrl's update (``learner.py``'s) on each device, in turns."""
+    steps = {device: make(device)[1] for device in DEVICES}
     rates, per_round = interleaved(
         {d: (lambda s, d=d: steady(steps[d], s)) for d in DEVICES}, rounds, seconds / rounds
     )
@@ -136,8 +91,8 @@ def main() -> None:
     torch.manual_seed(0)
     s, r = args.seconds, args.rounds
     measures = [
-        lambda: learner_rows("DQN, Nature CNN, 32 Atari rows", dqn_atari_learner, s, r),
-        lambda: learner_rows("PPO, CartPole MLP, 2048 rows", ppo_cartpole_learner, s, r),
+        lambda: learner_rows("DQN, Nature CNN, 32 Atari rows", partial(dqn, atari=True), s, r),
+        lambda: learner_rows("PPO, CartPole MLP, 2048 rows", ppo, s, r),
         lambda: run_rows("DQN on Breakout in-process", lambda d: dqn_breakout_rate(d, s)),
         lambda: run_rows("PPO on CartPole in-process", lambda d: to_450("ppo", 1, d)),
         lambda: run_rows("DQN on CartPole in-process", lambda d: to_450("dqn", 0, d)),

@@ -2,14 +2,15 @@
 torch loop doing the same work (same network, loss, optimiser and minibatches) on the same
 batch, so the framework's overhead shows as the ratio.
 
-    python benchmarks/learner.py [--seconds 6] [--rounds 12]
+    python benchmarks/learner.py [--seconds 6] [--rounds 12] [--device cuda] [--atari]
 
-Writes benchmarks/results/learner.json.
+Writes benchmarks/results/learner.json (learner_<device>.json with --device or --atari).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +21,7 @@ from common import interleaved, print_table, ratio_spread, steady, write_results
 
 OBS_SPACE = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole-v1's spaces
 ACTION_SPACE = gym.spaces.Discrete(2)
+FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # Atari's stacked frames
 
 
 def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -33,14 +35,20 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def ppo(seconds: float, rounds: int) -> list[dict]:
+#: an update's label, and one update of flowrl's learner and of the plain torch loop
+#: (each returns the SGD steps it made)
+Steps = tuple[str, Callable[[], int], Callable[[], int]]
+
+
+def ppo(device: str = "cpu") -> Steps:
+    """A train batch of PPO's defaults on CartPole (its epochs of minibatches)."""
     from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
     from flowrl.core.sample_batch import SampleBatch
     from flowrl.learning.distributions import Categorical
 
-    cfg = PPOConfig(device="cpu")
+    cfg = PPOConfig(device=device)
     batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
-    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
+    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device), cfg)
     per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
 
     def flowrl_step() -> int:
@@ -49,15 +57,15 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
         )
         return per_call
 
-    model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu").module
+    model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device).module
     opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
-    tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
     rng = np.random.default_rng(0)
 
     def plain_step() -> int:
         n = cfg.train_batch_size
+        tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
         for _ in range(cfg.num_sgd_iter):
-            order = torch.from_numpy(rng.permutation(n))
+            order = torch.from_numpy(rng.permutation(n)).to(device)
             for start in range(0, n, cfg.sgd_minibatch_size):
                 mb = {
                     k: v[order[start : start + cfg.sgd_minibatch_size]] for k, v in tensors.items()
@@ -76,37 +84,42 @@ def ppo(seconds: float, rounds: int) -> list[dict]:
         return per_call
 
     epochs = f"{cfg.num_sgd_iter} epochs x {cfg.sgd_minibatch_size}"
-    label = f"PPO ({cfg.train_batch_size} rows, {epochs})"
-    return compare(label, flowrl_step, plain_step, seconds, rounds)
+    return f"PPO ({cfg.train_batch_size} rows, {epochs})", flowrl_step, plain_step
 
 
-def dqn(seconds: float, rounds: int) -> list[dict]:
+def dqn(device: str = "cpu", *, atari: bool = False) -> Steps:
+    """DQN's update (double Q, dueling, Huber, clipped): its CartPole MLP on 64 rows, or
+    with ``atari`` its Nature CNN on 32 rows of stacked frames, copied to ``device``
+    each update as a sampled replay batch is."""
     from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
     from flowrl.core.sample_batch import SampleBatch
 
-    cfg = DQNConfig(device="cpu")
+    obs_space, action_space = (
+        (FRAMES, gym.spaces.Discrete(4)) if atari else (OBS_SPACE, ACTION_SPACE)
+    )
+    cfg = DQNConfig(device=device, **({"train_batch_size": 32, "n_step": 1} if atari else {}))
     rng = np.random.default_rng(0)
     n = cfg.train_batch_size
     batch = {
-        "obs": rng.normal(size=(n, 4)).astype(np.float32),
-        "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, n),
+        "obs": np.asarray([obs_space.sample() for _ in range(n)]),
+        "next_obs": np.asarray([obs_space.sample() for _ in range(n)]),
+        "actions": rng.integers(0, action_space.n, n),
         "rewards": np.ones(n, np.float32),
         "terminateds": np.zeros(n, bool),
         "discounts": np.full(n, cfg.gamma**cfg.n_step, np.float32),
     }
-    learner = DQNLearner(DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
+    learner = DQNLearner(DQNPolicy(obs_space, action_space, cfg, device=device), cfg)
 
     def flowrl_step() -> int:
         learner.learn_on_batch(SampleBatch(batch))
         return 1
 
-    other = DQNLearner(DQNPolicy(OBS_SPACE, ACTION_SPACE, cfg, device="cpu"), cfg)
+    other = DQNLearner(DQNPolicy(obs_space, action_space, cfg, device=device), cfg)
     model, target = other.module, other.target
     opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
-    t = {k: torch.from_numpy(v) for k, v in batch.items()}
 
     def plain_step() -> int:
+        t = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
         q = model(t["obs"]).dist_inputs.gather(1, t["actions"][:, None]).squeeze(1)
         with torch.no_grad():
             best = model(t["next_obs"]).dist_inputs.argmax(1, keepdim=True)
@@ -119,10 +132,12 @@ def dqn(seconds: float, rounds: int) -> list[dict]:
         opt.step()
         return 1
 
-    return compare(f"DQN ({n} rows, double + dueling)", flowrl_step, plain_step, seconds, rounds)
+    net = "Nature CNN" if atari else "MLP"
+    return f"DQN ({n} rows, {net}, double + dueling)", flowrl_step, plain_step
 
 
-def compare(name: str, flowrl_step, plain_step, seconds: float, rounds: int) -> list[dict]:
+def compare(steps: Steps, seconds: float, rounds: int) -> list[dict]:
+    name, flowrl_step, plain_step = steps
     # short windows taken in turn, so the machine's drifting load hits both alike; each
     # step function returns the SGD updates it made
     rates, per_round = interleaved(
@@ -145,12 +160,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="per contender")
     parser.add_argument("--rounds", type=int, default=12, help="windows per contender")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU")
+    parser.add_argument("--atari", action="store_true", help="and DQN's Nature CNN")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = ppo(args.seconds, args.rounds) + dqn(args.seconds, args.rounds)
-    print(f"SGD updates per second, torch threads: {torch.get_num_threads()}")
+    device = args.device
+    measured = [ppo(device), dqn(device)] + ([dqn(device, atari=True)] if args.atari else [])
+    rows = [row for steps in measured for row in compare(steps, args.seconds, args.rounds)]
+    print(f"SGD updates per second on {device}, torch threads: {torch.get_num_threads()}")
     print_table(rows)
-    write_results("learner", {"results": rows})
+    name = "learner" if device == "cpu" and not args.atari else f"learner_{device}"
+    write_results(name, {"device": device, "results": rows})
 
 
 if __name__ == "__main__":
