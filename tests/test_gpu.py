@@ -1,9 +1,8 @@
 """The learner on a CUDA GPU (``device=cuda``): every algorithm trains there in-process, its
-checkpoint loads and acts on the CPU, and PPO learns CartPole
-there as on the CPU.
+checkpoint loads and acts on the CPU, and PPO learns CartPole there as on the CPU.
 
-These run only where torch sees a GPU (CI has none; ``benchmarks/device.py`` says how
-they were run); ``FLOWRL_TEST_DEVICE=cpu`` runs the same checks on the CPU.
+These run only where torch sees a GPU (CI has none; docs/performance.md, "The learner on
+a GPU", says where they ran); ``FLOWRL_TEST_DEVICE=cpu`` runs the same checks on the CPU.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ class Config:
     seed: int = param(0, "seed for envs, torch and sampling", ge=0, le=2**31 - 1)
     gamma: float = param(0.99, "discount factor", ge=0, le=1)
     lr: Schedule = param(5e-4, "learning rate (Adam); or a schedule", gt=0, schedule=True)  # noqa: RUF009
-    adam_eps: float = param(1e-5, "Adam's epsilon, for the optimiser lr steps", gt=0)
+    adam_eps: float = param(1e-5, "Adam's epsilon in the optimiser that lr sets", gt=0)
     grad_clip: float = param(0.5, "max global gradient norm; 0 turns clipping off", ge=0)
     model_hiddens: tuple[int, ...] = param(
         (64, 64), "hidden layer sizes of the MLPs", ge=1, min_len=1

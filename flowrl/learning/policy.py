@@ -46,8 +46,8 @@ from flowrl.learning.spaces import RecordLayout, is_composite, leaf_spaces, to_t
 
 def resolve_device(device: str, observation_space: gym.Space | None = None) -> torch.device:
     """``auto`` is CUDA where torch sees a GPU and the observations hold an image, else the
-    CPU: a CNN learns about twice as fast on a GPU, while an MLP's small batches run at
-    about half the env steps/s there (``benchmarks/device.py``).
+    CPU: a CNN gains from the GPU, while an MLP's small batches lose more to transfers
+    and kernel launches there than they gain (``benchmarks/device.py`` measures both).
 
     Examples:
         >>> resolve_device("auto", gym.spaces.Box(-1, 1, (4,))).type
