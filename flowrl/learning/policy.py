@@ -44,7 +44,7 @@ from flowrl.learning.registry import build_module
 from flowrl.learning.spaces import RecordLayout, is_composite, leaf_spaces, to_tensor
 
 
-def resolve_device(device: str, observation_space: gym.Space | None = None) -> torch.device:
+def resolve_device(device: str, observation_space: gym.Space) -> torch.device:
     """``auto`` is CUDA where torch sees a GPU and the observations hold an image, else the
     CPU: a CNN gains from the GPU, while an MLP's small batches lose more to transfers
     and kernel launches there than they gain (``benchmarks/device.py`` measures both).
@@ -56,7 +56,7 @@ def resolve_device(device: str, observation_space: gym.Space | None = None) -> t
     if device == "auto":
         space = observation_space
         leaves = [s for _, s in leaf_spaces(space)] if is_composite(space) else [space]
-        image = space is not None and any(is_image_space(leaf) for leaf in leaves)
+        image = any(is_image_space(leaf) for leaf in leaves)
         return torch.device("cuda" if image and torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device=cuda, but torch {torch.__version__} sees no CUDA GPU here")
