@@ -72,6 +72,11 @@ class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
     train_batch_size: int = param(2048, "env steps per SGD phase", ge=1)
     sgd_minibatch_size: int = param(256, "rows per SGD minibatch", ge=1)
     num_sgd_iter: int = param(3, "epochs over each train batch", ge=1)
+    sample_ahead: bool = param(
+        False,
+        "remote workers sample the next round while the learner trains, with the weights "
+        "one update behind (Cleanba's PPO): the SGD phase no longer stalls sampling",
+    )
 
 
 # Settings known to learn these env families, under the user's own values (flowrl.run.presets)
@@ -156,12 +161,13 @@ class PPOLearner(Learner):
 
 def execution_plan(workers: WorkerSet, config: PPOConfig) -> LocalIterator[dict[str, Any]]:
     """rollouts(bulk_sync) -> ConcatBatches -> StandardizeFields -> TrainOneStep -> report
-    (the learner adapts its KL weight after each batch)."""
+    (the learner adapts its KL weight after each batch; ``sample_ahead``: the next round
+    is sampled while this one trains)."""
     train = TrainOneStep(
         workers, num_sgd_iter=config.num_sgd_iter, sgd_minibatch_size=config.sgd_minibatch_size
     )
     train_op = (
-        ParallelRollouts(workers, mode="bulk_sync")
+        ParallelRollouts(workers, mode="bulk_sync", ahead=config.sample_ahead)
         .combine(ConcatBatches(min_batch_size=config.train_batch_size))
         .for_each(StandardizeFields([ADVANTAGES]))
         .for_each(train)

@@ -23,7 +23,8 @@ pipe, the next round asked for when all have answered. Where it falls short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
-Contenders: PPO (bulk_sync rounds), IMPALA with the plan taking every fragment in, IMPALA
+Contenders: PPO (bulk_sync rounds, and with the next round sampled while the learner
+trains: ``sample_ahead``), IMPALA with the plan taking every fragment in, IMPALA
 with aggregation workers (``num_aggregation_workers``: actors concatenate the fragments
 and pass the weights on), and Ape-X (fragments into replay shards, replay to the learner).
 Past 32 workers a request brings several fragments (``fragments_per_call``: one per 32
@@ -61,6 +62,8 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     LOCKSTEP: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
     "ppo (bulk_sync), 4 fragments per call": ("ppo", {"fragments_per_call": 4}),
+    # the next round sampled while the learner trains on this one (one update behind)
+    "ppo (bulk_sync), sampling ahead": ("ppo", {"sample_ahead": True}),
     "impala": ("impala", {"num_sgd_iter": 1}),
     "impala, a fragment per call": ("impala", {"num_sgd_iter": 1, "fragments_per_call": 1}),
     "impala + aggregation": ("impala", {"num_sgd_iter": 1, "num_aggregation_workers": "auto"}),

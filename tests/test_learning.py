@@ -17,6 +17,15 @@ def test_ppo_with_ray_workers_reaches_450_on_cartpole(ray_session):
     assert summary["env_steps_sampled"] <= 150_000
 
 
+@pytest.mark.ray
+def test_ppo_sampling_a_round_ahead_reaches_450_on_cartpole(ray_session):
+    # one update behind: each round sampled while the learner trains on the one before
+    algo = Algorithm("ppo", env="CartPole-v1", seed=0, sample_ahead=True)
+    assert "ParallelRollouts(bulk_sync, ahead)" in repr(algo.plan)
+    summary = reach(algo, 450, 150_000)
+    assert summary["stopped_by"] == "reward", summary
+
+
 def test_ppo_without_ray_reaches_150_on_cartpole(monkeypatch):
     import ray
 

@@ -60,6 +60,14 @@ def test_local_plan_counts_steps_and_reports_results():
     assert any(not np.array_equal(before[k], after[k]) for k in before)
 
 
+def test_sampling_ahead_in_process_says_it_is_off_and_samples(caplog):
+    cfg = PPOConfig(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=8)
+    workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    rollouts = ParallelRollouts(workers, mode="bulk_sync", ahead=True)
+    assert "sampling ahead needs remote workers" in caplog.text
+    assert len(next(rollouts)) == 16
+
+
 def test_async_gradients_locally_apply_and_count():
     cfg = PPOConfig(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=16)
     workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
@@ -89,6 +97,8 @@ def test_parallel_rollouts_async_and_raw_modes(ray_session):
         raw = ParallelRollouts(workers, mode="raw")
         assert raw.num_shards == 2
         assert len(raw.for_each(len).gather_sync().take(2)) == 2
+        with pytest.raises(ValueError, match="ahead is for bulk_sync rounds"):
+            ParallelRollouts(workers, mode="async", ahead=True)
     finally:
         workers.stop()
 

@@ -122,3 +122,33 @@ def test_closing_gather_async_waits_for_the_requests_in_flight(ray_session):
     assert ray.get(actor.finished.remote()) == 3
     assert time.perf_counter() - start < 0.2, "the actor was idle, not still sampling"
     it.close()
+
+
+def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session):
+    ray = ray_session
+    actors = [ray.remote(num_cpus=0)(Counter).remote(0.0) for _ in range(2)]
+    ahead = ParallelIterator.from_actors(actors).batch_across_shards(ahead=True)
+    assert next(ahead) == [1, 1]
+    time.sleep(0.2)  # the consumer's turn (an SGD phase): the next round is done meanwhile
+    assert ray.get([actor.finished.remote() for actor in actors]) == [2, 2]
+    assert next(ahead) == [2, 2]
+    ahead.close()  # the round asked ahead finishes before close returns
+    assert ray.get([actor.finished.remote() for actor in actors]) == [3, 3]
+    on_demand = ParallelIterator.from_actors(actors).batch_across_shards()
+    assert next(on_demand) == [4, 4]
+    time.sleep(0.2)
+    assert ray.get([actor.finished.remote() for actor in actors]) == [4, 4]
+
+
+def test_weights_sent_while_a_round_is_asked_ahead_reach_the_round_after(ray_session):
+    ray = ray_session
+    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
+    updates = []  # the weights of the consumer's updates, for the next round asked
+    it = ParallelIterator.from_actors(
+        actors, before_requests=lambda ctx: updates.pop(0) if updates else None
+    )
+    rounds = it.for_each(WithWeights()).batch_across_shards(ahead=True)
+    first = next(rounds)  # the second round is asked already
+    updates.append(Carry("set_weights", ray.put(7)))  # trained on the first round
+    second, third = next(rounds), next(rounds)
+    assert [[w for *_, w in r] for r in (first, second, third)] == [[0, 0], [0, 0], [7, 7]]

@@ -575,6 +575,39 @@ class Carry(NamedTuple):
     arg: Any
 
 
+def _rounds(
+    shards: ParallelIterator[Any], ctx: PlanContext, timeout: float | None, ahead: bool
+) -> Iterator[Any]:
+    """The rounds of ``ParallelIterator.batch_across_shards``."""
+    shards._start()
+    carried = _Carried(shards.before_requests)
+    requests = Requests(shards.actors_name, shards.request_timeout_s)
+    refs: list[Any] | None = None
+
+    def ask() -> list[Any]:
+        carried.refresh(ctx)
+        return [requests.send(a, carried.take(a, ctx)) for a in shards.actors]
+
+    try:
+        while True:
+            if refs is None:
+                refs = ask()
+            if timeout is not None or shards.request_timeout_s:
+                ready, _ = requests.wait(len(refs), timeout)
+                if len(ready) < len(refs):
+                    yield NotReady
+                    continue
+            items, refs = requests.get(refs), None
+            requests = Requests(shards.actors_name, shards.request_timeout_s)
+            if any(item is _END for item in items):
+                return
+            if ahead:
+                refs = ask()
+            yield [shards._emit(a, x) for a, x in zip(shards.actors, items, strict=True)]
+    finally:  # closed early: let a round in flight finish, so the actors go idle
+        requests.drain()
+
+
 class _Carried:
     """The latest ``Carry`` a gather's ``before_requests`` returned, and the actors that
     have had it."""
@@ -815,29 +848,13 @@ class ParallelIterator(PlanNode, Generic[T]):
     def _emit(self, actor: Any, item: Any) -> Any:
         return (actor, item) if self.with_actor else item
 
-    def batch_across_shards(self) -> LocalIterator[list[T]]:
-        """One list per round holding the next item of every shard (a barrier)."""
-
-        def build(ctx: PlanContext, timeout: float | None) -> Iterator[list[Any]]:
-            self._start()
-            carried = _Carried(self.before_requests)
-            refs: list[Any] | None = None
-            while True:
-                if refs is None:  # submitted only once the consumer asks for more
-                    carried.refresh(ctx)
-                    requests = Requests(self.actors_name, self.request_timeout_s)
-                    refs = [requests.send(a, carried.take(a, ctx)) for a in self.actors]
-                if timeout is not None or self.request_timeout_s:
-                    ready, _ = requests.wait(len(refs), timeout)
-                    if len(ready) < len(refs):
-                        yield NotReady
-                        continue
-                items, refs = requests.get(refs), None
-                if any(item is _END for item in items):
-                    return
-                yield [self._emit(a, x) for a, x in zip(self.actors, items, strict=True)]
-
-        return self._gathered(build, "batch_across_shards()")
+    def batch_across_shards(self, *, ahead: bool = False) -> LocalIterator[list[T]]:
+        """One list per round holding the next item of every shard (a barrier). A round
+        is asked for when the consumer asks for it; with ``ahead``, as soon as the round
+        before it is in, so the shards work while the consumer does (what the plan sends
+        them meanwhile, new weights say, then reaches them a round later)."""
+        suffix = "batch_across_shards(ahead=True)" if ahead else "batch_across_shards()"
+        return self._gathered(lambda ctx, timeout: _rounds(self, ctx, timeout, ahead), suffix)
 
     def gather_sync(self) -> LocalIterator[T]:
         """One item from every shard per round, in shard order (a barrier per round)."""

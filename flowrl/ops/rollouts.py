@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -37,6 +38,8 @@ from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WithReport, WorkerSet, weights_carry
+
+logger = logging.getLogger(__name__)
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
@@ -96,12 +99,15 @@ class SendDeferredWeights:
 
 
 def ParallelRollouts(
-    workers: WorkerSet, *, mode: str = "bulk_sync", num_async: int = 2
+    workers: WorkerSet, *, mode: str = "bulk_sync", num_async: int = 2, ahead: bool = False
 ) -> LocalIterator[MultiAgentBatch] | ParallelIterator[MultiAgentBatch]:
     """Experience from the workers, counted as env steps sampled.
 
     Each request brings a worker's ``fragments_per_call`` fragments as one batch.
-    ``bulk_sync``: one request to every worker per round, concatenated (on-policy).
+    ``bulk_sync``: one request to every worker per round, concatenated (on-policy); with
+    ``ahead``, the next round is asked for as soon as a round is in, so the workers sample
+    while the plan trains on it, with the weights of the update before (one update
+    behind, as Cleanba's PPO samples).
     ``async``: batches as they complete, ``num_async`` requests in flight per worker.
     Two keep a worker busy while its last fragment travels and waits for the consumer
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
@@ -114,9 +120,13 @@ def ParallelRollouts(
     """
     if mode not in ("bulk_sync", "async", "raw"):
         raise ValueError(f"mode must be bulk_sync, async or raw, got {mode!r}")
+    if ahead and mode != "bulk_sync":
+        raise ValueError(f"ahead is for bulk_sync rounds, not mode {mode!r}")
     if not workers.remote_workers:
         if mode == "raw":
             raise ValueError("ParallelRollouts(mode='raw') needs remote workers (num_workers > 0)")
+        if ahead:
+            logger.warning("sampling ahead needs remote workers: with num_workers=0 it is off")
         local = LocalIterator.from_generator(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
@@ -133,10 +143,11 @@ def ParallelRollouts(
     reporting = shards.for_each(WithReport())
     reporting.hidden = True  # part of the source, as the requests' weights are
     if mode == "bulk_sync":
-        source = reporting.batch_across_shards().for_each(ConcatRound())
+        source = reporting.batch_across_shards(ahead=ahead).for_each(ConcatRound())
     else:
         source = reporting.gather_async(num_async=num_async)
-    return _counted(source, name=f"ParallelRollouts({mode})", size=len, reports_to=workers)
+    name = f"ParallelRollouts({mode}, ahead)" if ahead else f"ParallelRollouts({mode})"
+    return _counted(source, name=name, size=len, reports_to=workers)
 
 
 class Aggregator(ParallelIteratorWorker):
