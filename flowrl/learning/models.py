@@ -472,7 +472,6 @@ class _TwinLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
-#: the observation spaces flowrl's networks take, for error messages
 def vector_obs_size(space: gym.Space) -> int:
     """The size of a non-image observation as features (``Flatten``), or a
     ConfigError for images and spaces flowrl does not take."""

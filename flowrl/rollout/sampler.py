@@ -70,8 +70,6 @@ from flowrl.rollout.experiences import ExperienceWriter
 from flowrl.rollout.fragments import finish_fragment, write_row
 from flowrl.rollout.turns import TurnRows
 
-#: the policy id of a single-agent env's lanes
-
 
 class VectorLanes:
     """A gymnasium vector env (NEXT_STEP autoreset) as the lanes of one policy, lane ``i``
