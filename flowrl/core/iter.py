@@ -53,7 +53,7 @@ NotReady = _Sentinel("NotReady")
 _END = _Sentinel("_END")
 
 logger = logging.getLogger(__name__)
-_DRAIN_TIMEOUT_S = 60.0  # how long a closed gather_async waits for its requests in flight
+_DRAIN_TIMEOUT_S = 60.0  # how long a closed gather waits for its requests in flight
 
 
 class Operator:
