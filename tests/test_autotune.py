@@ -48,6 +48,14 @@ def test_a_learner_thread_takes_a_cpu_from_the_workers():
     assert best_layout(plan, 2048).steps_per_s <= 1 / plan.learn_s + 1e-6  # learner bound
 
 
+def test_rounds_asked_ahead_learn_beside_the_workers_not_in_process():
+    between, ahead = costs(500, 400), costs(500, 400, rounds_ahead=True)
+    threaded = costs(500, 400, thread=True)
+    assert predict(ahead, 2, 16, 64) == predict(threaded, 2, 16, 64)
+    assert predict(ahead, 2, 16, 64) > predict(between, 2, 16, 64)
+    assert predict(ahead, 0, 16, 64) == predict(between, 0, 16, 64)  # nothing to overlap
+
+
 def test_more_cpus_allow_more_workers():
     assert best_layout(costs(1000, 5, cpus=8), 2048).num_workers == 8
 

@@ -60,11 +60,11 @@ def test_local_plan_counts_steps_and_reports_results():
     assert any(not np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_sampling_ahead_in_process_says_it_is_off_and_samples(caplog):
+def test_sampling_ahead_in_process_samples_as_bulk_sync():
     cfg = PPOConfig(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=8)
     workers = WorkerSet(policy_cls=PPOPolicy, config=cfg)
     rollouts = ParallelRollouts(workers, mode="bulk_sync", ahead=True)
-    assert "sampling ahead needs remote workers" in caplog.text
+    assert repr(rollouts) == "ParallelRollouts(bulk_sync, local)"
     assert len(next(rollouts)) == 16
 
 

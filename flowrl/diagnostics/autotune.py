@@ -7,8 +7,9 @@ It measures, for a second or more (14 s on Pong), what the costs are here:
   post-processing) with each candidate number of envs, and the bytes a step takes;
 - learning: the learner's seconds per env step sampled, from a short in-process run of the
   plan itself (its ``learn``/``apply`` timers; that run goes on training when its layout
-  wins); whether it learns in the plan's thread (between sampling rounds) or on a learner
-  thread beside it (the plan's graph has one);
+  wins); whether it learns in the plan's thread (between sampling rounds) or beside the
+  sampling (a learner thread in the plan's graph, or remote workers that sample the next
+  round while the plan learns: ``sample_ahead``);
 - the weights' size,
 
 and predicts each layout's env steps per second with a small model of the plan on this
@@ -66,6 +67,8 @@ class Costs:
     ray_running: bool
     # the in-process layout that was run: (envs, its measured env steps per second)
     measured: tuple[int, float] | None = None
+    # remote workers sample the next round while the plan learns (``sample_ahead``)
+    rounds_ahead: bool = False
 
 
 @dataclass
@@ -145,7 +148,8 @@ def choose_layout(
         )
     cpus = cpus if cpus is not None else cluster_cpus()
     costs = Costs(sample_s, step_bytes, learn_s, learner_thread, weight_bytes, cpus,
-                  ray_running(), measured=(in_process, rate))  # fmt: skip
+                  ray_running(), measured=(in_process, rate),
+                  rounds_ahead=bool(getattr(config, "sample_ahead", False)))  # fmt: skip
     layout = best_layout(
         costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers, floor=floor
     )
@@ -242,7 +246,8 @@ def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs
         f"{best['fragment']} steps, ~{best['steps_per_s']:,.0f} env steps/s predicted on "
         f"{costs.cpus} CPUs (one env step {1e6 * costs.sample_s[best['num_envs_per_worker']]:.0f}"
         f" us, learning {1e6 * costs.learn_s:.0f} us per env step"
-        f"{' on a learner thread' if costs.learner_thread else ''})"
+        f"{' on a learner thread' if costs.learner_thread else ''}"
+        f"{', beside the rounds asked ahead' if costs.rounds_ahead else ''})"
     )
     if runner_up is not None:
         n = runner_up["num_workers"]
@@ -268,7 +273,7 @@ def predict(costs: Costs, workers: int, envs: int, fragment: int) -> float:
     copy = costs.step_bytes / RAY_BYTES_PER_S
     weights = 2 * costs.weight_bytes / RAY_BYTES_PER_S / round_steps
     overhead = copy + weights + RAY_ROUND_TRIP_S / (envs * fragment)
-    if costs.learner_thread:
+    if costs.learner_thread or costs.rounds_ahead:  # learning beside the sampling
         rate = 1.0 / max(learn, 1e-9)
         for _ in range(20):  # the learner thread's CPU share and the workers' settle
             free = max(cpus - min(1.0, learn * rate), 0.25)

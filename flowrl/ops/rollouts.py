@@ -14,7 +14,6 @@ Examples:
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -38,8 +37,6 @@ from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
 from flowrl.rollout.worker import WithReport, WorkerSet, weights_carry
-
-logger = logging.getLogger(__name__)
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
@@ -113,7 +110,8 @@ def ParallelRollouts(
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
     with weights one update older, which the off-policy plans that use ``async`` expect.
     ``raw``: the ParallelIterator over the remote workers, to transform on the actors.
-    With no remote workers the local worker samples in-process.
+    With no remote workers the local worker samples in-process (``num_async`` and
+    ``ahead`` then change nothing: nothing runs beside the plan).
 
     Examples:
         >>> ParallelRollouts(workers, mode="async", num_async=1).take(1)  # doctest: +SKIP
@@ -125,8 +123,6 @@ def ParallelRollouts(
     if not workers.remote_workers:
         if mode == "raw":
             raise ValueError("ParallelRollouts(mode='raw') needs remote workers (num_workers > 0)")
-        if ahead:
-            logger.warning("sampling ahead needs remote workers: with num_workers=0 it is off")
         local = LocalIterator.from_generator(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
