@@ -241,13 +241,14 @@ def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs
         default=None,
     )
     where = "in-process (no Ray)" if not best["num_workers"] else f"{best['num_workers']} workers"
+    ahead = ", beside the rounds asked ahead" if costs.rounds_ahead and best["num_workers"] else ""
     reason = (
         f"layout auto: {where} x {best['num_envs_per_worker']} envs x "
         f"{best['fragment']} steps, ~{best['steps_per_s']:,.0f} env steps/s predicted on "
         f"{costs.cpus} CPUs (one env step {1e6 * costs.sample_s[best['num_envs_per_worker']]:.0f}"
         f" us, learning {1e6 * costs.learn_s:.0f} us per env step"
         f"{' on a learner thread' if costs.learner_thread else ''}"
-        f"{', beside the rounds asked ahead' if costs.rounds_ahead else ''})"
+        f"{ahead})"
     )
     if runner_up is not None:
         n = runner_up["num_workers"]
