@@ -129,8 +129,10 @@ def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session):
     actors = [ray.remote(num_cpus=0)(Counter).remote(0.0) for _ in range(2)]
     ahead = ParallelIterator.from_actors(actors).batch_across_shards(ahead=True)
     assert next(ahead) == [1, 1]
-    time.sleep(0.2)  # the consumer's turn (an SGD phase): the next round is done meanwhile
-    assert ray.get([actor.finished.remote() for actor in actors]) == [2, 2]
+    deadline = time.monotonic() + 30  # the consumer's turn (an SGD phase): the next round
+    while ray.get([actor.finished.remote() for actor in actors]) != [2, 2]:  # is done meanwhile
+        assert time.monotonic() < deadline, "the next round was not asked for ahead"
+        time.sleep(0.05)
     assert next(ahead) == [2, 2]
     ahead.close()  # the round asked ahead finishes before close returns
     assert ray.get([actor.finished.remote() for actor in actors]) == [3, 3]
