@@ -37,7 +37,8 @@ measured with one fragment per request, as before that default, and PPO with fou
 PPO's and IMPALA's workers act in numpy without torch (about 85 MB of private memory
 each, ``worker_memory.py``); Ape-X's hold torch (about 205 MB), and so do the bound's
 processes, which bounds how many fit in this machine's memory. Writes
-benchmarks/results/scaling.json and scaling.png.
+benchmarks/results/scaling.json and scaling.png (``--output NAME``: NAME.json and NAME.png, for a
+run on another host that must not replace the reference rows).
 """
 
 from __future__ import annotations
@@ -231,6 +232,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3, help="nodes for the rollout workers")
     parser.add_argument("--step-s", type=float, default=0.02, help="seconds an env step sleeps")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured per row")
+    parser.add_argument("--output", default="scaling",
+                        help="results name: benchmarks/results/NAME.json and NAME.png")  # fmt: skip
     parser.add_argument("--profile", action="store_true",
                         help="run the plans with the profiler (share of wall by step)")  # fmt: skip
     args = parser.parse_args()
@@ -250,13 +253,13 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
     print_table([{k: v for k, v in row.items() if k != "profile"} for row in rows])
-    plot(rows, RESULTS / "scaling.png")
+    plot(rows, RESULTS / f"{args.output}.png")
 
 
 def earlier_rows(names: list[str], args: argparse.Namespace) -> list[dict]:
     """The rows of the results file for contenders this run does not measure, where it was
     measured alike (so ``--only`` adds to the file instead of replacing it)."""
-    path = RESULTS / "scaling.json"
+    path = RESULTS / f"{args.output}.json"
     if not path.exists():
         return []
     earlier = json.loads(path.read_text())
@@ -277,7 +280,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         base = pts[0]["env_steps_per_s"] / pts[0]["workers"]
         for r in pts:
             r["share_of_linear"] = r["env_steps_per_s"] / (base * r["workers"])
-    write_results("scaling", {**settings(args), "results": rows})
+    write_results(args.output, {**settings(args), "results": rows})
 
 
 if __name__ == "__main__":
