@@ -134,6 +134,17 @@ def test_learner_threads_hold_while_the_run_lasts_and_are_given_back():
     assert torch.get_num_threads() == before
 
 
+def test_a_small_network_learns_on_one_torch_thread_and_a_larger_on_torchs_own():
+    before = torch.get_num_threads()
+    algo = Algorithm("ppo", env="CartPole-v1", **FAST)  # 64-wide: its ops are too small
+    assert torch.get_num_threads() == 1
+    algo.stop()
+    assert torch.get_num_threads() == before
+    algo = Algorithm("ppo", env="CartPole-v1", model_hiddens=(256, 256), **FAST)
+    assert torch.get_num_threads() == before
+    algo.stop()
+
+
 def test_evaluate_reports_the_requested_episodes():
     algo = Algorithm("a3c", env="CartPole-v1", num_workers=0)
     res = algo.evaluate(episodes=4)

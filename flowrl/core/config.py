@@ -284,7 +284,10 @@ class Config:
         "remote workers then run without torch (an MLP Q-network's too)",
     )
     learner_threads: int = param(
-        0, "torch threads of this (the learner's) process while the run lasts; 0: torch's", ge=0
+        0,
+        "torch threads of this (the learner's) process while the run lasts; 0: one for a "
+        "network whose weights are all small (an MLP up to 128 wide), else torch's",
+        ge=0,
     )
     preset: bool = param(
         True, "use the algorithm's settings for Atari or MuJoCo envs under your own values"

@@ -219,6 +219,26 @@ def auto_algorithm(
     return run
 
 
+#: a network whose weights are all under this many entries (torch's grain size for splitting
+#: an op among threads) trains no faster on more threads: its ops are too small to pay for
+#: the split, and idle threads spin between them (docs/performance.md, learner's threads)
+SMALL_WEIGHT = 32_768
+
+
+def _learner_threads(config: Config, policies: Mapping[str, Any]) -> int:
+    """The torch threads of the learner's process while the run lasts: the config's
+    ``learner_threads``, or where that is 0, one when every weight of the policies' modules
+    is under ``SMALL_WEIGHT`` entries (the CPU the others would spin away goes to the
+    rollout workers, the envs or a second plan), else torch's own number."""
+    if config.learner_threads:
+        return config.learner_threads
+    modules = [
+        m for p in policies.values() if isinstance(m := getattr(p, "module", None), torch.nn.Module)
+    ]
+    weights = (w.numel() for m in modules for w in m.parameters())
+    return 1 if modules and max(weights, default=0) < SMALL_WEIGHT else torch.get_num_threads()
+
+
 class Algorithm(Checkpointing):
     """An algorithm ready to train: its config, workers and execution plan.
 
@@ -276,8 +296,8 @@ class Algorithm(Checkpointing):
         #: ``auto``'s measuring run): ``run`` logs them first, in order
         self.unreported: list[dict[str, Any]] = []
         self._torch_threads = torch.get_num_threads()  # stop() gives them back
-        if self.config.learner_threads:  # on few cores, leave the rest to the workers
-            torch.set_num_threads(self.config.learner_threads)
+        self._learner_threads = _learner_threads(self.config, self.workers.local_worker.policies)
+        torch.set_num_threads(self._learner_threads)
 
     @classmethod
     def auto(
@@ -428,7 +448,7 @@ class Algorithm(Checkpointing):
         self.plan.close()
         self.evaluation.stop()
         self.workers.stop()
-        if self.config.learner_threads == torch.get_num_threads():  # unless changed since
+        if self._learner_threads == torch.get_num_threads():  # unless changed since
             torch.set_num_threads(self._torch_threads)
 
     def __enter__(self) -> Algorithm:
