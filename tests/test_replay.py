@@ -31,6 +31,18 @@ def test_ring_buffer_keeps_the_newest_capacity_rows(capacity, sizes):
         assert buf.sample(5)["obs"].dtype == np.uint8
 
 
+def test_a_mass_next_to_the_total_finds_a_leaf_that_holds_some():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):  # round-off used to take a few of these past the last leaf
+        n = int(rng.integers(1, 70))
+        values = rng.uniform(0, 10, n) * (rng.random(n) > 0.2)
+        tree = SumTree(n)
+        tree.set(np.arange(n), values)
+        if tree.total() > 0:
+            found = tree.find_prefix(np.array([np.nextafter(tree.total(), 0)]))[0]
+            assert found < n and values[found] > 0
+
+
 @given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=70), st.data())
 def test_segment_trees_match_brute_force(values, data):
     values = np.array(values)

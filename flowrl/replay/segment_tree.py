@@ -56,13 +56,15 @@ class SumTree(_Tree):
         return float(self.nodes[1])
 
     def find_prefix(self, masses: np.ndarray) -> np.ndarray:
-        """For each mass, the smallest leaf whose inclusive prefix sum exceeds it."""
+        """For each mass, the smallest leaf whose inclusive prefix sum exceeds it; never a
+        leaf of zero (the round-off of a mass near the total could otherwise take it past
+        the last leaf that has any)."""
         masses = np.array(masses, dtype=np.float64)
         idx = np.ones(len(masses), dtype=np.int64)
         while idx[0] < self.capacity:
             left = 2 * idx
             left_sum = self.nodes[left]
-            go_right = masses >= left_sum
+            go_right = (masses >= left_sum) & (self.nodes[left + 1] > 0)
             masses -= left_sum * go_right
             idx = left + go_right
         return idx - self.capacity
