@@ -297,10 +297,9 @@ def _plan(head: Any, names: Mapping[int, str]) -> tuple[Layer, ...]:
 
 
 def _matrix(array: np.ndarray) -> np.ndarray:
-    """A weight as ``x @ w`` reads it: a matrix transposed into a contiguous copy, made
-    once per weights (OpenBLAS multiplies a few rows by a transposed view several times
-    slower)."""
-    return np.ascontiguousarray(array.T) if array.ndim == 2 else array
+    """A weight as ``x @ w`` reads it: a matrix transposed (a view, which BLAS reads
+    without a copy)."""
+    return array.T if array.ndim == 2 else array
 
 
 def _lstm_weights(
