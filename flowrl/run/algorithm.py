@@ -14,9 +14,10 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -219,24 +220,42 @@ def auto_algorithm(
     return run
 
 
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread inside the block, the process's own number after it (an error
+    too): what is computed inside comes out the same whatever threads the process had.
+
+    Examples:
+        >>> with one_torch_thread():
+        ...     torch.get_num_threads()
+        1
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 #: a network whose weights are all under this many entries (torch's grain size for splitting
 #: an op among threads) trains no faster on more threads: its ops are too small to pay for
 #: the split, and idle threads spin between them (docs/performance.md, learner's threads)
 SMALL_WEIGHT = 32_768
 
 
-def _learner_threads(config: Config, policies: Mapping[str, Any]) -> int:
+def _learner_threads(config: Config, policies: Mapping[str, Any], torchs: int) -> int:
     """The torch threads of the learner's process while the run lasts: the config's
     ``learner_threads``, or where that is 0, one when every weight of the policies' modules
     is under ``SMALL_WEIGHT`` entries (the CPU the others would spin away goes to the
-    rollout workers, the envs or a second plan), else torch's own number."""
+    rollout workers, the envs or a second plan), else ``torchs`` (the process's own)."""
     if config.learner_threads:
         return config.learner_threads
     modules = [
         m for p in policies.values() if isinstance(m := getattr(p, "module", None), torch.nn.Module)
     ]
     weights = (w.numel() for m in modules for w in m.parameters())
-    return 1 if modules and max(weights, default=0) < SMALL_WEIGHT else torch.get_num_threads()
+    return 1 if modules and max(weights, default=0) < SMALL_WEIGHT else torchs
 
 
 class Algorithm(Checkpointing):
@@ -278,9 +297,10 @@ class Algorithm(Checkpointing):
         check_and_start_ray(self.spec, self.config, address)
         torch.manual_seed(self.config.seed)
         policy_cls, learner_cls = self.spec.classes(self.config)
-        self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls, config=self.config,
-                                 policy_specs=policy_specs(self.spec, self.config),
-                                 workers_learn=self.spec.workers_learn)  # fmt: skip
+        with one_torch_thread():  # the weights start alike whatever threads the process has
+            self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls,
+                                     config=self.config, workers_learn=self.spec.workers_learn,
+                                     policy_specs=policy_specs(self.spec, self.config))  # fmt: skip
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         if self.config.profile:  # before the first pull builds the plan
@@ -296,7 +316,8 @@ class Algorithm(Checkpointing):
         #: ``auto``'s measuring run): ``run`` logs them first, in order
         self.unreported: list[dict[str, Any]] = []
         self._torch_threads = torch.get_num_threads()  # stop() gives them back
-        self._learner_threads = _learner_threads(self.config, self.workers.local_worker.policies)
+        policies = self.workers.local_worker.policies
+        self._learner_threads = _learner_threads(self.config, policies, self._torch_threads)
         torch.set_num_threads(self._learner_threads)
 
     @classmethod
