@@ -37,8 +37,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from flowrl.core.context import STEPS_SAMPLED
 from flowrl.core.iter import walk
 from flowrl.ops.concurrency import LearnerThread
@@ -300,12 +298,10 @@ def measure_sampling(
 ) -> tuple[dict[int, float], float]:
     """Seconds per env step of one rollout worker (one torch thread, as a remote worker
     has) with each number of ``envs``, and the bytes of one env step in a fragment."""
-    from flowrl.rollout.worker import RolloutWorker
+    from flowrl.rollout.worker import RolloutWorker, one_torch_thread
 
-    threads = torch.get_num_threads()
     sample_s, step_bytes = {}, 0.0
-    try:
-        torch.set_num_threads(1)
+    with one_torch_thread():
         for n in envs:
             fragment = max(8, 256 // n)
             cfg = config.replace(
@@ -322,8 +318,6 @@ def measure_sampling(
                 step_bytes = len(pickle.dumps(batch, protocol=5)) / len(batch)
             finally:
                 worker.close()
-    finally:
-        torch.set_num_threads(threads)
     return sample_s, step_bytes
 
 

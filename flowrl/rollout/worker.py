@@ -394,6 +394,27 @@ def seed_torch(seed: int, worker_index: int) -> None:
             torch.set_num_threads(1)
 
 
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread inside the block, the process's own number after it (an error
+    too): what is computed inside comes out the same whatever threads the process had.
+
+    Examples:
+        >>> import torch
+        >>> with one_torch_thread():
+        ...     torch.get_num_threads()
+        1
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _answers(actor: Any, timeout_s: float = 30) -> bool:
     """Whether a remote worker answers a ping within ``timeout_s``."""
     import ray

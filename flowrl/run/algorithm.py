@@ -14,10 +14,9 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,7 +38,7 @@ from flowrl.rollout.envs import (
     make_vector_env,
 )
 from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
-from flowrl.rollout.worker import WorkerSet
+from flowrl.rollout.worker import WorkerSet, one_torch_thread
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
@@ -218,24 +217,6 @@ def auto_algorithm(
         run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
     run.layout, run.unreported = layout, results
     return run
-
-
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread inside the block, the process's own number after it (an error
-    too): what is computed inside comes out the same whatever threads the process had.
-
-    Examples:
-        >>> with one_torch_thread():
-        ...     torch.get_num_threads()
-        1
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 #: a network whose weights are all under this many entries (torch's grain size for splitting
