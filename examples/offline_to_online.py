@@ -30,7 +30,7 @@ __all__ = ["Config", "Learner", "Policy", "plan"]  # the classes flowrl train ru
 @dataclass
 class Config(PPOConfig):
     input: str = param("", "the recording to pre-train on (record_experiences)")
-    pretrain_updates: int = param(300, "behaviour cloning SGD steps before PPO", ge=0)
+    pretrain_updates: int = param(1000, "behaviour cloning SGD steps before PPO", ge=0)
     pretrain_batch_size: int = param(512, "recorded steps per cloning SGD step", ge=1)
 
 

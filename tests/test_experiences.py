@@ -149,7 +149,7 @@ def test_pretraining_offline_then_ppo_online_needs_fewer_env_steps(tmp_path, exp
     pre-training)."""
     plan = str(Path(__file__).parents[1] / "examples" / "offline_to_online.py") + ":plan"
     steps = {}
-    for name, updates in (("scratch", 0), ("pretrained", 300)):
+    for name, updates in (("scratch", 0), ("pretrained", 1000)):
         run = ["train", plan, "--env", "CartPole-v1", "--num-workers", "0", "--seed", "1",
                "--set", f"input={expert_recording}", "--set", f"pretrain_updates={updates}",
                "--stop-reward", "475", "--no-progress"]  # fmt: skip

@@ -8,9 +8,10 @@ state-dict keys) that make up the forward pass where one applies (flowrl's
 ``ActorCritic`` or, with ``use_lstm``, ``RecurrentActorCritic``: vector observations,
 MLPs, Discrete or Box actions, no action mask), else None; ``ActingPlan.of_q_network``
 does the same for flowrl's MLP ``QNetwork`` (dueling or not). ``NumpyActing`` runs a plan on
-arrays: numpy views of the torch module's weights (``NumpyActing.of``; they follow the
-weights as they change in place) or the arrays a rollout worker without torch was sent
-(``flowrl.learning.numpy_policy``). This module imports torch only to read a module.
+arrays: the torch module's weights (``NumpyActing.of``, read again after each change:
+``Policy.weights_changed``, or a parameter's version counter moved) or the arrays a
+rollout worker without torch was sent (``flowrl.learning.numpy_policy``). This module
+imports torch only to read a module.
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -114,13 +115,18 @@ class NumpyActing:
     actions drawn from the same distribution with its own generator."""
 
     def __init__(
-        self, plan: ActingPlan, seed: Any, arrays: Callable[[], Mapping[str, np.ndarray]]
+        self,
+        plan: ActingPlan,
+        seed: Any,
+        arrays: Callable[[], Mapping[str, np.ndarray]],
+        version: Callable[[], int] | None = None,
     ) -> None:
-        self.plan, self.arrays = plan, arrays
+        self.plan, self.arrays, self.version = plan, arrays, version
         self.discrete, self.recurrent = plan.discrete, bool(plan.lstm)
         self.rng = np.random.default_rng(seed)
         #: the weights changed since they were read (``Policy.weights_changed``)
         self.stale = True
+        self.read_version: int | None = None  # ``version()`` when they were read
         self.body: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self.lstm: tuple[np.ndarray, ...] = ()
         self.pi: list[tuple[np.ndarray, np.ndarray, Any]] = []
@@ -129,7 +135,7 @@ class NumpyActing:
 
     @classmethod
     def of(cls, policy: Any) -> NumpyActing | None:
-        """``policy``'s numpy acting on views of its torch module's weights, or None where
+        """``policy``'s numpy acting on its torch module's weights, or None where
         it needs torch (``ActingPlan.of``, or a module on a GPU)."""
         import torch
 
@@ -139,16 +145,23 @@ class NumpyActing:
         module = policy.module
         seed = [torch.initial_seed() % 2**63, policy.worker_index]  # the worker's seed
 
-        def views() -> dict[str, np.ndarray]:  # they follow every change made in place
+        params = list(module.parameters())
+
+        def arrays() -> dict[str, np.ndarray]:  # views: copied where laid out (_matrix)
             return {name: p.detach().numpy() for name, p in module.named_parameters()}
 
-        return cls(plan, seed, views)
+        def version() -> int:  # a change in place adds to a tensor's counter (fused Adam's not)
+            return sum(p._version for p in params)
+
+        return cls(plan, seed, arrays, version)
 
     def _refresh(self) -> None:
-        """The arrays of the plan's weights, read once: views follow every change made
-        in place (an optimiser's step, ``load_state_dict``); ``stale`` reads them again,
-        should they have been replaced (``set_weights`` without torch)."""
-        if not self.stale:
+        """The plan's weights, read and laid out for the product (``_matrix``) once per
+        change: again when ``stale`` (a learner's step, ``set_weights``) or when the torch
+        parameters' version counters moved (any other change in place; half a
+        microsecond to check)."""
+        version = None if self.version is None else self.version()
+        if not self.stale and version == self.read_version:
             return
         plan, arrays = self.plan, self.arrays()
         self.body = _layers(plan.body, arrays)
@@ -156,7 +169,7 @@ class NumpyActing:
             self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm))
         self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
-        self.stale = False
+        self.stale, self.read_version = False, version
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
@@ -296,10 +309,17 @@ def _plan(head: Any, names: Mapping[int, str]) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
+#: the largest matrix ``_matrix`` copies: a bigger one's copy costs more than it saves
+COPY_ENTRIES = 2**18
+
+
 def _matrix(array: np.ndarray) -> np.ndarray:
-    """A weight as ``x @ w`` reads it: a matrix transposed (a view, which BLAS reads
-    without a copy)."""
-    return array.T if array.ndim == 2 else array
+    """A weight as ``x @ w`` reads it: a matrix transposed into a contiguous copy, made
+    once per weights (OpenBLAS multiplies a few rows by a transposed view several times
+    slower), or a transposed view past ``COPY_ENTRIES``."""
+    if array.ndim != 2:
+        return array
+    return np.ascontiguousarray(array.T) if array.size <= COPY_ENTRIES else array.T
 
 
 def _lstm_weights(
