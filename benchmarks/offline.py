@@ -8,7 +8,7 @@ On CartPole-v1:
 - **a recording of mixed quality**: PPO's first ~16k env steps from scratch (returns from
   about 20 to 100); ``bc``, ``marwil`` and ``iql`` on it, the mean greedy evaluation
   return of the last half of ``MIXED_ITERATIONS`` iterations;
-- **offline, then online**: ``examples/offline_to_online.py`` (300 cloning steps on the
+- **offline, then online**: ``examples/offline_to_online.py`` (its 1,000 cloning steps on the
   expert's recording, then PPO) against the same plan without the cloning: env steps to a
   mean return of 475.
 
@@ -102,7 +102,7 @@ def cartpole_seed(seed: int, tmp: Path) -> dict:
     )
     row["mixed_return"] = record(recording, seed, expert=False)
     mixed(row, recording, seed, ENV)
-    row["o2o_steps_pretrained"] = steps_to_475(expert, seed, 300)
+    row["o2o_steps_pretrained"] = steps_to_475(expert, seed, 1000)
     row["o2o_steps_scratch"] = steps_to_475(expert, seed, 0)
     return row
 
