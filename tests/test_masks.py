@@ -118,18 +118,23 @@ def test_a_mask_on_box_actions_is_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "dqn", "appo"])
 def test_masked_training_takes_no_invalid_action_and_reaches_the_optimum(algo):
-    """100,000 training steps and greedy evaluation without one forbidden action; greedy
-    play earns the best return, 20 (PPO's mean was 19.9 at 61k steps, DQN's 19.7 at 60k
-    with 2% random actions, APPO's 19.0 at 64k; seed 0; DQN with 16 envs 19.75 at 100k)."""
+    """Within 100,000 training steps, greedy play earns the best return, 20, and neither
+    training nor evaluation takes one forbidden action (PPO's mean was 19.9 at 61k steps,
+    DQN's 19.7 at 60k with 2% random actions, APPO's 19.0 at 64k; seed 0; DQN with 16
+    envs 19.75 at 100k). Greedy play is evaluated after each iteration from 25k steps
+    (greedy 20 at 27k, 26k and 30k env steps)."""
     MaskedChoice.invalid_actions = 0
     # DQN's 4 envs x 4 steps per round spend their time on rounds: 16 envs halve it
     extra = {"num_envs_per_worker": 16} if algo == "dqn" else {}
+    greedy = None
     with Algorithm(algo, env=MASKED_ENV, num_workers=0, seed=0, **extra) as trainer:
-        while trainer.train()["env_steps_sampled"] < 100_000:
-            pass
-        evaluation = trainer.evaluate(20)
+        while greedy != 20.0 and trainer.train()["env_steps_sampled"] < 100_000:
+            if trainer.last_result["env_steps_sampled"] >= 25_000:
+                greedy = trainer.evaluate(20)["episode_return_mean"]
+        if greedy != 20.0:
+            greedy = trainer.evaluate(20)["episode_return_mean"]
     assert MaskedChoice.invalid_actions == 0
-    assert evaluation["episode_return_mean"] == 20.0
+    assert greedy == 20.0
 
 
 @pytest.mark.slow
