@@ -131,6 +131,7 @@ def expert_recording(tmp_path_factory):
     return recording
 
 
+@pytest.mark.slow
 def test_bc_clones_a_trained_ppo_policy_from_50k_recorded_steps(tmp_path, expert_recording):
     """The issue's target: 50k env steps of a trained PPO CartPole policy, cloned, score
     450 or more greedily."""

@@ -54,7 +54,7 @@ class WithWeights(Operator):
 def test_gather_async_yields_in_completion_order(ray_session):
     ray = ray_session
     actor_cls = ray.remote(num_cpus=0)(Sleeper)
-    fast, slow = actor_cls.remote("fast", 0.01), actor_cls.remote("slow", 2.0)
+    fast, slow = actor_cls.remote("fast", 0.01), actor_cls.remote("slow", 1.0)
     it = ParallelIterator.from_actors([slow, fast]).for_each(WithWeights()).gather_async()
     names = [name for name, _, _ in it.take(4)]
     assert names[:3] == ["fast", "fast", "fast"] and names[3] == "slow"
