@@ -142,6 +142,37 @@ def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session):
     assert ray.get([actor.finished.remote() for actor in actors]) == [4, 4]
 
 
+class Stamped(ParallelIteratorWorker):
+    """Endless items, each after ``delay`` seconds; keeps the time each was finished."""
+
+    def __init__(self, delay):
+        super().__init__(self.items)
+        self.delay, self.stamps = delay, []
+
+    def items(self):
+        while True:
+            time.sleep(self.delay)
+            self.stamps.append(time.monotonic())
+            yield len(self.stamps)
+
+    def finished_at(self):
+        return self.stamps
+
+
+def test_an_actor_that_answers_early_is_asked_ahead_without_waiting_for_the_slowest(ray_session):
+    """With ahead, the fast actor's item of the next round is asked for as soon as its
+    item of this round is in, not once the slow actor's is; and never a round further."""
+    ray = ray_session
+    fast, slow = (ray.remote(num_cpus=0)(Stamped).remote(delay) for delay in (0.0, 1.0))
+    rounds = ParallelIterator.from_actors([fast, slow]).batch_across_shards(ahead=True)
+    assert next(rounds) == [1, 1]
+    fast_at, slow_at = ray.get([fast.finished_at.remote(), slow.finished_at.remote()])
+    assert len(fast_at) == 2 and fast_at[1] < slow_at[0] - 0.5, (fast_at, slow_at)
+    assert next(rounds) == [2, 2]
+    assert len(ray.get(fast.finished_at.remote())) == 3, "one round ahead, no more"
+    rounds.close()
+
+
 def test_weights_sent_while_a_round_is_asked_ahead_reach_the_round_after(ray_session):
     ray = ray_session
     actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]

@@ -578,34 +578,76 @@ class Carry(NamedTuple):
 def _rounds(
     shards: ParallelIterator[Any], ctx: PlanContext, timeout: float | None, ahead: bool
 ) -> Iterator[Any]:
-    """The rounds of ``ParallelIterator.batch_across_shards``."""
+    """The rounds of ``ParallelIterator.batch_across_shards``. With ``ahead``, an actor is
+    asked for its item of the next round as soon as its item of this one is in, so it
+    does not wait for the slowest actor of the round; the request carries what a request
+    sent once the whole round was in would (``before_requests`` runs as a round begins,
+    after the consumer's work on the round before)."""
     shards._start()
     carried = _Carried(shards.before_requests)
-    requests = Requests(shards.actors_name, shards.request_timeout_s)
-    refs: list[Any] | None = None
 
-    def ask() -> list[Any]:
-        carried.refresh(ctx)
-        return [requests.send(a, carried.take(a, ctx)) for a in shards.actors]
+    def ask(round_: _Round, actors: Iterable[Any]) -> _Round:
+        for actor in actors:
+            round_.ask(actor, carried.take(actor, ctx))
+        return round_
 
+    current: _Round | None = None
+    upcoming: _Round | None = None  # ahead: the next round, asked actor by actor
     try:
         while True:
-            if refs is None:
-                refs = ask()
-            if timeout is not None or shards.request_timeout_s:
-                ready, _ = requests.wait(len(refs), timeout)
-                if len(ready) < len(refs):
-                    yield NotReady
-                    continue
-            items, refs = requests.get(refs), None
-            requests = Requests(shards.actors_name, shards.request_timeout_s)
+            if current is None:  # a round begins: asked ahead already, or now
+                carried.refresh(ctx)
+                current = upcoming or ask(_Round(shards), shards.actors)
+                upcoming = _Round(shards) if ahead else None
+            while current.unanswered:
+                answered = current.collect(timeout, each=upcoming is not None)
+                if upcoming is not None:
+                    ask(upcoming, answered)
+                if not answered and timeout is not None:
+                    break
+            if current.unanswered:
+                yield NotReady
+                continue
+            items, current = current.items_in_order(), None
             if any(item is _END for item in items):
                 return
-            if ahead:
-                refs = ask()
             yield [shards._emit(a, x) for a, x in zip(shards.actors, items, strict=True)]
-    finally:  # closed early: let a round in flight finish, so the actors go idle
-        requests.drain()
+    finally:  # closed early: let the requests in flight finish, so the actors go idle
+        for round_ in filter(None, (current, upcoming)):
+            round_.requests.drain()
+
+
+class _Round:
+    """One round of ``batch_across_shards``: a request to each actor, and the items in."""
+
+    def __init__(self, shards: ParallelIterator[Any]) -> None:
+        self.actors = shards.actors
+        self.requests = Requests(shards.actors_name, shards.request_timeout_s)
+        self.unanswered: dict[Any, Any] = {}  # request ref -> actor
+        self.items: dict[Any, Any] = {}  # actor -> its item
+
+    def ask(self, actor: Any, carry: Carry | None) -> None:
+        self.unanswered[self.requests.send(actor, carry)] = actor
+
+    def collect(self, timeout: float | None, *, each: bool) -> list[Any]:
+        """Take in the items ready within ``timeout`` (None: once one is, ``each``, or
+        once all are); returns their actors."""
+        import ray
+
+        n = len(self.unanswered)
+        ready, _ = self.requests.wait(1 if each and timeout is None else n, timeout)
+        if each and timeout is None and len(ready) < n:  # and any others ready by now
+            rest = [r for r in self.unanswered if r not in ready]
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready = [*ready, *more]
+        answered = []
+        for ref, item in zip(ready, self.requests.take(ready), strict=True):
+            answered.append(self.unanswered.pop(ref))
+            self.items[answered[-1]] = item
+        return answered
+
+    def items_in_order(self) -> list[Any]:
+        return [self.items[a] for a in self.actors]
 
 
 class _Carried:
@@ -658,6 +700,13 @@ class Requests:
                 late = f"{self.name} gave no answer in {self.timeout_s:g} s"
                 e.timed_out = f"{late}, so it was killed"
             raise
+
+    def take(self, refs: list[Any]) -> list[Any]:
+        """``get`` of answered requests, which are then no longer pending."""
+        items = self.get(refs)
+        for ref in refs:
+            self.pending.pop(ref, None)
+        return items
 
     def send(self, actor: Any, carry: Carry | None = None) -> Any:
         """Ask ``actor`` for its next item, with the call ``carry`` holds if any; returns
@@ -850,9 +899,11 @@ class ParallelIterator(PlanNode, Generic[T]):
 
     def batch_across_shards(self, *, ahead: bool = False) -> LocalIterator[list[T]]:
         """One list per round holding the next item of every shard (a barrier). A round
-        is asked for when the consumer asks for it; with ``ahead``, as soon as the round
-        before it is in, so the shards work while the consumer does (what the plan sends
-        them meanwhile, new weights say, then reaches them a round later)."""
+        is asked for when the consumer asks for it; with ``ahead``, each shard is asked
+        for its item of the next round as soon as its item of this one is in, so the
+        shards work while the consumer does and a fast one does not wait for the slowest
+        (what the plan sends them meanwhile, new weights say, then reaches them a round
+        later)."""
         suffix = "batch_across_shards(ahead=True)" if ahead else "batch_across_shards()"
         return self._gathered(lambda ctx, timeout: _rounds(self, ctx, timeout, ahead), suffix)
 

@@ -102,9 +102,10 @@ def ParallelRollouts(
 
     Each request brings a worker's ``fragments_per_call`` fragments as one batch.
     ``bulk_sync``: one request to every worker per round, concatenated (on-policy); with
-    ``ahead``, the next round is asked for as soon as a round is in, so the workers sample
-    while the plan trains on it, with the weights of the update before (one update
-    behind, as Cleanba's PPO samples).
+    ``ahead``, a worker is asked for its fragment of the next round as soon as its
+    fragment of this one is in, so the workers sample while the plan trains, and none
+    waits for the slowest of the round, with the weights of the update before (one
+    update behind, as Cleanba's PPO samples).
     ``async``: batches as they complete, ``num_async`` requests in flight per worker.
     Two keep a worker busy while its last fragment travels and waits for the consumer
     (about 10% more env steps/s than one on CartPole); a fragment may then be sampled
