@@ -163,13 +163,14 @@ class NumpyActing:
         version = None if self.version is None else self.version()
         if not self.stale and version == self.read_version:
             return
+        # cleared before the read: a learner thread's step meanwhile marks it again
+        self.stale, self.read_version = False, version
         plan, arrays = self.plan, self.arrays()
         self.body = _layers(plan.body, arrays)
         if self.recurrent:
             self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm))
         self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
-        self.stale, self.read_version = False, version
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
