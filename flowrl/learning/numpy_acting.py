@@ -8,10 +8,10 @@ state-dict keys) that make up the forward pass where one applies (flowrl's
 ``ActorCritic`` or, with ``use_lstm``, ``RecurrentActorCritic``: vector observations,
 MLPs, Discrete or Box actions, no action mask), else None; ``ActingPlan.of_q_network``
 does the same for flowrl's MLP ``QNetwork`` (dueling or not). ``NumpyActing`` runs a plan on
-arrays: the torch module's weights (``NumpyActing.of``, read again after each change:
-``Policy.weights_changed``, or a parameter's version counter moved) or the arrays a
-rollout worker without torch was sent (``flowrl.learning.numpy_policy``). This module
-imports torch only to read a module.
+arrays: numpy views of the torch module's weights (``NumpyActing.of``; they follow the
+weights as they change in place) or the arrays a rollout worker without torch was sent
+(``flowrl.learning.numpy_policy``), each matrix copied once per weights into the layout
+its product reads (``copy``). This module imports torch only to read a module.
 
 Examples:
     >>> from flowrl import Config, Policy
@@ -119,14 +119,14 @@ class NumpyActing:
         plan: ActingPlan,
         seed: Any,
         arrays: Callable[[], Mapping[str, np.ndarray]],
-        version: Callable[[], int] | None = None,
+        *,
+        copy: bool = False,
     ) -> None:
-        self.plan, self.arrays, self.version = plan, arrays, version
+        self.plan, self.arrays, self.copy = plan, arrays, copy
         self.discrete, self.recurrent = plan.discrete, bool(plan.lstm)
         self.rng = np.random.default_rng(seed)
         #: the weights changed since they were read (``Policy.weights_changed``)
         self.stale = True
-        self.read_version: int | None = None  # ``version()`` when they were read
         self.body: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self.lstm: tuple[np.ndarray, ...] = ()
         self.pi: list[tuple[np.ndarray, np.ndarray, Any]] = []
@@ -135,7 +135,7 @@ class NumpyActing:
 
     @classmethod
     def of(cls, policy: Any) -> NumpyActing | None:
-        """``policy``'s numpy acting on its torch module's weights, or None where
+        """``policy``'s numpy acting on views of its torch module's weights, or None where
         it needs torch (``ActingPlan.of``, or a module on a GPU)."""
         import torch
 
@@ -145,32 +145,24 @@ class NumpyActing:
         module = policy.module
         seed = [torch.initial_seed() % 2**63, policy.worker_index]  # the worker's seed
 
-        params = list(module.parameters())
-
-        def arrays() -> dict[str, np.ndarray]:  # views: copied where laid out (_matrix)
+        def views() -> dict[str, np.ndarray]:  # they follow every change made in place
             return {name: p.detach().numpy() for name, p in module.named_parameters()}
 
-        def version() -> int:  # a change in place adds to a tensor's counter (fused Adam's not)
-            return sum(p._version for p in params)
-
-        return cls(plan, seed, arrays, version)
+        return cls(plan, seed, views)
 
     def _refresh(self) -> None:
-        """The plan's weights, read and laid out for the product (``_matrix``) once per
-        change: again when ``stale`` (a learner's step, ``set_weights``) or when the torch
-        parameters' version counters moved (any other change in place; half a
-        microsecond to check)."""
-        version = None if self.version is None else self.version()
-        if not self.stale and version == self.read_version:
+        """The arrays of the plan's weights, read once: views follow every change made
+        in place (an optimiser's step, ``load_state_dict``); ``stale`` reads them again,
+        should they have been replaced (``set_weights`` without torch)."""
+        if not self.stale:
             return
-        # cleared before the read: a learner thread's step meanwhile marks it again
-        self.stale, self.read_version = False, version
-        plan, arrays = self.plan, self.arrays()
-        self.body = _layers(plan.body, arrays)
+        plan, arrays, copy = self.plan, self.arrays(), self.copy
+        self.body = _layers(plan.body, arrays, copy)
         if self.recurrent:
-            self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm))
-        self.pi, self.vf = _layers(plan.pi, arrays), _layers(plan.vf, arrays)
+            self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm), copy=copy)
+        self.pi, self.vf = _layers(plan.pi, arrays, copy), _layers(plan.vf, arrays, copy)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
+        self.stale = False
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
@@ -314,32 +306,32 @@ def _plan(head: Any, names: Mapping[int, str]) -> tuple[Layer, ...]:
 COPY_ENTRIES = 2**18
 
 
-def _matrix(array: np.ndarray) -> np.ndarray:
-    """A weight as ``x @ w`` reads it: a matrix transposed into a contiguous copy, made
-    once per weights (OpenBLAS multiplies a few rows by a transposed view several times
-    slower), or a transposed view past ``COPY_ENTRIES``."""
+def _matrix(array: np.ndarray, copy: bool) -> np.ndarray:
+    """A weight as ``x @ w`` reads it: a matrix transposed, as a view or, with ``copy``
+    (up to ``COPY_ENTRIES``), a contiguous copy: OpenBLAS multiplies a few rows by a
+    transposed view several times slower."""
     if array.ndim != 2:
         return array
-    return np.ascontiguousarray(array.T) if array.size <= COPY_ENTRIES else array.T
+    return np.ascontiguousarray(array.T) if copy and array.size <= COPY_ENTRIES else array.T
 
 
 def _lstm_weights(
-    w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray, b_hh: np.ndarray
+    w_ih: np.ndarray, w_hh: np.ndarray, b_ih: np.ndarray, b_hh: np.ndarray, *, copy: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``nn.LSTMCell``'s weights as ``_lstm_step`` reads them: the gates reordered from
     torch's (input, forget, cell, output) to input, forget, output, cell, so the three
     sigmoids are one call, and the two biases summed."""
     n = w_hh.shape[1]
     order = np.r_[0 : 2 * n, 3 * n : 4 * n, 2 * n : 3 * n]
-    return _matrix(w_ih[order]), _matrix(w_hh[order]), (b_ih + b_hh)[order]
+    return _matrix(w_ih[order], copy), _matrix(w_hh[order], copy), (b_ih + b_hh)[order]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # one ufunc, no overflow
 
 
-def _layers(plan: tuple[Layer, ...], arrays: Mapping[str, np.ndarray]) -> list[tuple]:
-    return [(_matrix(arrays[w]), arrays[b], act and ACTIVATIONS[act]) for w, b, act in plan]
+def _layers(plan: tuple[Layer, ...], arrays: Mapping[str, np.ndarray], copy: bool) -> list[tuple]:
+    return [(_matrix(arrays[w], copy), arrays[b], act and ACTIVATIONS[act]) for w, b, act in plan]
 
 
 def _forward(x: np.ndarray, layers: list[tuple]) -> np.ndarray:

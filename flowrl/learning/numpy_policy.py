@@ -79,7 +79,8 @@ class NumpyPolicy(BasePolicy):
         #: the module's weights by state-dict name, as last sent (``set_weights``)
         self.weights: Weights = {}
         seed = [worker_seed(config, worker_index), worker_index]  # as a torch worker's
-        self.acting = NumpyActing(plan, seed, lambda: self.weights)
+        # its weights change only by set_weights: laid out for the product once each
+        self.acting = NumpyActing(plan, seed, lambda: self.weights, copy=True)
 
     @classmethod
     def remote_of(cls, policy: Any) -> Callable[..., NumpyPolicy] | None:
