@@ -164,6 +164,7 @@ def test_an_actor_that_answers_early_is_asked_ahead_without_waiting_for_the_slow
     item of this round is in, not once the slow actor's is; and never a round further."""
     ray = ray_session
     fast, slow = (ray.remote(num_cpus=0)(Stamped).remote(delay) for delay in (0.0, 1.0))
+    ray.get([fast.finished_at.remote(), slow.finished_at.remote()])  # both up: times compare
     rounds = ParallelIterator.from_actors([fast, slow]).batch_across_shards(ahead=True)
     assert next(rounds) == [1, 1]
     fast_at, slow_at = ray.get([fast.finished_at.remote(), slow.finished_at.remote()])
