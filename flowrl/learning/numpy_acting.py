@@ -156,13 +156,13 @@ class NumpyActing:
         should they have been replaced (``set_weights`` without torch)."""
         if not self.stale:
             return
+        self.stale = False  # before the read: a learner thread's step meanwhile marks it again
         plan, arrays, copy = self.plan, self.arrays(), self.copy
         self.body = _layers(plan.body, arrays, copy)
         if self.recurrent:
             self.lstm = _lstm_weights(*(arrays[name] for name in plan.lstm), copy=copy)
         self.pi, self.vf = _layers(plan.pi, arrays, copy), _layers(plan.vf, arrays, copy)
         self.log_std = None if plan.log_std is None else arrays[plan.log_std]
-        self.stale = False
 
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool, state: np.ndarray | None = None
