@@ -636,10 +636,8 @@ class _Round:
 
         n = len(self.unanswered)
         ready, _ = self.requests.wait(1 if each and timeout is None else n, timeout)
-        if each and timeout is None and len(ready) < n:  # and any others ready by now
-            rest = [r for r in self.unanswered if r not in ready]
-            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-            ready = [*ready, *more]
+        if each and timeout is None and len(ready) < n:  # with any others in by now
+            ready, _ = ray.wait(list(self.unanswered), num_returns=n, timeout=0)
         answered = []
         for ref, item in zip(ready, self.requests.take(ready), strict=True):
             answered.append(self.unanswered.pop(ref))
