@@ -141,14 +141,13 @@ def test_update_targets_of_one_policy_moves_that_policy_s_targets_only():
     assert (learners["dqn_a"].moved, learners["dqn_b"].moved) == (2, 1)
 
 
-@pytest.mark.slow
 def test_training_intensity_gate_keeps_trained_within_the_ratio_of_sampled():
     sampled = items(list(range(100))).for_each(CountAs(STEPS_SAMPLED, 10))
     trained = items(list(range(1000))).gate(TrainingIntensity(2.5))
     trained = trained.for_each(CountAs(STEPS_TRAINED, 4))
     plan = Concurrently([sampled, trained], mode="async", output_indexes=[1])
     counters = plan.context.counters
-    for _ in range(700):  # the sampling branch ends after 100 items (about 625 pulls of both)
+    for _ in range(700):  # sampling ends after 100 items (625 pulls); the gate then stays shut
         next(plan)
         # the gate opens only below the ratio, and one item adds 4 trained steps
         assert counters[STEPS_TRAINED] < 2.5 * counters[STEPS_SAMPLED] + 4
