@@ -8,12 +8,22 @@ import sys
 import pytest
 from hypothesis import settings
 
+TESTS_DIR = os.path.dirname(__file__)
+
+
+def prepend_to_pythonpath(folder: str) -> None:
+    """Put ``folder`` first on the path of the processes started from here on."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (folder, os.environ.get("PYTHONPATH")) if p
+    )
+
+
 # Every process of the suite (this one, Ray's workers, the commands it runs) finds the
 # stand-ins of tests/stubs first: importing Ray otherwise costs each of them 0.9 s more
 # where JupyterLab's dependencies brought in rfc3987-syntax (tests/stubs/rfc3987_syntax.py)
-STUBS = os.path.join(os.path.dirname(__file__), "stubs")
+STUBS = os.path.join(TESTS_DIR, "stubs")
 sys.path.insert(0, STUBS)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (STUBS, os.environ.get("PYTHONPATH")) if p)
+prepend_to_pythonpath(STUBS)
 
 settings.register_profile("flowrl", deadline=None, max_examples=60)
 settings.load_profile("flowrl")
@@ -27,11 +37,7 @@ def ray_session():
     from flowrl import init_ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    # Ray's workers import the test modules' actor classes by name
-    tests_dir = os.path.dirname(__file__)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p
-    )
+    prepend_to_pythonpath(TESTS_DIR)  # Ray's workers import the test modules' actor classes
     if not ray.is_initialized():
         init_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield ray
