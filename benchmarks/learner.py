@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -40,30 +41,20 @@ def ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 Steps = tuple[str, Callable[[], int], Callable[[], int]]
 
 
-def ppo(device: str = "cpu") -> Steps:
-    """A train batch of PPO's defaults on CartPole (its epochs of minibatches)."""
-    from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
-    from flowrl.core.sample_batch import SampleBatch
+def plain_ppo(cfg: Any, device: str = "cpu") -> Callable[[dict[str, np.ndarray]], None]:
+    """PPO's update as a plain torch loop: ``cfg``'s epochs of minibatches over a batch of
+    any size, on PPO's network for CartPole's spaces, with its loss, Adam and clipping (the
+    learner's work without flowrl; ``scaling.py`` puts it between lockstep rounds too)."""
+    from flowrl.algorithms.ppo import PPOPolicy
     from flowrl.learning.distributions import Categorical
-
-    cfg = PPOConfig(device=device)
-    batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
-    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device), cfg)
-    per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
-
-    def flowrl_step() -> int:
-        learner.learn_on_batch(
-            SampleBatch(batch), num_sgd_iter=cfg.num_sgd_iter, minibatch_size=cfg.sgd_minibatch_size
-        )
-        return per_call
 
     model = PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device).module
     opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
     rng = np.random.default_rng(0)
 
-    def plain_step() -> int:
-        n = cfg.train_batch_size
+    def update(batch: dict[str, np.ndarray]) -> None:
         tensors = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+        n = len(batch["obs"])
         for _ in range(cfg.num_sgd_iter):
             order = torch.from_numpy(rng.permutation(n)).to(device)
             for start in range(0, n, cfg.sgd_minibatch_size):
@@ -81,6 +72,30 @@ def ppo(device: str = "cpu") -> Steps:
                 (surrogate + cfg.vf_loss_coeff * vf_loss).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 opt.step()
+
+    return update
+
+
+def ppo(device: str = "cpu") -> Steps:
+    """A train batch of PPO's defaults on CartPole (its epochs of minibatches)."""
+    from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+    from flowrl.core.sample_batch import SampleBatch
+
+    cfg = PPOConfig(device=device)
+    batch = ppo_batch(cfg.train_batch_size, np.random.default_rng(0))
+    learner = PPOLearner(PPOPolicy(OBS_SPACE, ACTION_SPACE, cfg, device=device), cfg)
+    per_call = cfg.num_sgd_iter * -(-cfg.train_batch_size // cfg.sgd_minibatch_size)
+
+    def flowrl_step() -> int:
+        learner.learn_on_batch(
+            SampleBatch(batch), num_sgd_iter=cfg.num_sgd_iter, minibatch_size=cfg.sgd_minibatch_size
+        )
+        return per_call
+
+    plain_update = plain_ppo(cfg, device)
+
+    def plain_step() -> int:
+        plain_update(batch)
         return per_call
 
     epochs = f"{cfg.num_sgd_iter} epochs x {cfg.sgd_minibatch_size}"

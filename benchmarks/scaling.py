@@ -19,14 +19,18 @@ reports:
 The bound: N plain processes (no Ray, no driver), each stepping the same 8 sleeping envs
 with the same torch network, one batched forward pass per step. The bound of synchronous
 rounds (PPO's): the same processes in lockstep, each answering a 10-step fragment over a
-pipe, the next round asked for when all have answered. Where it falls short of
+pipe, the next round asked for when all have answered. The bound of on-policy PPO: those
+rounds gathered up to PPO's train batch, then PPO's update on it in plain torch while the
+processes wait (``learner.py``'s plain loop). Where the bounds fall short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
 Contenders: PPO (bulk_sync rounds, and with the next round sampled while the learner
 trains: ``sample_ahead``), IMPALA with the plan taking every fragment in, IMPALA
 with aggregation workers (``num_aggregation_workers``: actors concatenate the fragments
-and pass the weights on), and Ape-X (fragments into replay shards, replay to the learner).
+and pass the weights on), and Ape-X (fragments into replay shards, replay to the
+learner; with its gate open, and with its learner at a hundredth of its pace, which
+leaves the cores to sampling).
 Past 32 workers a request brings several fragments (``fragments_per_call``: one per 32
 workers), except PPO's, whose rounds would only grow its SGD batch: IMPALA is also
 measured with one fragment per request, as before that default, and PPO with four.
@@ -58,9 +62,12 @@ ENV = "flowrl.rollout.toy_envs:SleepyVectorEnv"
 # name -> (algorithm, its settings); every one samples 8 envs x 10 steps per fragment
 BOUND = "plain processes (bound)"
 LOCKSTEP = "plain processes in lockstep (bound of rounds)"
+# the lockstep rounds with PPO's SGD in plain torch between them, as its on-policy plan has
+ON_POLICY = "plain processes in lockstep, PPO's SGD between rounds (bound of on-policy PPO)"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     BOUND: ("", {}),
     LOCKSTEP: ("", {}),
+    ON_POLICY: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
     "ppo (bulk_sync), 4 fragments per call": ("ppo", {"fragments_per_call": 4}),
     # the next round sampled while the learner trains on this one (one update behind)
@@ -74,6 +81,17 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "apex, sampling free of the learner": (
         "apex",
         {"replay_shards": 2, "learning_starts": 1000, "max_sampling_lead": 0},
+    ),
+    # the same with its learner at a hundredth of its pace (training_intensity 3 -> 0.03):
+    # what sampling and storing to the shards cost, nearly without SGD on the same cores
+    "apex, sampling free of the learner, learning 1/100": (
+        "apex",
+        {
+            "replay_shards": 2,
+            "learning_starts": 1000,
+            "max_sampling_lead": 0,
+            "training_intensity": 0.03,
+        },
     ),
 }
 
@@ -103,15 +121,19 @@ def start_cluster(nodes: int, max_workers: int) -> Any:
 
 def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     """Env steps/s of ``workers`` plain processes stepping at once (sampling.py's limit), or
-    in lockstep rounds (``LOCKSTEP``: a 10-step fragment from each over a pipe per round)."""
+    in lockstep rounds (``LOCKSTEP``: a 10-step fragment from each over a pipe per round;
+    ``ON_POLICY``: rounds gathered up to PPO's train batch, then PPO's SGD on it while the
+    processes wait)."""
     from sampling import PlainLockstep, PlainProcesses
 
     start = time.perf_counter()
     env_config = {"step_s": args.step_s, "length": 100}
-    if name == LOCKSTEP:
-        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
-    else:
+    if name == BOUND:
         plain = PlainProcesses(ENV, workers, 8, env_config=env_config)
+    else:
+        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
+    if name == ON_POLICY:
+        plain.measure = on_policy_rounds(plain, rows_per_round=workers * 8 * 10)
     try:
         up_s = time.perf_counter() - start
         plain.measure(1.0)  # every process awake
@@ -123,10 +145,43 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
             "workers_up_s": up_s}  # fmt: skip
 
 
+def on_policy_rounds(plain: Any, rows_per_round: int) -> Any:
+    """``plain``'s ``measure``, its lockstep rounds gathered as PPO's ``ConcatBatches``
+    does (up to its train batch) and PPO's update on each batch in plain torch, in this
+    process, before the next round is asked for."""
+    import numpy as np
+    import torch
+
+    from flowrl.algorithms.ppo import PPOConfig
+
+    from common import steady
+    from learner import plain_ppo, ppo_batch
+
+    cfg = PPOConfig()
+    rounds = -(-cfg.train_batch_size // rows_per_round)
+    batch = ppo_batch(rounds * rows_per_round, np.random.default_rng(0))
+    update = plain_ppo(cfg)
+
+    def train_batch() -> int:
+        steps = sum(plain._round() for _ in range(rounds))
+        update(batch)
+        return steps
+
+    def measure(seconds: float) -> tuple[float, float]:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as flowrl's learner takes for a network this small
+        try:
+            return steady(train_batch, seconds)
+        finally:
+            torch.set_num_threads(threads)
+
+    return measure
+
+
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     from flowrl import Algorithm
 
-    if name in (BOUND, LOCKSTEP):
+    if name in (BOUND, LOCKSTEP, ON_POLICY):
         return measure_bound(name, workers, args)
     algo_name, settings = CONTENDERS[name]
     settings = dict(settings)
