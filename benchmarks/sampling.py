@@ -96,21 +96,24 @@ class TorchNetwork:
         return sampled.numpy()
 
 
-class NumpyLSTM:
-    """PPO's ``use_lstm`` network stepped in numpy (``NumpyActing``, the fastest step
-    flowrl has for it), its state carried per env and zeroed when an episode ends; a
-    fragment also keeps the state its steps started from: every step's, as flowrl's
+class NumpyNetwork:
+    """PPO's network stepped in numpy (``NumpyActing``, the fastest step flowrl has for
+    it, as its rollout workers without torch act): the MLP, or with ``state_every`` the
+    ``use_lstm`` network, its state carried per env and zeroed when an episode ends; a
+    fragment then also keeps the state its steps started from: every step's, as flowrl's
     fragments do, or every ``state_every``-th step's (a sequence's first, all a learner
     reads)."""
 
-    def __init__(self, env, seed: int, state_every: int = 1) -> None:
+    def __init__(self, env, seed: int, state_every: int = 0) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
         from flowrl.learning.numpy_acting import NumpyActing
 
         spaces = env.single_observation_space, env.single_action_space
-        policy = PPOPolicy(*spaces, PPOConfig(use_lstm=True), worker_index=seed + 1)
-        self.acting = NumpyActing.of(policy)
-        self.state = np.zeros((env.num_envs, 2, self.acting.plan.cell_size), np.float32)
+        config = PPOConfig(use_lstm=bool(state_every))
+        self.acting = NumpyActing.of(PPOPolicy(*spaces, config, worker_index=seed + 1))
+        self.state = None
+        if state_every:
+            self.state = np.zeros((env.num_envs, 2, self.acting.plan.cell_size), np.float32)
         self.state_every = state_every
 
     def act(self, obs: np.ndarray, record: dict | None, t: int) -> np.ndarray:
@@ -118,7 +121,7 @@ class NumpyLSTM:
 
         actions, dist_inputs, values, state = self.acting.act(obs, explore=True, state=self.state)
         if record is not None:
-            if t % self.state_every == 0:
+            if self.state is not None and t % self.state_every == 0:
                 record["state_in"][t // self.state_every] = self.state
             record["logp"][t] = logp(True, dist_inputs, actions)
             record["values"][t] = values
@@ -127,12 +130,19 @@ class NumpyLSTM:
 
 
 def _plain_child(
-    conn, env_id: str, num_envs: int, seed: int, env_config: dict, lstm_state_every: int = 0
+    conn,
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    env_config: dict,
+    lstm_state_every: int = 0,
+    numpy_mlp: bool = False,
 ) -> None:
     """One plain process: on each request, step the vector env for that many seconds with
-    one batched forward pass per step (``TorchNetwork``; with ``lstm_state_every``,
-    ``NumpyLSTM`` keeping every such step's state) and answer with its env steps per
-    second, or with a fragment of that many steps.
+    one batched forward pass per step (``TorchNetwork``; with ``lstm_state_every``, the
+    LSTM in ``NumpyNetwork`` keeping every such step's state; with ``numpy_mlp``, the MLP
+    in ``NumpyNetwork``) and answer with its env steps per second, or with a fragment of
+    that many steps.
 
     Counted like every contender: transitions, not the reset steps of NEXT_STEP autoreset
     (on a random CartPole policy about one step in 20)."""
@@ -146,7 +156,8 @@ def _plain_child(
         env_id, num_envs=num_envs, seed=seed, num_threads=1, env_config=env_config
     )
     every = lstm_state_every
-    network = NumpyLSTM(env, seed, every) if every else TorchNetwork(env)
+    numpy = every or numpy_mlp
+    network = NumpyNetwork(env, seed, every) if numpy else TorchNetwork(env)
     obs, _ = env.reset(seed=seed)
     resetting = np.zeros(num_envs, bool)
 
@@ -214,7 +225,8 @@ def one_blas_thread() -> Iterator[None]:
 class PlainProcesses:
     """The limit: ``workers`` plain processes that step at the same time when measured
     (``env_config`` to the env's creator; ``lstm_state_every``: PPO's LSTM network in
-    numpy, keeping every such step's state; 0: PPO's MLP in torch)."""
+    numpy, keeping every such step's state; 0: PPO's MLP, in torch or with ``numpy_mlp``
+    in numpy)."""
 
     def __init__(
         self,
@@ -223,12 +235,13 @@ class PlainProcesses:
         envs: int,
         env_config: dict | None = None,
         lstm_state_every: int = 0,
+        numpy_mlp: bool = False,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         for i in range(workers):
             parent, child = ctx.Pipe()
-            args = (child, env_id, envs, i, env_config or {}, lstm_state_every)
+            args = (child, env_id, envs, i, env_config or {}, lstm_state_every, numpy_mlp)
             proc = ctx.Process(target=_plain_child, args=args, daemon=True)
             with one_blas_thread():
                 proc.start()
@@ -266,9 +279,15 @@ class PlainLockstep(PlainProcesses):
         fragment: int,
         lstm_state_every: int = 0,
         env_config: dict | None = None,
+        numpy_mlp: bool = False,
     ) -> None:
         super().__init__(
-            env_id, workers, envs, env_config=env_config, lstm_state_every=lstm_state_every
+            env_id,
+            workers,
+            envs,
+            env_config,
+            lstm_state_every=lstm_state_every,
+            numpy_mlp=numpy_mlp,
         )
         self.fragment = fragment
 

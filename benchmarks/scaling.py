@@ -21,7 +21,8 @@ with the same torch network, one batched forward pass per step. The bound of syn
 rounds (PPO's): the same processes in lockstep, each answering a 10-step fragment over a
 pipe, the next round asked for when all have answered. The bound of on-policy PPO: those
 rounds gathered up to PPO's train batch, then PPO's update on it in plain torch while the
-processes wait (``learner.py``'s plain loop). Where the bounds fall short of
+processes wait (``learner.py``'s plain loop), its processes acting in numpy as PPO's
+workers do. Where the bounds fall short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
@@ -130,8 +131,9 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
     env_config = {"step_s": args.step_s, "length": 100}
     if name == BOUND:
         plain = PlainProcesses(ENV, workers, 8, env_config=env_config)
-    else:
-        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
+    else:  # the on-policy bound's processes act in numpy, as PPO's workers here do
+        numpy_mlp = name == ON_POLICY
+        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config, numpy_mlp=numpy_mlp)
     if name == ON_POLICY:
         plain.measure = on_policy_rounds(plain, rows_per_round=workers * 8 * 10)
     try:
