@@ -156,7 +156,7 @@ def test_broadcast_weights_every_interval_once_per_version(ray_session):
         ctx.current_actor = actor
         op(batch(1))
     assert [actor for actor, _ in sent] == [a, b]
-    assert sent[0][1] is sent[1][1], "one ray.put serves every worker"
+    assert sent[0][1] is sent[1][1], "one payload serves every worker"
     assert ctx.counters[WEIGHT_BROADCASTS] == 2
 
 
@@ -171,7 +171,7 @@ def test_broadcast_weights_waits_for_min_env_steps_of_the_worker(ray_session):
         sent_after.append(len(sent))
     # sent once 100 steps have passed since the last push: after items 4, 8, 12
     assert sent_after == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
-    assert len({id(ref) for _, ref in sent}) == 3, "one put per version sent"
+    assert len({id(ref) for _, ref in sent}) == 3, "one payload per version sent"
 
 
 def test_impala_learner_thread_stops_with_the_algorithm_and_errors_surface(monkeypatch):

@@ -211,6 +211,26 @@ def test_a_kept_batch_is_never_overwritten_and_a_dropped_one_is_reused():
 
 
 @pytest.mark.ray
+def test_small_weights_travel_inside_the_requests_and_large_ones_through_the_store(ray_session):
+    ray = ray_session
+    for hiddens, inline in (((64, 64), True), ((256, 256), False)):  # 37 KB; 540 KB
+        cfg = PPOConfig(num_workers=1, num_envs_per_worker=2, model_hiddens=hiddens)
+        workers = WorkerSet(policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg)
+        try:
+            for p in workers.local_worker.policy.module.parameters():
+                p.data.add_(1.0)
+            workers.defer_weight_sync()
+            payload = workers.take_deferred_weights()
+            assert isinstance(payload, ray.ObjectRef) is not inline
+            workers.sync_weights(weights_ref=payload)
+            remote = ray.get(workers.remote_workers[0].get_weights.remote())[SINGLE]
+            local = workers.local_worker.policy.get_weights()
+            assert all(np.array_equal(remote[k], local[k]) for k in local)
+        finally:
+            workers.stop()
+
+
+@pytest.mark.ray
 def test_worker_set_broadcasts_weights_and_collects_episodes(ray_session):
     ray = ray_session
     cfg = PPOConfig(num_workers=2, num_envs_per_worker=2, rollout_fragment_length=100)

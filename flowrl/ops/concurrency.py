@@ -27,7 +27,7 @@ from flowrl.core.context import (
 from flowrl.core.iter import LocalIterator, NotReady, Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import PolicyStats, scalar_stats
-from flowrl.rollout.worker import weights_carry
+from flowrl.rollout.worker import weights_carry, weights_payload
 
 T = TypeVar("T")
 
@@ -287,9 +287,9 @@ def Dequeue(learner: LearnerThread) -> LocalIterator[tuple[MultiAgentBatch, Poli
 class BroadcastWeights(Operator):
     """After the learner changed, sends its weights to the worker the current item came
     from (``context.current_actor``), at most once every ``broadcast_interval`` of that
-    worker's items and ``min_env_steps`` of its env steps (rows). One ``ray.put`` per
-    learner version serves every worker; a worker that already has the current version
-    gets nothing. They go with that worker's next sample request
+    worker's items and ``min_env_steps`` of its env steps (rows). One payload per learner
+    version serves every worker (``weights_payload``: inline, or put once); a worker that
+    already has the current version gets nothing. They go with that worker's next sample request
     (``PlanContext.send_with_next_request``).
 
     Examples:
@@ -327,9 +327,7 @@ class BroadcastWeights(Operator):
                 latest, weights = self._learner.latest_weights()
                 if latest != version:  # the snapshot may not have caught up yet
                     if self._ref_version != latest:
-                        import ray
-
-                        self._ref_version, self._ref = latest, ray.put(weights)
+                        self._ref_version, self._ref = latest, weights_payload(weights)
                     self.context.send_with_next_request(actor, weights_carry(self._ref))
                     self.context.counters[WEIGHT_BROADCASTS] += 1
                     version, items, steps = latest, 0, 0

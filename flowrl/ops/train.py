@@ -24,7 +24,7 @@ from flowrl.core.iter import Operator
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.multi import POLICY_PREFIX, Learners, PolicyStats, scalar_stats
 from flowrl.ops.rollouts import Gradients
-from flowrl.rollout.worker import WorkerSet, weights_carry
+from flowrl.rollout.worker import WorkerSet, weights_carry, weights_payload
 
 
 def steps_trained(policy_id: str) -> str:
@@ -33,9 +33,9 @@ def steps_trained(policy_id: str) -> str:
 
 
 class TrainOneStep(Operator):
-    """Learns on the local worker; the new weights go to the remote workers (one
-    ``ray.put``, sent without waiting) before they next sample
-    (``WorkerSet.defer_weight_sync``). Counts env steps trained.
+    """Learns on the local worker; the new weights go to the remote workers (inside their
+    next sample requests, or put once where they are large: ``weights_payload``) before
+    they next sample (``WorkerSet.defer_weight_sync``). Counts env steps trained.
 
     Each trainable policy of the batch learns on its own rows, with ``learner`` when given
     (another loss for the same policies: offline pre-training) or the local worker's.
@@ -101,11 +101,9 @@ class ApplyGradients(Operator):
         if self.update_all:
             self._workers.defer_weight_sync()
         elif (actor := self.context.current_actor) is not None:
-            import ray
-
             with self.context.span(SYNC):
-                ref = ray.put(self._workers.local_worker.get_weights())
-            self.context.send_with_next_request(actor, weights_carry(ref))
+                payload = weights_payload(self._workers.local_worker.get_weights())
+            self.context.send_with_next_request(actor, weights_carry(payload))
         return info
 
 

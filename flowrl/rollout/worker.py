@@ -487,10 +487,49 @@ class WithReport(Operator):
         return batch
 
 
-def weights_carry(ref: Any) -> Carry:
-    """Weights put in the object store (``ref``), for a rollout worker's next request to
-    carry: it loads them (``set_weights``) before it samples."""
-    return Carry("set_weights", ref)
+#: weights up to this many bytes travel inside each request that carries them, larger ones
+#: are put in the object store once and the requests carry the reference: Ray sends a task's
+#: argument inline below its ``max_direct_call_object_size`` (100 KiB unless set), and puts
+#: a larger one in the store for every task it goes with
+INLINE_WEIGHTS_BYTES = 100 * 1024
+
+
+def weights_payload(weights: dict[str, Weights]) -> Any:
+    """What requests carry of ``weights`` (by policy id): the weights themselves where they
+    are small enough to travel inside every request, else put once in the object store.
+
+    Inline, a worker's request brings them with no fetch from the object store, which
+    costs the worker, the raylets and the driver round trips each time the weights change
+    (``docs/performance.md``, "Weights inside the requests").
+
+    Examples:
+        >>> import numpy as np
+        >>> weights_payload({"default": {"w": np.zeros(4, np.float32)}})
+        {'default': {'w': array([0., 0., 0., 0.], dtype=float32)}}
+    """
+    if _nbytes(weights) <= INLINE_WEIGHTS_BYTES:
+        return weights
+    import ray
+
+    return ray.put(weights)
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes of ``value``'s arrays, through dicts, lists and tuples."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(map(_nbytes, value.values()))
+    if isinstance(value, list | tuple):
+        return sum(map(_nbytes, value))
+    return sys.getsizeof(value)
+
+
+def weights_carry(payload: Any) -> Carry:
+    """Weights for a rollout worker's next request to carry (``weights_payload``: the
+    weights, or their reference in the object store): it loads them (``set_weights``)
+    before it samples."""
+    return Carry("set_weights", payload)
 
 
 def _wait_until_up(actors: list[Any]) -> None:
@@ -594,19 +633,19 @@ class WorkerSet:
         return actor
 
     def sync_weights(self, actors: list[Any] | None = None, *, weights_ref: Any = None) -> None:
-        """Put the local weights in the object store once (or use ``weights_ref``, weights
-        already put) and send them to ``actors`` (all remote workers by default) without
-        waiting."""
+        """Send the local weights (``weights_payload``: inline, or put in the object store
+        once; or ``weights_ref``, such a payload already made) to ``actors`` (all remote
+        workers by default) without waiting."""
         targets = self.remote_workers if actors is None else actors
         if actors is None:
             self._weights_deferred = False
         if not targets:
             return
-        import ray
-
-        ref = ray.put(self.local_worker.get_weights()) if weights_ref is None else weights_ref
+        payload = weights_ref
+        if payload is None:
+            payload = weights_payload(self.local_worker.get_weights())
         for actor in targets:
-            actor.set_weights.remote(ref)
+            actor.set_weights.remote(payload)
 
     def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
         """Tell ``actors`` (all remote workers by default) the run's env steps, where a policy
@@ -627,15 +666,14 @@ class WorkerSet:
         self._weights_deferred = bool(self.remote_workers)
 
     def take_deferred_weights(self) -> Any:
-        """The weights deferred by ``defer_weight_sync``, put in the object store, once
-        (None: none deferred): ParallelRollouts's requests carry them to the workers. To
-        sample the workers yourself, send them first: ``sync_weights(weights_ref=ref)``."""
+        """The weights deferred by ``defer_weight_sync``, as requests carry them
+        (``weights_payload``; None: none deferred): ParallelRollouts's requests take them
+        to the workers. To sample the workers yourself, send them first:
+        ``sync_weights(weights_ref=payload)``."""
         if not self._weights_deferred:
             return None
-        import ray
-
         self._weights_deferred = False
-        return ray.put(self.local_worker.get_weights())
+        return weights_payload(self.local_worker.get_weights())
 
     def collect_metrics(
         self, timeout_s: float = 0.05
