@@ -289,8 +289,8 @@ class BroadcastWeights(Operator):
     from (``context.current_actor``), at most once every ``broadcast_interval`` of that
     worker's items and ``min_env_steps`` of its env steps (rows). One payload per learner
     version serves every worker (``weights_payload``: inline, or put once); a worker that
-    already has the current version gets nothing. They go with that worker's next sample request
-    (``PlanContext.send_with_next_request``).
+    already has the current version gets nothing. They go with that worker's next sample
+    request (``PlanContext.send_with_next_request``).
 
     Examples:
         >>> rollouts.for_each(BroadcastWeights(learner))  # doctest: +SKIP
@@ -310,8 +310,8 @@ class BroadcastWeights(Operator):
             )
         self._learner = learner
         self.broadcast_interval, self.min_env_steps = broadcast_interval, min_env_steps
-        self._ref: Any = None
-        self._ref_version = -1
+        self._payload: Any = None
+        self._payload_version = -1
         # actor -> (version it has, items and env steps since it got it)
         self._sent: dict[Any, tuple[int, int, int]] = {}
 
@@ -326,9 +326,9 @@ class BroadcastWeights(Operator):
             with self.context.span(SYNC):
                 latest, weights = self._learner.latest_weights()
                 if latest != version:  # the snapshot may not have caught up yet
-                    if self._ref_version != latest:
-                        self._ref_version, self._ref = latest, weights_payload(weights)
-                    self.context.send_with_next_request(actor, weights_carry(self._ref))
+                    if self._payload_version != latest:
+                        self._payload_version, self._payload = latest, weights_payload(weights)
+                    self.context.send_with_next_request(actor, weights_carry(self._payload))
                     self.context.counters[WEIGHT_BROADCASTS] += 1
                     version, items, steps = latest, 0, 0
         self._sent[actor] = (version, items, steps)
