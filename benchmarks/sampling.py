@@ -303,6 +303,41 @@ class PlainLockstep(PlainProcesses):
         return steady(self._round, seconds)
 
 
+class PlainOnPolicy(PlainLockstep):
+    """The bound of on-policy PPO without a framework: the lockstep rounds, the processes
+    acting in numpy as PPO's rollout workers do, gathered as PPO's ``ConcatBatches`` does
+    (up to its train batch), and PPO's update on each batch in plain torch in this process
+    (``learner.py``'s loop, one torch thread as flowrl's learner takes for a network this
+    small) before the next round is asked for."""
+
+    def __init__(self, env_id: str, workers: int, envs: int, fragment: int, **kwargs) -> None:
+        from flowrl.algorithms.ppo import PPOConfig
+
+        from learner import plain_ppo, ppo_batch
+
+        super().__init__(env_id, workers, envs, fragment, numpy_mlp=True, **kwargs)
+        cfg = PPOConfig()
+        self.rounds = -(-cfg.train_batch_size // (workers * envs * fragment))
+        rows = self.rounds * workers * envs * fragment
+        self.batch = ppo_batch(rows, np.random.default_rng(0))
+        self.update = plain_ppo(cfg)
+
+    def _train_batch(self) -> int:
+        steps = sum(self._round() for _ in range(self.rounds))
+        self.update(self.batch)
+        return steps
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return steady(self._train_batch, seconds)
+        finally:
+            torch.set_num_threads(threads)
+
+
 class FlowrlRollouts:
     """``ParallelRollouts(mode, num_async)`` over a WorkerSet with PPO's defaults.
 

@@ -125,17 +125,16 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
     in lockstep rounds (``LOCKSTEP``: a 10-step fragment from each over a pipe per round;
     ``ON_POLICY``: rounds gathered up to PPO's train batch, then PPO's SGD on it while the
     processes wait)."""
-    from sampling import PlainLockstep, PlainProcesses
+    from sampling import PlainLockstep, PlainOnPolicy, PlainProcesses
 
     start = time.perf_counter()
     env_config = {"step_s": args.step_s, "length": 100}
     if name == BOUND:
         plain = PlainProcesses(ENV, workers, 8, env_config=env_config)
-    else:  # the on-policy bound's processes act in numpy, as PPO's workers here do
-        numpy_mlp = name == ON_POLICY
-        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config, numpy_mlp=numpy_mlp)
-    if name == ON_POLICY:
-        plain.measure = on_policy_rounds(plain, rows_per_round=workers * 8 * 10)
+    elif name == LOCKSTEP:
+        plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
+    else:
+        plain = PlainOnPolicy(ENV, workers, 8, 10, env_config=env_config)
     try:
         up_s = time.perf_counter() - start
         plain.measure(1.0)  # every process awake
@@ -145,39 +144,6 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
     print(f"  {name}, {workers} workers: {steps / elapsed:,.0f} env steps/s")
     return {"contender": name, "workers": workers, "env_steps_per_s": steps / elapsed,
             "workers_up_s": up_s}  # fmt: skip
-
-
-def on_policy_rounds(plain: Any, rows_per_round: int) -> Any:
-    """``plain``'s ``measure``, its lockstep rounds gathered as PPO's ``ConcatBatches``
-    does (up to its train batch) and PPO's update on each batch in plain torch, in this
-    process, before the next round is asked for."""
-    import numpy as np
-    import torch
-
-    from flowrl.algorithms.ppo import PPOConfig
-
-    from common import steady
-    from learner import plain_ppo, ppo_batch
-
-    cfg = PPOConfig()
-    rounds = -(-cfg.train_batch_size // rows_per_round)
-    batch = ppo_batch(rounds * rows_per_round, np.random.default_rng(0))
-    update = plain_ppo(cfg)
-
-    def train_batch() -> int:
-        steps = sum(plain._round() for _ in range(rounds))
-        update(batch)
-        return steps
-
-    def measure(seconds: float) -> tuple[float, float]:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # as flowrl's learner takes for a network this small
-        try:
-            return steady(train_batch, seconds)
-        finally:
-            torch.set_num_threads(threads)
-
-    return measure
 
 
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
