@@ -135,14 +135,23 @@ def test_learner_threads_hold_while_the_run_lasts_and_are_given_back():
 
 
 def test_a_small_network_learns_on_one_torch_thread_and_a_larger_on_torchs_own():
-    before = torch.get_num_threads()
-    algo = Algorithm("ppo", env="CartPole-v1", **FAST)  # 64-wide: its ops are too small
-    assert torch.get_num_threads() == 1
-    algo.stop()
-    assert torch.get_num_threads() == before
-    algo = Algorithm("ppo", env="CartPole-v1", model_hiddens=(256, 256), **FAST)
-    assert torch.get_num_threads() == before
-    algo.stop()
+    outside = torch.get_num_threads()
+    torch.set_num_threads(2)  # the process's own, whatever the suite runs with
+    try:
+        algo = Algorithm("ppo", env="CartPole-v1", **FAST)  # 64-wide: its ops are too small
+        assert torch.get_num_threads() == 1
+        algo.stop()
+        assert torch.get_num_threads() == 2
+        algo = Algorithm("ppo", env="CartPole-v1", model_hiddens=(256, 256), **FAST)
+        assert torch.get_num_threads() == 2
+        algo.stop()
+        # a recurrent cell's weights count per gate: it steps a row per sequence
+        for cells, threads in ((128, 1), (512, 2)):
+            algo = Algorithm("ppo", env="CartPole-v1", use_lstm=True, lstm_cell_size=cells, **FAST)
+            assert torch.get_num_threads() == threads, cells
+            algo.stop()
+    finally:
+        torch.set_num_threads(outside)
 
 
 def test_evaluate_reports_the_requested_episodes():

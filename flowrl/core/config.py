@@ -286,7 +286,8 @@ class Config:
     learner_threads: int = param(
         0,
         "torch threads of this (the learner's) process while the run lasts; 0: one for a "
-        "network whose weights are all small (an MLP up to 128 wide), else torch's",
+        "network whose weights are all small (an MLP up to 128 wide, an LSTM up to 128 cells), "
+        "else torch's",
         ge=0,
     )
     preset: bool = param(
