@@ -36,7 +36,13 @@ from flowrl.learning.multi import scalar_stats
 from flowrl.learning.postprocessing import VALID
 from flowrl.rollout.experiences import EPS_ID, check_spaces, read_manifest, stream_experiences
 from flowrl.rollout.minari_datasets import read_source
-from flowrl.rollout.worker import WithReport, WorkerSet, weights_carry, weights_payload
+from flowrl.rollout.worker import (
+    StoredWeights,
+    WithReport,
+    WorkerSet,
+    weights_carry,
+    weights_payload,
+)
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
@@ -174,8 +180,10 @@ class Aggregator(ParallelIteratorWorker):
         super().__init__(self._batches)
 
     def set_weights(self, weights: Any) -> None:
-        """New weights: each worker's next request carries them (inline, or put once)."""
-        self._carry = weights_carry(weights_payload(weights))
+        """New weights: each worker's next request carries them (inline, or put once; those
+        already in the object store go on as they came)."""
+        stored = isinstance(weights, StoredWeights)
+        self._carry = weights_carry(weights.ref if stored else weights_payload(weights))
 
     def _batches(self) -> Iterator[MultiAgentBatch]:
         fragments = ParallelIterator.from_actors(

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -243,8 +243,14 @@ class RolloutWorker(ParallelIteratorWorker):
         if "learner" in self.__dict__:  # built: cached_property keeps it in __dict__
             self.learner.set_env_steps(steps)
 
-    def set_weights(self, weights: dict[str, Weights]) -> None:
+    def set_weights(self, weights: dict[str, Weights] | StoredWeights) -> None:
+        """Load ``weights``; those a request brought as ``StoredWeights`` are fetched here,
+        timed with the loading (what profiling counts as weight sync)."""
         start = time.perf_counter()
+        if isinstance(weights, StoredWeights):
+            import ray
+
+            weights = ray.get(weights.ref)
         self.policies.set_weights(weights)
         self.busy_s[WORKER_WEIGHTS_S] += time.perf_counter() - start
 
@@ -525,10 +531,22 @@ def _nbytes(value: Any) -> int:
     return sys.getsizeof(value)
 
 
+class StoredWeights(NamedTuple):
+    """Weights in the object store, as a request carries them: Ray fetches a reference
+    that is a call's argument before the call begins, where the worker cannot time it, so
+    the reference travels inside this and the worker fetches it in ``set_weights``."""
+
+    ref: Any
+
+
 def weights_carry(payload: Any) -> Carry:
     """Weights for a rollout worker's next request to carry (``weights_payload``: the
     weights, or their reference in the object store): it loads them (``set_weights``)
     before it samples."""
+    import ray
+
+    if isinstance(payload, ray.ObjectRef):
+        payload = StoredWeights(payload)
     return Carry("set_weights", payload)
 
 
