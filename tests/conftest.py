@@ -25,6 +25,19 @@ STUBS = os.path.join(TESTS_DIR, "stubs")
 sys.path.insert(0, STUBS)
 prepend_to_pythonpath(STUBS)
 
+# pytest-xdist runs the suite in worker processes side by side. Each keeps its Ray apart
+# under a temp dir of its own: ray.init() without an address joins the cluster named in
+# the temp dir's ray_current_cluster, which a test's ray.cluster_utils.Cluster writes.
+# The dir also holds Ray's sockets, whose paths must stay short.
+# Each process's torch (and the commands and notebooks it starts) also takes only its share
+# of the cores: torch's threads wait for each other between ops by spinning, so two
+# processes each running two threads on two cores took 6-20 times as long per test.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["RAY_TMPDIR"] = f"/tmp/flowrl-{os.environ['PYTEST_XDIST_WORKER']}"
+    os.makedirs(os.environ["RAY_TMPDIR"], exist_ok=True)
+    share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, share))
+
 settings.register_profile("flowrl", deadline=None, max_examples=60)
 settings.load_profile("flowrl")
 
