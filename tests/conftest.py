@@ -31,7 +31,7 @@ prepend_to_pythonpath(STUBS)
 # The dir also holds Ray's sockets, whose paths must stay short.
 # Each process's torch (and the commands and notebooks it starts) also takes only its share
 # of the cores: torch's threads wait for each other between ops by spinning, so two
-# processes each running two threads on two cores took 6-20 times as long per test.
+# processes each running two threads on two cores took 6-23 times as long per test.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["RAY_TMPDIR"] = f"/tmp/flowrl-{os.environ['PYTEST_XDIST_WORKER']}"
     os.makedirs(os.environ["RAY_TMPDIR"], exist_ok=True)
