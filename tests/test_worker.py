@@ -24,7 +24,7 @@ from flowrl.learning.multi import PolicyMap
 from flowrl.learning.policy import Policy, inference
 from flowrl.rollout.envs import EPISODE_ENDS, make_vector_env
 from flowrl.rollout.sampler import SINGLE, Sampler, VectorLanes
-from flowrl.rollout.worker import RolloutWorker, WorkerSet
+from flowrl.rollout.worker import RolloutWorker, StoredWeights, WorkerSet, weights_carry
 
 
 def raw_fragment(worker):
@@ -223,6 +223,16 @@ def test_small_weights_travel_inside_the_requests_and_large_ones_through_the_sto
             payload = workers.take_deferred_weights()
             assert isinstance(payload, ray.ObjectRef) is not inline
             workers.sync_weights(weights_ref=payload)
+            remote = ray.get(workers.remote_workers[0].get_weights.remote())[SINGLE]
+            local = workers.local_worker.policy.get_weights()
+            assert all(np.array_equal(remote[k], local[k]) for k in local)
+            # as a sample request carries them: a stored payload is fetched by the worker
+            for p in workers.local_worker.policy.module.parameters():
+                p.data.add_(1.0)
+            workers.defer_weight_sync()
+            carry = weights_carry(workers.take_deferred_weights())
+            assert isinstance(carry.arg, StoredWeights) is not inline
+            ray.get(workers.remote_workers[0].set_weights.remote(carry.arg))
             remote = ray.get(workers.remote_workers[0].get_weights.remote())[SINGLE]
             local = workers.local_worker.policy.get_weights()
             assert all(np.array_equal(remote[k], local[k]) for k in local)

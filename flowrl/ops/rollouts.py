@@ -182,8 +182,9 @@ class Aggregator(ParallelIteratorWorker):
     def set_weights(self, weights: Any) -> None:
         """New weights: each worker's next request carries them (inline, or put once; those
         already in the object store go on as they came)."""
-        stored = isinstance(weights, StoredWeights)
-        self._carry = weights_carry(weights.ref if stored else weights_payload(weights))
+        if not isinstance(weights, StoredWeights):
+            weights = weights_payload(weights)
+        self._carry = weights_carry(weights)
 
     def _batches(self) -> Iterator[MultiAgentBatch]:
         fragments = ParallelIterator.from_actors(
