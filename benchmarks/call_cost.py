@@ -6,6 +6,8 @@ payloads of the sizes flowrl's plans move.
   operators);
 - **a Ray compiled graph** (``ray.dag``, ``experimental_compile``): the same calls as one
   graph compiled once, over shared-memory channels;
+- **flowrl's channels** (``flowrl.core.channels``, what ``ParallelRollouts`` uses where
+  fragments are small): the same actors, each answering over a socket of its own;
 - **plain pipes** (the baseline): a ``multiprocessing`` process per worker, weights sent
   down a pipe and the fragment back, pickled.
 
@@ -13,7 +15,7 @@ Each worker answers at once with a fragment it holds, so the figure is communica
 alone. A second table, **waiting**, has every worker take 20 ms before it answers (its
 sampling) and the driver 20 ms between rounds (its learning), and gives the CPU the driver
 and each worker spend per round on top of that: a reader that spins while it waits shows
-there (Ray 2.60's compiled-graph channels do, which is why flowrl's operators use tasks).
+there (Ray 2.60's compiled-graph channels do; flowrl's block in the kernel).
 
 Payloads: PPO's CartPole weights and a 640-step fragment (8 envs x 80 steps) taken
 from a real worker, and an Atari-sized one (84x84x4 frames, 8 envs x 32 steps).
@@ -53,6 +55,13 @@ class Worker:
         """``step`` after 20 ms of sampling (a sleep: no CPU of its own)."""
         time.sleep(WAIT_S)
         return self.step(weights)
+
+    def channel(self, method: str) -> Any:
+        """Open a channel that answers ``method`` (``step`` or ``sample``); its address."""
+        from flowrl.core.channels import ChannelServer
+
+        self.server = ChannelServer(getattr(self, method))
+        return self.server.address
 
     def cpu_s(self) -> float:
         return time.process_time()  # every thread's, the compiled graph's too
@@ -113,6 +122,27 @@ def compiled_graph(actors: list[Any], weights: Any) -> tuple[Any, Any]:
     return round_trip, compiled
 
 
+def channels(actors: list[Any], weights: Any, method: str = "step") -> tuple[Any, Any]:
+    """A round over flowrl's channels: the weights pickled once, a request to each actor,
+    then every reply in."""
+    import ray
+
+    from flowrl.core.channels import Channel, dumps, receive
+
+    addresses = ray.get([a.channel.remote(method) for a in actors])
+    ends = [Channel(a, address) for a, address in zip(actors, addresses, strict=True)]
+
+    def round_trip() -> None:
+        pickled = dumps((weights,))
+        tickets = [end.send((weights,), pickled) for end in ends]
+        while not all(t.answered for t in tickets):
+            receive(ends, None)
+        for t in tickets:
+            t.take()
+
+    return round_trip, lambda: [end.close() for end in ends]
+
+
 def waiting(actors: list[Any], weights: Any, rounds: int) -> list[dict[str, Any]]:
     """CPU per round of the driver and of each worker beyond the work itself, as tasks
     and compiled, with workers that sample ``WAIT_S`` and a driver that learns as long."""
@@ -138,6 +168,9 @@ def waiting(actors: list[Any], weights: Any, rounds: int) -> list[dict[str, Any]
         ray.get([a.sample.remote(ref) for a in actors])
 
     rows = [measure("Ray actor tasks", tasks)]
+    channel_round, close = channels(actors, weights, "sample")
+    rows.append(measure("flowrl channels", channel_round))
+    close()
     # compiled after the tasks ran: a worker in a graph waits on its input all the while
     with InputNode() as weights_in:
         graph = MultiOutputNode([a.sample.bind(weights_in) for a in actors])
@@ -198,12 +231,16 @@ def main() -> None:
             actors = [remote.remote(f) for _ in range(n)]
             ray.get([a.step.remote(None) for a in actors])  # started
             tasks = time_per_call(actor_tasks(actors, w), repeats=args.rounds)
+            channel_round, close = channels(actors, w)
+            channel = time_per_call(channel_round, repeats=args.rounds)
+            close()
             graph_round, compiled = compiled_graph(actors, w)
             graph = time_per_call(graph_round, repeats=args.rounds)
             compiled.teardown()
             for a in actors:
                 ray.kill(a)
             for path, seconds in (("plain pipes", base), ("Ray actor tasks", tasks),
+                                  ("flowrl channels", channel),
                                   ("Ray compiled graph", graph)):  # fmt: skip
                 rows.append({"payload": name, "workers": n, "path": path,
                              "weights_kb": nbytes(w) / 1e3, "fragment_kb": nbytes(f) / 1e3,

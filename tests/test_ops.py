@@ -136,6 +136,7 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
         assert remote_match_local(ray, workers) == [False, False]  # deferred: nothing sent yet
         rollouts.take(2)  # the next requests send them first, once
         assert rollouts.context.counters[WEIGHT_BROADCASTS] == 1
+        rollouts.close()  # their requests done: a Ray call may overtake one over a channel
         assert remote_match_local(ray, workers) == [True, True]
     finally:
         workers.stop()

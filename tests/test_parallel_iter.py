@@ -1,4 +1,5 @@
-"""ParallelIterator over Ray actors: gather_sync order, gather_async completion order."""
+"""ParallelIterator over Ray actors: gather_sync order, gather_async completion order; the
+tests with ``channels`` run once with Ray tasks and once over channels."""
 
 from __future__ import annotations
 
@@ -6,9 +7,25 @@ import time
 
 import pytest
 
+from flowrl.core.channels import Channel, taking_turns
 from flowrl.core.iter import Carry, Operator, ParallelIterator, ParallelIteratorWorker
 
 pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(params=[False, True], ids=["ray tasks", "channels"])
+def channels(request):
+    return request.param
+
+
+def actors_of(ray, cls, channels, *args_each):
+    """An actor of ``cls`` per args tuple, taking turns where the requests use channels."""
+    remote = ray.remote(num_cpus=0)(taking_turns(cls) if channels else cls)
+    return [remote.remote(*args) for args in args_each]
+
+
+def over(actors, channels, **kwargs):
+    return ParallelIterator.from_actors(actors, channels=channels, **kwargs)
 
 
 def test_gather_sync_takes_one_item_per_shard_per_round(ray_session):
@@ -51,13 +68,13 @@ class WithWeights(Operator):
         return (*item, self.context.worker.weights)
 
 
-def test_gather_async_yields_in_completion_order(ray_session):
-    ray = ray_session
-    actor_cls = ray.remote(num_cpus=0)(Sleeper)
-    fast, slow = actor_cls.remote("fast", 0.01), actor_cls.remote("slow", 1.0)
-    it = ParallelIterator.from_actors([slow, fast]).for_each(WithWeights()).gather_async()
+def test_gather_async_yields_in_completion_order(ray_session, channels):
+    fast, slow = actors_of(ray_session, Sleeper, channels, ("fast", 0.01), ("slow", 1.0))
+    it = over([slow, fast], channels).for_each(WithWeights()).gather_async()
     names = [name for name, _, _ in it.take(4)]
     assert names[:3] == ["fast", "fast", "fast"] and names[3] == "slow"
+    opened = list(it.context.channels.values())
+    assert len(opened) == (2 if channels else 0) and all(isinstance(c, Channel) for c in opened)
 
 
 def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session):
@@ -73,20 +90,22 @@ def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session)
 
 
 @pytest.mark.parametrize("gather", ["gather_sync", "gather_async"])
-def test_a_carry_goes_with_each_actors_next_request_once(ray_session, gather):
+@pytest.mark.parametrize("inline", [False, True], ids=["ref", "inline"])
+def test_a_carry_goes_with_each_actors_next_request_once(ray_session, gather, channels, inline):
     ray = ray_session
-    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
-    carries = iter([Carry("set_weights", ray.put(7))])  # a ref arrives as its value
-    it = ParallelIterator.from_actors(actors, before_requests=lambda ctx: next(carries, None))
+    actors = actors_of(ray, Sleeper, channels, ("a", 0.0), ("b", 0.0))
+    # a ref arrives as its value (a Ray task carries it, channels or not)
+    carries = iter([Carry("set_weights", 7 if inline else ray.put(7))])
+    it = over(actors, channels, before_requests=lambda ctx: next(carries, None))
     items = getattr(it.for_each(WithWeights()), gather)().take(6)
     assert [weights for _, _, weights in items] == [7] * 6  # loaded before the first item
     assert ray.get([actor.weight_loads.remote() for actor in actors]) == [1, 1]
 
 
-def test_the_plan_sends_a_call_with_the_current_actors_next_request(ray_session):
+def test_the_plan_sends_a_call_with_the_current_actors_next_request(ray_session, channels):
     ray = ray_session
-    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
-    it = ParallelIterator.from_actors(actors).for_each(WithWeights()).gather_async()
+    actors = actors_of(ray, Sleeper, channels, ("a", 0.0), ("b", 0.0))
+    it = over(actors, channels).for_each(WithWeights()).gather_async()
     first, *_ = next(it)
     sender = it.context.current_actor
     it.context.send_with_next_request(sender, Carry("set_weights", 5))
@@ -112,10 +131,10 @@ class Counter(ParallelIteratorWorker):
         return self.done
 
 
-def test_closing_gather_async_waits_for_the_requests_in_flight(ray_session):
+def test_closing_gather_async_waits_for_the_requests_in_flight(ray_session, channels):
     ray = ray_session
-    actor = ray.remote(num_cpus=0)(Counter).remote(0.3)
-    it = ParallelIterator.from_actors([actor]).gather_async(num_async=3)
+    (actor,) = actors_of(ray, Counter, channels, (0.3,))
+    it = over([actor], channels).gather_async(num_async=3)
     assert it.take(1) == [1]
     it.close()  # two requests were still in flight: both finish before close returns
     start = time.perf_counter()
@@ -124,10 +143,10 @@ def test_closing_gather_async_waits_for_the_requests_in_flight(ray_session):
     it.close()
 
 
-def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session):
+def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session, channels):
     ray = ray_session
-    actors = [ray.remote(num_cpus=0)(Counter).remote(0.0) for _ in range(2)]
-    ahead = ParallelIterator.from_actors(actors).batch_across_shards(ahead=True)
+    actors = actors_of(ray, Counter, channels, (0.0,), (0.0,))
+    ahead = over(actors, channels).batch_across_shards(ahead=True)
     assert next(ahead) == [1, 1]
     deadline = time.monotonic() + 30  # the consumer's turn (an SGD phase): the next round
     while ray.get([actor.finished.remote() for actor in actors]) != [2, 2]:  # is done meanwhile
@@ -136,7 +155,7 @@ def test_rounds_asked_ahead_are_sampled_while_the_consumer_works(ray_session):
     assert next(ahead) == [2, 2]
     ahead.close()  # the round asked ahead finishes before close returns
     assert ray.get([actor.finished.remote() for actor in actors]) == [3, 3]
-    on_demand = ParallelIterator.from_actors(actors).batch_across_shards()
+    on_demand = over(actors, channels).batch_across_shards()
     assert next(on_demand) == [4, 4]
     time.sleep(0.2)
     assert ray.get([actor.finished.remote() for actor in actors]) == [4, 4]
@@ -174,13 +193,11 @@ def test_an_actor_that_answers_early_is_asked_ahead_without_waiting_for_the_slow
     rounds.close()
 
 
-def test_weights_sent_while_a_round_is_asked_ahead_reach_the_round_after(ray_session):
+def test_weights_sent_while_a_round_is_asked_ahead_reach_the_round_after(ray_session, channels):
     ray = ray_session
-    actors = [ray.remote(num_cpus=0)(Sleeper).remote(name, 0.0) for name in "ab"]
+    actors = actors_of(ray, Sleeper, channels, ("a", 0.0), ("b", 0.0))
     updates = []  # the weights of the consumer's updates, for the next round asked
-    it = ParallelIterator.from_actors(
-        actors, before_requests=lambda ctx: updates.pop(0) if updates else None
-    )
+    it = over(actors, channels, before_requests=lambda ctx: updates.pop(0) if updates else None)
     rounds = it.for_each(WithWeights()).batch_across_shards(ahead=True)
     first = next(rounds)  # the second round is asked already
     updates.append(Carry("set_weights", ray.put(7)))  # trained on the first round

@@ -262,6 +262,12 @@ class Config:
         0, "fragments a remote worker returns per request; 0: one per 32 workers, at least 1", ge=0
     )
     num_cpus_per_worker: float = param(1.0, "CPUs Ray reserves for each worker", ge=0)
+    request_channels: bool = param(
+        True,
+        "send the sample requests to each remote worker over a socket of its own, not as a "
+        "Ray task each (a twentieth of the time per request); fragments over 1 MB (Atari "
+        "frames) keep Ray's object store",
+    )
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
     )

@@ -104,6 +104,8 @@ class PlanContext:
     registered: dict[str, list[Any]] = field(default_factory=dict)
     #: per actor, the call its next request carries (``send_with_next_request``)
     carries: dict[Any, Any] = field(default_factory=dict)
+    #: actor -> its ``flowrl.core.channels.Channel`` (None: it has none), once opened
+    channels: dict[Any, Any] = field(default_factory=dict)
 
     def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
         """Times a piece of work inside an operator as its own row of the profile (the

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from flowrl.core import channels as ch
+from flowrl.core.channels import ChannelServer
 from flowrl.core.context import IDLE, PlanContext
 
 T = TypeVar("T")
@@ -537,6 +539,7 @@ class ParallelIteratorWorker:
     def __init__(self, item_source: Callable[[], Iterable[Any]]) -> None:
         self._item_source = item_source
         self._par_it: LocalIterator[Any] | None = None
+        self._channel: ChannelServer | None = None
 
     def par_iter_init(self, transforms: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Build this shard's local iterator with the transforms recorded by the driver."""
@@ -545,6 +548,19 @@ class ParallelIteratorWorker:
         for method, args in transforms:
             it = getattr(it, method)(*args)
         self._par_it = it
+
+    def par_iter_channel(self) -> tuple[Any, bytes]:
+        """Open this shard's channel (``flowrl.core.channels``) once; its address. The
+        actor's class must be ``taking_turns``: its Ray calls then wait for the
+        channel's."""
+        if self._channel is None:
+            self._turn = ch.Turns()
+            self._channel = ChannelServer(self._par_iter_next_in_turn)
+        return self._channel.address
+
+    def _par_iter_next_in_turn(self, *args: Any) -> Any:
+        with self._turn:
+            return self.par_iter_next(*args)
 
     def par_iter_next(self, method: str | None = None, arg: Any = None) -> Any:
         """The shard's next item, or the end marker once it is exhausted; first
@@ -584,6 +600,7 @@ def _rounds(
     sent once the whole round was in would (``before_requests`` runs as a round begins,
     after the consumer's work on the round before)."""
     shards._start()
+    channels = shards.open_channels(ctx)
     carried = _Carried(shards.before_requests)
 
     def ask(round_: _Round, actors: Iterable[Any]) -> _Round:
@@ -597,8 +614,8 @@ def _rounds(
         while True:
             if current is None:  # a round begins: asked ahead already, or now
                 carried.refresh(ctx)
-                current = upcoming or ask(_Round(shards), shards.actors)
-                upcoming = _Round(shards) if ahead else None
+                current = upcoming or ask(_Round(shards, channels), shards.actors)
+                upcoming = _Round(shards, channels) if ahead else None
             while current.unanswered:
                 answered = current.collect(timeout, each=upcoming is not None)
                 if upcoming is not None:
@@ -620,9 +637,9 @@ def _rounds(
 class _Round:
     """One round of ``batch_across_shards``: a request to each actor, and the items in."""
 
-    def __init__(self, shards: ParallelIterator[Any]) -> None:
+    def __init__(self, shards: ParallelIterator[Any], channels: dict[Any, Any] | None) -> None:
         self.actors = shards.actors
-        self.requests = Requests(shards.actors_name, shards.request_timeout_s)
+        self.requests = Requests(shards.actors_name, shards.request_timeout_s, channels)
         self.unanswered: dict[Any, Any] = {}  # request ref -> actor
         self.items: dict[Any, Any] = {}  # actor -> its item
 
@@ -632,12 +649,10 @@ class _Round:
     def collect(self, timeout: float | None, *, each: bool) -> list[Any]:
         """Take in the items ready within ``timeout`` (None: once one is, ``each``, or
         once all are); returns their actors."""
-        import ray
-
         n = len(self.unanswered)
         ready, _ = self.requests.wait(1 if each and timeout is None else n, timeout)
         if each and timeout is None and len(ready) < n:  # with any others in by now
-            ready, _ = ray.wait(list(self.unanswered), num_returns=n, timeout=0)
+            ready, _ = _wait(list(self.unanswered), n, 0)
         answered = []
         for ref, item in zip(ready, self.requests.take(ready), strict=True):
             answered.append(self.unanswered.pop(ref))
@@ -674,27 +689,38 @@ class _Carried:
 
 
 class Requests:
-    """The requests a gather has in flight (ref -> (actor, time sent)), and their deadline:
-    with ``timeout_s``, every ``wait`` kills the actors whose requests passed it,
-    whether or not other requests are ready (a healthy worker must not keep a hung one
+    """The requests a gather has in flight (request -> (actor, time sent)), and their
+    deadline: with ``timeout_s``, every ``wait`` kills the actors whose requests passed
+    it, whether or not other requests are ready (a healthy worker must not keep a hung one
     alive), and a blocking wait wakes for the oldest request's deadline. A killed actor's
     request then resolves to an actor error, which the runner answers with a replacement.
+    A request is a Ray task's ref, or a ``channels.Ticket`` where ``channels`` holds the
+    actor's channel.
     """
 
-    def __init__(self, name: str, timeout_s: float | None) -> None:
+    def __init__(
+        self, name: str, timeout_s: float | None, channels: dict[Any, Any] | None = None
+    ) -> None:
         self.name, self.timeout_s = name, timeout_s
+        self.channels = channels or {}
         self.pending: dict[Any, tuple[Any, float]] = {}
         self.killed: set[Any] = set()  # the requests of actors killed for lateness
+        self._pickled: tuple[Any, Any] = (None, None)  # the last carry sent, pickled
 
     def get(self, refs: Any) -> Any:
-        """``ray.get`` of answered requests. The actor error of one whose actor this
+        """The answers of answered requests. The actor error of one whose actor this
         gather killed says so (``timed_out``), for the run's error to name the cause."""
         import ray
 
+        single = not isinstance(refs, list)
+        many = [refs] if single else refs
         try:
-            return ray.get(refs)
+            if not any(isinstance(r, ch.Ticket) for r in many):
+                return ray.get(refs)
+            items = [r.take() if isinstance(r, ch.Ticket) else ray.get(r) for r in many]
+            return items[0] if single else items
         except ray.exceptions.RayActorError as e:
-            if self.killed.intersection(refs if isinstance(refs, list) else [refs]):
+            if self.killed.intersection(many):
                 late = f"{self.name} gave no answer in {self.timeout_s:g} s"
                 e.timed_out = f"{late}, so it was killed"
             raise
@@ -708,19 +734,29 @@ class Requests:
 
     def send(self, actor: Any, carry: Carry | None = None) -> Any:
         """Ask ``actor`` for its next item, with the call ``carry`` holds if any; returns
-        the request's ref."""
-        ref = actor.par_iter_next.remote(*(carry or ()))
-        self.pending[ref] = (actor, time.monotonic())
-        return ref
+        the request (over the actor's channel where it has one and ``carry`` holds no
+        ``ObjectRef``)."""
+        args = tuple(carry or ())
+        request = None
+        channel = self.channels.get(actor)
+        if channel is not None and channel.open:
+            try:
+                if self._pickled[0] is not carry:  # a round's carry: pickled once
+                    self._pickled = (carry, ch.dumps(args))
+                request = channel.send(args, self._pickled[1])
+            except ch.NeedsRay:
+                pass
+        if request is None:
+            request = actor.par_iter_next.remote(*args)
+        self.pending[request] = (actor, time.monotonic())
+        return request
 
     def wait(self, num_returns: int, timeout: float | None) -> tuple[list[Any], list[Any]]:
-        """``ray.wait`` on the pending requests for at most ``timeout`` seconds (None:
-        until ``num_returns`` are ready), killing late actors on the way."""
-        import ray
-
+        """Wait on the pending requests for at most ``timeout`` seconds (None: until
+        ``num_returns`` are ready), killing late actors on the way."""
         refs = list(self.pending)
         if not self.timeout_s:
-            return ray.wait(refs, num_returns=num_returns, timeout=timeout)
+            return _wait(refs, num_returns, timeout)
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -728,9 +764,7 @@ class Requests:
             wait_s = max(0.0, oldest + self.timeout_s - now)  # inf: all killed
             if end is not None:
                 wait_s = min(wait_s, max(0.0, end - now))
-            ready, rest = ray.wait(
-                refs, num_returns=num_returns, timeout=None if math.isinf(wait_s) else wait_s
-            )
+            ready, rest = _wait(refs, num_returns, None if math.isinf(wait_s) else wait_s)
             self._kill_late(rest)
             if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
                 return ready, rest
@@ -743,7 +777,7 @@ class Requests:
         now = time.monotonic()
         for ref in unanswered:
             actor, sent = self.pending[ref]
-            if now - sent < self.timeout_s or ray.wait([ref], timeout=0)[0]:
+            if now - sent < self.timeout_s or _wait([ref], 1, 0)[0]:
                 continue
             logger.warning(
                 "%s: no answer from an actor in %.0f s; killing it so it is replaced",
@@ -766,7 +800,33 @@ class Requests:
 
         if ray.is_initialized():
             drain_s = min(_DRAIN_TIMEOUT_S, self.timeout_s or math.inf)
-            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=drain_s)
+            _wait(list(self.pending), len(self.pending), drain_s)
+        for request in self.pending:
+            if isinstance(request, ch.Ticket):
+                request.channel.abandon(request)
+
+
+def _wait(requests: list[Any], num_returns: int, timeout: float | None) -> tuple[list, list]:
+    """``ray.wait`` over Ray refs and channel tickets alike: (ready, not ready), each in
+    the order of ``requests``. With both kinds pending it polls the refs every 2 ms."""
+    import ray
+
+    tickets = [r for r in requests if isinstance(r, ch.Ticket)]
+    if not tickets:
+        return ray.wait(requests, num_returns=num_returns, timeout=timeout)
+    refs = [r for r in requests if not isinstance(r, ch.Ticket)]
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        ch.receive({t.channel for t in tickets if not t.answered}, 0)  # what is in already
+        done = {t for t in tickets if t.answered}
+        if refs:
+            done.update(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if len(done) >= num_returns or left == 0:
+            ready = [r for r in requests if r in done]
+            return ready, [r for r in requests if r not in done]
+        step = left if not refs else min(0.002, 0.002 if left is None else left)
+        ch.receive({t.channel for t in tickets if not t.answered}, step)
 
 
 class ParallelIterator(PlanNode, Generic[T]):
@@ -792,6 +852,7 @@ class ParallelIterator(PlanNode, Generic[T]):
         label: str | None = None,
         receives_from: Any = None,
         actors_name: str = "",
+        channels: bool = False,
     ) -> None:
         if not actors:
             raise ValueError("a ParallelIterator needs at least one actor")
@@ -802,6 +863,7 @@ class ParallelIterator(PlanNode, Generic[T]):
         self.with_actor = with_actor
         self.before_requests = before_requests
         self.request_timeout_s = request_timeout_s
+        self.channels = channels
         # in the plan's graph: the shards' actors, then each transform on them
         label = label or f"{len(self.actors)} x {name} (Ray actors)"
         self._init_node(parents, op, label, receives_from=receives_from)
@@ -815,6 +877,7 @@ class ParallelIterator(PlanNode, Generic[T]):
         before_requests: Callable[[PlanContext], Any] | None = None,
         request_timeout_s: float = 0.0,
         receives_from: Any = None,
+        channels: bool = False,
     ) -> Any:
         """Shards served by actors that mix in ``ParallelIteratorWorker``.
         ``before_requests(context)`` runs before every round of requests to the actors; a
@@ -822,13 +885,16 @@ class ParallelIterator(PlanNode, Generic[T]):
         carries the weights the learner deferred). An actor whose
         request is unanswered after ``request_timeout_s`` (0: no limit) is killed, so the
         pull fails with Ray's actor error and the runner replaces it (a hung env).
-        ``receives_from``: the buffer the actors serve, for the plan's graph."""
+        ``receives_from``: the buffer the actors serve, for the plan's graph. With
+        ``channels``, the requests go over a socket to each actor (``flowrl.core.channels``;
+        its class ``taking_turns``), not as Ray tasks."""
         return cls(
             actors,
             name=name,
             before_requests=before_requests,
             request_timeout_s=request_timeout_s,
             receives_from=receives_from,
+            channels=channels,
         )
 
     @classmethod
@@ -858,6 +924,7 @@ class ParallelIterator(PlanNode, Generic[T]):
             with_actor=self.with_actor,
             before_requests=self.before_requests,
             request_timeout_s=self.request_timeout_s,
+            channels=self.channels,
             parents=(self,),
             op=args[0] if args else None,
             label=f"{suffix} on the actors",
@@ -889,8 +956,20 @@ class ParallelIterator(PlanNode, Generic[T]):
         return out
 
     def _start(self) -> None:
-        for actor in self.actors:
-            actor.par_iter_init.remote(list(self.transforms))
+        refs = [actor.par_iter_init.remote(list(self.transforms)) for actor in self.actors]
+        if self.channels:  # a channel's request must not overtake its actor's Ray calls
+            import ray
+
+            ray.get(refs)
+
+    def open_channels(self, ctx: PlanContext) -> dict[Any, Any] | None:
+        """The plan's channels to the actors, opened where not yet (None: Ray tasks)."""
+        if not self.channels:
+            return None
+        if not ctx.channels:
+            ctx.on_close(lambda: [c.close() for c in ctx.channels.values() if c is not None])
+        ch.open_channels(self.actors, ctx.channels)
+        return ctx.channels
 
     def _emit(self, actor: Any, item: Any) -> Any:
         return (actor, item) if self.with_actor else item
@@ -937,7 +1016,7 @@ class ParallelIterator(PlanNode, Generic[T]):
             self._start()
             carried = _Carried(self.before_requests)
             carried.refresh(ctx)
-            requests = Requests(self.actors_name, self.request_timeout_s)
+            requests = Requests(self.actors_name, self.request_timeout_s, self.open_channels(ctx))
             for actor in self.actors:
                 for _ in range(num_async):
                     requests.send(actor, carried.take(actor, ctx))

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import ConfigError
@@ -40,6 +41,7 @@ from flowrl.rollout.worker import (
     StoredWeights,
     WithReport,
     WorkerSet,
+    fragments_per_call,
     weights_carry,
     weights_payload,
 )
@@ -140,6 +142,7 @@ def ParallelRollouts(
         name="RolloutWorker",
         before_requests=SendDeferredWeights(workers),
         request_timeout_s=workers.config.sample_timeout_s,
+        channels=requests_over_channels(workers),
     )
     if mode == "raw":
         return shards
@@ -151,6 +154,31 @@ def ParallelRollouts(
         source = reporting.gather_async(num_async=num_async)
     name = f"ParallelRollouts({mode}, ahead)" if ahead else f"ParallelRollouts({mode})"
     return _counted(source, name=name, size=len, reports_to=workers)
+
+
+# a request's reply past this goes through Ray's object store (shared memory), not a socket
+CHANNEL_MAX_BYTES = 1 << 20
+
+
+def requests_over_channels(workers: WorkerSet) -> bool:
+    """Whether ``ParallelRollouts`` sends its requests over channels
+    (``flowrl.core.channels``): where the config asks (``request_channels``) and a reply's
+    observations take at most ``CHANNEL_MAX_BYTES``. A socket copies what it carries, at
+    about a millisecond per MB, where Ray's object store shares Atari's frames."""
+    config = workers.config
+    if not config.request_channels:
+        return False
+    rows = config.rollout_fragment_length * config.num_envs_per_worker
+    per_row = max(_row_bytes(p.observation_space) for p in workers.local_worker.policies.values())
+    return 2 * rows * fragments_per_call(config) * per_row <= CHANNEL_MAX_BYTES
+
+
+def _row_bytes(space: gym.Space) -> int:
+    """An observation's bytes as float32 at most (a space of no fixed size: too many)."""
+    try:
+        return gym.spaces.flatdim(space) * 4
+    except (ValueError, NotImplementedError):
+        return CHANNEL_MAX_BYTES
 
 
 class Aggregator(ParallelIteratorWorker):

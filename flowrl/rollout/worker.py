@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 
 from flowrl.core.callbacks import Callbacks, load_callbacks
+from flowrl.core.channels import taking_turns
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
 from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker
@@ -595,7 +596,8 @@ class WorkerSet:
         if config.num_workers > 0:
             import ray
 
-            self._remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+            remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)
+            self._remote_cls = remote_cls(taking_turns(RolloutWorker))
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
             # the learner's optimisers, built while they start: nothing is left for the
             # first update to build
@@ -667,7 +669,8 @@ class WorkerSet:
 
     def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
         """Tell ``actors`` (all remote workers by default) the run's env steps, where a policy
-        follows them (``follows_env_steps``), without waiting: their next request comes after."""
+        follows them (``follows_env_steps``), without waiting: their next request comes
+        after (over a channel, a request already on its way may come first)."""
         if self._follow_env_steps:
             for actor in self.remote_workers if actors is None else actors:
                 actor.set_env_steps_sampled.remote(steps)

@@ -1,0 +1,180 @@
+"""Channels (flowrl.core.channels): requests over a socket, their errors, taking turns."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+import ray
+
+from flowrl.core.channels import Channel, ChannelServer, NeedsRay, Turns, receive, taking_turns
+
+
+class Doubler:
+    def __init__(self, delay=0.0):
+        self.delay = delay
+
+    def answer(self, x):
+        time.sleep(self.delay)
+        if x == "boom":
+            raise ValueError("boom")
+        return x * 2
+
+
+def connected(answer):
+    return Channel(None, ChannelServer(answer, host="127.0.0.1").address)
+
+
+def answers(tickets, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not all(t.answered for t in tickets):
+        assert time.monotonic() < deadline, "no reply"
+        receive({t.channel for t in tickets}, 1)
+    return [t.take() for t in tickets]
+
+
+def test_requests_in_flight_are_answered_in_order_by_ticket():
+    channel = connected(Doubler().answer)
+    tickets = [channel.send((i,)) for i in range(5)]
+    assert answers(tickets) == [0, 2, 4, 6, 8]
+    channel.close()
+
+
+def test_an_exception_in_the_actor_comes_back_as_rays_task_error_of_its_type():
+    channel = connected(Doubler().answer)
+    ticket = channel.send(("boom",))
+    receive([channel], 10)
+    with pytest.raises(ValueError, match="boom") as raised:
+        ticket.take()
+    assert isinstance(raised.value, ray.exceptions.RayTaskError)
+    assert ticket.answered, "taken, it stays answered (as a Ray ref stays ready): no drain waits"
+    with pytest.raises(ValueError, match="boom"):
+        ticket.take()
+    channel.close()
+
+
+def test_an_argument_holding_an_object_ref_needs_a_ray_task():
+    channel = connected(Doubler().answer)
+    ref = ray.ObjectRef.from_random()
+    with pytest.raises(NeedsRay):
+        channel.send(({"weights": ref},))
+    assert answers([channel.send((3,))]) == [6], "the channel is still in order"
+    channel.close()
+
+
+def test_an_abandoned_request_s_reply_is_dropped_not_kept():
+    channel = connected(Doubler(delay=0.2).answer)
+    first, second = channel.send((1,)), channel.send((2,))
+    channel.abandon(first)
+    assert answers([second]) == [4]
+    assert channel.replies == {} and not channel.unanswered
+
+
+def _serve_in_a_process(addresses):
+    server = ChannelServer(Doubler(delay=60).answer, host="127.0.0.1")
+    addresses.put(server.address)
+    time.sleep(120)
+
+
+def test_a_dead_actor_fails_its_requests_as_rays_actor_error():
+    context = multiprocessing.get_context("spawn")
+    addresses = context.Queue()
+    process = context.Process(target=_serve_in_a_process, args=(addresses,), daemon=True)
+    process.start()
+    channel = Channel(None, addresses.get(timeout=60))
+    tickets = [channel.send((1,)), channel.send((2,))]
+    process.kill()
+    deadline = time.monotonic() + 10
+    while not all(t.answered for t in tickets):
+        assert time.monotonic() < deadline
+        receive([channel], 1)
+    for ticket in tickets:
+        with pytest.raises(ray.exceptions.RayActorError, match="channel closed"):
+            ticket.take()
+    assert not channel.open
+
+
+def test_turns_are_granted_in_the_order_asked():
+    turns, order = Turns(), []
+    holder_in, release = threading.Event(), threading.Event()
+
+    def hold():
+        with turns:
+            holder_in.set()
+            release.wait(10)
+            order.append("holder")
+
+    def wait_turn(name):
+        with turns:
+            order.append(name)
+
+    threads = [threading.Thread(target=hold)]
+    threads[0].start()
+    holder_in.wait(10)
+    for name in ("a", "b", "c"):
+        threads.append(threading.Thread(target=wait_turn, args=(name,)))
+        threads[-1].start()
+        time.sleep(0.05)  # each asks after the one before
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["holder", "a", "b", "c"]
+
+
+class Tally:
+    def __init__(self):
+        self.inside, self.overlaps = 0, 0
+
+    def touch(self):
+        self.inside += 1
+        self.overlaps += self.inside > 1
+        time.sleep(0.001)
+        self.inside -= 1
+
+
+def test_a_class_taking_turns_runs_one_call_at_a_time_once_it_has_turns():
+    tally = taking_turns(Tally)()
+    tally._turn = Turns()
+    threads = [
+        threading.Thread(target=lambda: [tally.touch() for _ in range(50)]) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert tally.overlaps == 0
+
+
+@pytest.mark.ray
+def test_a_plan_over_channels_learns_exactly_what_it_learns_over_ray_tasks(ray_session):
+    from flowrl import Algorithm
+
+    def two_iterations(channels):
+        config = dict(num_workers=2, num_envs_per_worker=2, train_batch_size=256, seed=3)
+        with Algorithm("ppo", env="CartPole-v1", request_channels=channels, **config) as algo:
+            results = [algo.train() for _ in range(2)]
+            opened = list(algo.plan.context.channels.values())
+        return [(r["episode_return_mean"], r["learner/policy_loss"]) for r in results], opened
+
+    over_ray, none_opened = two_iterations(False)
+    over_channels, opened = two_iterations(True)
+    assert over_channels == over_ray
+    assert not none_opened and len(opened) == 2 and all(isinstance(c, Channel) for c in opened)
+
+
+@pytest.mark.ray
+def test_a_worker_killed_under_a_channel_is_replaced_and_gets_a_channel_of_its_own(ray_session):
+    from flowrl import Algorithm
+    from flowrl.run.runner import StopCriteria, run
+
+    config = dict(num_workers=2, num_envs_per_worker=2, train_batch_size=256)
+    with Algorithm("impala", env="CartPole-v1", **config) as algo:
+        algo.train()
+        ray_session.kill(algo.workers.remote_workers[0])
+        summary = run(algo, stop=StopCriteria(iters=algo.iteration + 2))
+        assert summary["stopped_by"] == "iterations"
+        assert algo.last_result["num_worker_restarts"] == 1
+        channels = algo.plan.context.channels
+        assert all(isinstance(channels.get(w), Channel) for w in algo.workers.remote_workers)
