@@ -355,13 +355,15 @@ class FlowrlRollouts:
         num_async: int,
         fragment: int,
         use_lstm: bool = False,
+        channels: bool = True,
     ) -> None:
         from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
         from flowrl.ops import ParallelRollouts
         from flowrl.rollout.worker import WorkerSet
 
         config = PPOConfig(env=env_id, num_workers=workers, num_envs_per_worker=envs,
-                           rollout_fragment_length=fragment, use_lstm=use_lstm)  # fmt: skip
+                           rollout_fragment_length=fragment, use_lstm=use_lstm,
+                           request_channels=channels)  # fmt: skip
         self.workers = WorkerSet(policy_cls=PPOPolicy, config=config)
         self.mode, self.num_async = mode, num_async
         self.rounds = ParallelRollouts(self.workers, mode=mode) if mode == "bulk_sync" else None
@@ -424,6 +426,13 @@ def measure_workers(args: argparse.Namespace, workers: int) -> tuple[int, list[d
         "flowrl bulk_sync": lambda: FlowrlRollouts(env, workers, envs, "bulk_sync", 1, frag),
         "flowrl async": lambda: FlowrlRollouts(env, workers, envs, "async", 2, frag),
         "flowrl async (num_async=1)": lambda: FlowrlRollouts(env, workers, envs, "async", 1, frag),
+        # each request a Ray task, as before request channels (request_channels=false)
+        "flowrl bulk_sync, Ray tasks": lambda: FlowrlRollouts(
+            env, workers, envs, "bulk_sync", 1, frag, channels=False
+        ),
+        "flowrl async, Ray tasks": lambda: FlowrlRollouts(
+            env, workers, envs, "async", 2, frag, channels=False
+        ),
     }
     if ppo_frag != frag:  # what PPO's plan gets with its defaults
         makers[f"plain processes in lockstep ({ppo_frag}-step fragments)"] = lambda: PlainLockstep(
