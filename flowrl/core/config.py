@@ -265,8 +265,8 @@ class Config:
     request_channels: bool = param(
         True,
         "send the sample requests to each remote worker over a socket of its own, not as a "
-        "Ray task each (a twentieth of the time per request); fragments over 1 MB (Atari "
-        "frames) keep Ray's object store",
+        "Ray task each (a tenth of a task's round trip on CartPole); replies over 1 MB "
+        "(Atari frames) keep Ray tasks, as the object store shares them",
     )
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
