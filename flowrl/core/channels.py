@@ -1,15 +1,15 @@
 """Channels: a plan's requests to its actors over a socket each, not a Ray task each.
 
-A Ray actor task costs the caller and the actor about a millisecond of CPU between them,
-whatever it carries (``benchmarks/call_cost.py``: 2.4 ms a round trip with a CartPole
-fragment, 0.1 ms over a plain pipe). A gather's requests are the same call again and
-again, so an actor that mixes in ``ParallelIteratorWorker`` can answer them over a socket
-instead: ``par_iter_channel()`` opens one, served by a thread of the actor's own that
-blocks in ``recv`` (no spinning, unlike Ray's compiled graphs), and every other call on
-the actor takes turns with it (``taking_turns``). Requests whose arguments hold an
-``ObjectRef`` (weights put in the object store) still go as Ray tasks, and an actor that
-died surfaces as Ray's ``RayActorError``, a remote exception as Ray's ``RayTaskError``,
-so the runner replaces a dead worker as before.
+A Ray actor task has a cost of its own per call, whatever it carries (scheduling,
+ownership, an object per reply; ``benchmarks/call_cost.py`` measures it beside a
+socket). A gather's requests are the same call again and again, so an actor that mixes
+in ``ParallelIteratorWorker`` can answer them over a socket instead:
+``par_iter_channel()`` opens one, served by a thread of the actor's own that blocks in
+``recv`` (no spinning, unlike Ray's compiled graphs), and every other call on the actor
+takes turns with it (``taking_turns``). Requests whose arguments hold an ``ObjectRef``
+(weights put in the object store) still go as Ray tasks, and an actor that died surfaces
+as Ray's ``RayActorError``, a remote exception as Ray's ``RayTaskError``, so the runner
+replaces a dead worker as before.
 
 Examples:
     >>> class Echo:
@@ -55,7 +55,7 @@ class _Pickler(pickle.Pickler):
         return NotImplemented
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: Any) -> memoryview:
     """``value`` pickled (protocol 5); ``NeedsRay`` if it holds an ``ObjectRef``."""
     out = io.BytesIO()
     _Pickler(out, protocol=5).dump(value)
@@ -118,7 +118,7 @@ def _no_delay(conn: Any) -> None:
         sock.close()
 
 
-def _reply(ticket: int, value: Any) -> bytes:
+def _reply(ticket: int, value: Any) -> bytes | memoryview:
     """``value`` as a reply: pickled, or where plain pickle cannot (a lambda in a custom
     metric, say) cloudpickled, as Ray would."""
     try:
@@ -184,7 +184,7 @@ class Channel:
         self.unanswered: set[int] = set()
         self.abandoned: set[int] = set()
 
-    def send(self, args: tuple[Any, ...], pickled: bytes | None = None) -> Ticket:
+    def send(self, args: tuple[Any, ...], pickled: memoryview | None = None) -> Ticket:
         """Send a request: ``args``, or ``pickled`` (``dumps(args)``, made once for many
         actors); ``NeedsRay`` if ``args`` hold an ``ObjectRef``."""
         pickled = dumps(args) if pickled is None else pickled

@@ -265,7 +265,7 @@ class Config:
     request_channels: bool = param(
         True,
         "send the sample requests to each remote worker over a socket of its own, not as a "
-        "Ray task each (a tenth of a task's round trip on CartPole); replies over 1 MB "
+        "Ray task each (a fraction of a task's cost per request); replies over 1 MB "
         "(Atari frames) keep Ray tasks, as the object store shares them",
     )
     sample_timeout_s: float = param(

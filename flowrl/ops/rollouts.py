@@ -163,8 +163,8 @@ CHANNEL_MAX_BYTES = 1 << 20
 def requests_over_channels(workers: WorkerSet) -> bool:
     """Whether ``ParallelRollouts`` sends its requests over channels
     (``flowrl.core.channels``): where the config asks (``request_channels``) and a reply's
-    observations take at most ``CHANNEL_MAX_BYTES``. A socket copies what it carries, at
-    about a millisecond per MB, where Ray's object store shares Atari's frames."""
+    observations take at most ``CHANNEL_MAX_BYTES``. A socket copies what it carries, where
+    Ray's object store shares large arrays such as Atari's frames."""
     config = workers.config
     if not config.request_channels:
         return False
