@@ -178,3 +178,25 @@ def test_a_worker_killed_under_a_channel_is_replaced_and_gets_a_channel_of_its_o
         assert algo.last_result["num_worker_restarts"] == 1
         channels = algo.plan.context.channels
         assert all(isinstance(channels.get(w), Channel) for w in algo.workers.remote_workers)
+
+
+def test_a_plan_uses_channels_for_small_replies_of_at_most_two_fragments():
+    import dataclasses
+    from types import SimpleNamespace
+
+    from flowrl.algorithms.impala import IMPALAConfig
+    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    from flowrl.ops.rollouts import requests_over_channels
+    from flowrl.rollout.worker import WorkerSet
+
+    local = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=0)).local_worker
+
+    def channels(config_cls=IMPALAConfig, **config):
+        config = dataclasses.replace(config_cls(num_workers=0), **config)
+        return requests_over_channels(SimpleNamespace(config=config, local_worker=local))
+
+    assert channels(num_workers=64) and channels(num_workers=8)
+    assert not channels(num_workers=128), "IMPALA: 4 fragments per request, Ray tasks"
+    assert channels(PPOConfig, num_workers=128), "PPO keeps one fragment per request"
+    assert not channels(num_workers=8, request_channels=False)
+    assert not channels(num_workers=8, rollout_fragment_length=50_000), "over 1 MB"

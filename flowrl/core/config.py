@@ -266,7 +266,7 @@ class Config:
         True,
         "send the sample requests to each remote worker over a socket of its own, not as a "
         "Ray task each (a fraction of a task's cost per request); replies over 1 MB "
-        "(Atari frames) keep Ray tasks, as the object store shares them",
+        "(Atari frames) or of more than 2 fragments keep Ray tasks",
     )
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0

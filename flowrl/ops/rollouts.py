@@ -162,11 +162,13 @@ CHANNEL_MAX_BYTES = 1 << 20
 
 def requests_over_channels(workers: WorkerSet) -> bool:
     """Whether ``ParallelRollouts`` sends its requests over channels
-    (``flowrl.core.channels``): where the config asks (``request_channels``) and a reply's
-    observations take at most ``CHANNEL_MAX_BYTES``. A socket copies what it carries, where
-    Ray's object store shares large arrays such as Atari's frames."""
+    (``flowrl.core.channels``): where the config asks (``request_channels``), a request
+    brings at most two fragments, and a reply's observations take at most
+    ``CHANNEL_MAX_BYTES``. A socket copies what it carries, where Ray's object store
+    shares large arrays such as Atari's frames; past two fragments per request (128
+    workers and more, by default) Ray tasks measured faster (docs/performance.md)."""
     config = workers.config
-    if not config.request_channels:
+    if not config.request_channels or fragments_per_call(config) > 2:
         return False
     rows = config.rollout_fragment_length * config.num_envs_per_worker
     per_row = max(_row_bytes(p.observation_space) for p in workers.local_worker.policies.values())
