@@ -27,11 +27,15 @@ def connected(answer):
     return Channel(None, ChannelServer(answer, host="127.0.0.1").address)
 
 
-def answers(tickets, timeout=10):
+def wait_answered(tickets, timeout=10):
     deadline = time.monotonic() + timeout
     while not all(t.answered for t in tickets):
         assert time.monotonic() < deadline, "no reply"
         receive({t.channel for t in tickets}, 1)
+
+
+def answers(tickets):
+    wait_answered(tickets)
     return [t.take() for t in tickets]
 
 
@@ -86,10 +90,7 @@ def test_a_dead_actor_fails_its_requests_as_rays_actor_error():
     channel = Channel(None, addresses.get(timeout=60))
     tickets = [channel.send((1,)), channel.send((2,))]
     process.kill()
-    deadline = time.monotonic() + 10
-    while not all(t.answered for t in tickets):
-        assert time.monotonic() < deadline
-        receive([channel], 1)
+    wait_answered(tickets)
     for ticket in tickets:
         with pytest.raises(ray.exceptions.RayActorError, match="channel closed"):
             ticket.take()

@@ -816,17 +816,18 @@ def _wait(requests: list[Any], num_returns: int, timeout: float | None) -> tuple
         return ray.wait(requests, num_returns=num_returns, timeout=timeout)
     refs = [r for r in requests if not isinstance(r, ch.Ticket)]
     end = None if timeout is None else time.monotonic() + timeout
+    read = False  # the sockets read once at least, even with no time to wait
     while True:
-        ch.receive({t.channel for t in tickets if not t.answered}, 0)  # what is in already
         done = {t for t in tickets if t.answered}
         if refs:
             done.update(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
         left = None if end is None else max(0.0, end - time.monotonic())
-        if len(done) >= num_returns or left == 0:
+        if len(done) >= num_returns or (read and left == 0):
             ready = [r for r in requests if r in done]
             return ready, [r for r in requests if r not in done]
         step = left if not refs else min(0.002, 0.002 if left is None else left)
         ch.receive({t.channel for t in tickets if not t.answered}, step)
+        read = True
 
 
 class ParallelIterator(PlanNode, Generic[T]):
