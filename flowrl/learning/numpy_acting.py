@@ -190,7 +190,8 @@ class NumpyActing:
         advantage = _forward(x, self.pi)
         if not self.vf:
             return advantage
-        return _forward(x, self.vf) + advantage - advantage.mean(-1, keepdims=True)
+        mean = advantage.sum(-1, keepdims=True) / advantage.shape[-1]  # (ndarray.mean: 3x)
+        return _forward(x, self.vf) + advantage - mean
 
     def values(self, obs: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         """The value head on ``obs`` (from ``state`` when recurrent)."""

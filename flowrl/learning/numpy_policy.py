@@ -167,7 +167,8 @@ class NumpyQPolicy(EpsilonGreedy, NumpyPolicy):
         if not explore:
             return greedy, {}
         n, rng = len(greedy), self.acting.rng
-        random_actions = rng.integers(int(self.action_space.n), size=n)
+        # (a third of the cost of rng.integers, a Python-level call, on a few lanes)
+        random_actions = (rng.random(n) * int(self.action_space.n)).astype(np.int64)
         actions = np.where(rng.random(n) < self.epsilon(), random_actions, greedy)
         self.timesteps += n
         return actions, {}
