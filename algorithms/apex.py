@@ -38,6 +38,7 @@ from flowrl.ops import (
     UpdatePriorities,
     UpdateTargets,
 )
+from flowrl.ops.rollouts import replies_fit_channels
 from flowrl.replay import make_replay
 from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import ATARI, Preset
@@ -141,10 +142,11 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
         .for_each(StoreToReplayBuffer(shards, seed=config.seed))
         .for_each(BroadcastWeights(learner, min_env_steps=config.max_weight_sync_delay))
     )  # fmt: skip
+    batch_size = config.train_batch_size * config.batches_per_replay
     replay_op = (
-        Replay(shards, batch_size=config.train_batch_size * config.batches_per_replay,
-               learning_starts=config.learning_starts,
-               num_async=config.replay_requests_in_flight)
+        Replay(shards, batch_size=batch_size, learning_starts=config.learning_starts,
+               num_async=config.replay_requests_in_flight,
+               channels=replies_fit_channels(workers, batch_size))
         .gate(TrainingIntensity(config.training_intensity))  # CPU left for sampling
         .gate(learner.has_room)  # no replay requests the learner cannot take yet
         .for_each(Enqueue(learner))

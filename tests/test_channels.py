@@ -10,6 +10,8 @@ import pytest
 import ray
 
 from flowrl.core.channels import Channel, ChannelServer, NeedsRay, Turns, receive, taking_turns
+from flowrl.core.context import PlanContext
+from flowrl.core.iter import ParallelIteratorWorker, send_call, take_result, tell, wait_for
 
 
 class Doubler:
@@ -181,23 +183,56 @@ def test_a_worker_killed_under_a_channel_is_replaced_and_gets_a_channel_of_its_o
         assert all(isinstance(channels.get(w), Channel) for w in algo.workers.remote_workers)
 
 
-def test_a_plan_uses_channels_for_small_replies_of_at_most_two_fragments():
+def test_a_plan_uses_channels_for_small_replies_of_at_most_two_fragments_or_replayed_rows():
     import dataclasses
     from types import SimpleNamespace
 
     from flowrl.algorithms.impala import IMPALAConfig
     from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
-    from flowrl.ops.rollouts import requests_over_channels
+    from flowrl.ops.rollouts import replies_fit_channels, requests_over_channels
     from flowrl.rollout.worker import WorkerSet
 
     local = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=0)).local_worker
 
-    def channels(config_cls=IMPALAConfig, **config):
+    def workers(config_cls=IMPALAConfig, **config):
         config = dataclasses.replace(config_cls(num_workers=0), **config)
-        return requests_over_channels(SimpleNamespace(config=config, local_worker=local))
+        return SimpleNamespace(config=config, local_worker=local)
+
+    def channels(config_cls=IMPALAConfig, **config):
+        return requests_over_channels(workers(config_cls, **config))
 
     assert channels(num_workers=64) and channels(num_workers=8)
     assert not channels(num_workers=128), "IMPALA: 4 fragments per request, Ray tasks"
     assert channels(PPOConfig, num_workers=128), "PPO keeps one fragment per request"
     assert not channels(num_workers=8, request_channels=False)
     assert not channels(num_workers=8, rollout_fragment_length=50_000), "over 1 MB"
+    assert replies_fit_channels(workers(), 512), "Ape-X's replay requests on CartPole"
+    assert not replies_fit_channels(workers(), 50_000)
+
+
+class Shard(ParallelIteratorWorker):
+    """Items are what was added to it, in order."""
+
+    def __init__(self):
+        self.added = []
+        super().__init__(lambda: iter(self.added))
+
+    def add(self, x):
+        self.added.append(x)
+
+
+def test_a_channel_carries_the_actors_other_calls_in_order_with_its_requests():
+    shard = taking_turns(Shard)()
+    shard.par_iter_init([])
+    ctx = PlanContext()
+    ctx.channels[shard] = Channel(shard, shard.par_iter_channel())
+    tell(ctx, shard, "add", "told")  # its reply is dropped
+    added = [send_call(ctx, shard, "add", x) for x in ("a", "b")]
+    first, private = send_call(ctx, shard, "par_iter_next"), send_call(ctx, shard, "_turn")
+    wait_for([*added, first, private], 4, 10)
+    assert [take_result(r) for r in added] == [None, None]
+    assert take_result(first) == "told", "each call runs in the order sent"
+    with pytest.raises(AttributeError, match="not a public method"):
+        take_result(private)
+    assert not ctx.channels[shard].replies
+    ctx.channels[shard].close()

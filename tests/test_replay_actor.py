@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flowrl import Algorithm
-from flowrl.core.iter import LocalIterator
+from flowrl.core.iter import LocalIterator, send_call, take_result, wait_for
 from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
 from flowrl.ops import Concurrently, Replay, StoreToReplayBuffer, UpdatePriorities
 from flowrl.replay import (
@@ -49,14 +49,17 @@ def test_a_shard_hands_out_global_indexes_per_policy_and_takes_back_only_its_own
 
 
 @pytest.mark.ray
-def test_store_replay_and_priorities_over_shards(ray_session):
+@pytest.mark.parametrize("channels", [False, True], ids=["ray tasks", "channels"])
+def test_store_replay_and_priorities_over_shards(ray_session, channels):
     ray = ray_session
     shards = create_replay_actors(prioritized, num_shards=2)
     store = LocalIterator.from_items([rows(10 * i, 10) for i in range(8)])
     store = store.for_each(StoreToReplayBuffer(shards, seed=0))
-    replay = Replay(shards, batch_size=16, learning_starts=40)
+    replay = Replay(shards, batch_size=16, learning_starts=40, channels=channels)
     plan = Concurrently([store, replay], output_indexes=[1])
     batches = plan.take(4)
+    ctx = plan.context
+    assert len([c for c in ctx.channels.values() if c is not None]) == (2 if channels else 0)
     samples = ray.get([s.sample.remote(1, learning_starts=1) for s in shards])
     assert all(s is not None for s in samples), "rows spread over both shards"
     assert "gather_async" in str(replay), "shards are sampled through the iterator core"
@@ -68,9 +71,13 @@ def test_store_replay_and_priorities_over_shards(ray_session):
         picked.setdefault(int(index) % 2, int(index))
     indexes = np.array(list(picked.values()))
     trained = MultiAgentBatch({SINGLE: SampleBatch(batch_indexes=indexes)}, len(indexes))
-    UpdatePriorities(shards)((trained, {SINGLE: {"td_error": np.full(len(indexes), 1e6)}}))
+    update = UpdatePriorities(shards)
+    update.bind(ctx)  # over the shards' channels where the plan has them
+    update((trained, {SINGLE: {"td_error": np.full(len(indexes), 1e6)}}))
     for s, index in picked.items():
-        again = ray.get(shards[s].sample.remote(64))
+        request = send_call(ctx, shards[s], "sample", 64)  # after the update, either way
+        wait_for([request], 1, 30)
+        again = take_result(request)
         assert np.mean(again[SINGLE]["batch_indexes"] == index) > 0.9
 
 

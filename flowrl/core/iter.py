@@ -555,12 +555,16 @@ class ParallelIteratorWorker:
         channel's."""
         if self._channel is None:
             self._turn = ch.Turns()
-            self._channel = ChannelServer(self._par_iter_next_in_turn)
+            self._channel = ChannelServer(self._call_in_turn)
         return self._channel.address
 
-    def _par_iter_next_in_turn(self, *args: Any) -> Any:
+    def _call_in_turn(self, method: str, *args: Any) -> Any:
+        """A request over the channel: ``self.method(*args)`` (a public method:
+        ``par_iter_next``, or a call such as a replay shard's ``add``), in its turn."""
+        if method.startswith("_"):
+            raise AttributeError(f"{type(self).__name__}.{method} is not a public method")
         with self._turn:
-            return self.par_iter_next(*args)
+            return getattr(self, method)(*args)
 
     def par_iter_next(self, method: str | None = None, arg: Any = None) -> Any:
         """The shard's next item, or the end marker once it is exhausted; first
@@ -652,7 +656,7 @@ class _Round:
         n = len(self.unanswered)
         ready, _ = self.requests.wait(1 if each and timeout is None else n, timeout)
         if each and timeout is None and len(ready) < n:  # with any others in by now
-            ready, _ = _wait(list(self.unanswered), n, 0)
+            ready, _ = wait_for(list(self.unanswered), n, 0)
         answered = []
         for ref, item in zip(ready, self.requests.take(ready), strict=True):
             answered.append(self.unanswered.pop(ref))
@@ -742,8 +746,8 @@ class Requests:
         if channel is not None and channel.open:
             try:
                 if self._pickled[0] is not carry:  # a round's carry: pickled once
-                    self._pickled = (carry, ch.dumps(args))
-                request = channel.send(args, self._pickled[1])
+                    self._pickled = (carry, ch.dumps(("par_iter_next", *args)))
+                request = channel.send(("par_iter_next", *args), self._pickled[1])
             except ch.NeedsRay:
                 pass
         if request is None:
@@ -756,7 +760,7 @@ class Requests:
         ``num_returns`` are ready), killing late actors on the way."""
         refs = list(self.pending)
         if not self.timeout_s:
-            return _wait(refs, num_returns, timeout)
+            return wait_for(refs, num_returns, timeout)
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -764,7 +768,7 @@ class Requests:
             wait_s = max(0.0, oldest + self.timeout_s - now)  # inf: all killed
             if end is not None:
                 wait_s = min(wait_s, max(0.0, end - now))
-            ready, rest = _wait(refs, num_returns, None if math.isinf(wait_s) else wait_s)
+            ready, rest = wait_for(refs, num_returns, None if math.isinf(wait_s) else wait_s)
             self._kill_late(rest)
             if len(ready) >= num_returns or (end is not None and time.monotonic() >= end):
                 return ready, rest
@@ -777,7 +781,7 @@ class Requests:
         now = time.monotonic()
         for ref in unanswered:
             actor, sent = self.pending[ref]
-            if now - sent < self.timeout_s or _wait([ref], 1, 0)[0]:
+            if now - sent < self.timeout_s or wait_for([ref], 1, 0)[0]:
                 continue
             logger.warning(
                 "%s: no answer from an actor in %.0f s; killing it so it is replaced",
@@ -800,15 +804,49 @@ class Requests:
 
         if ray.is_initialized():
             drain_s = min(_DRAIN_TIMEOUT_S, self.timeout_s or math.inf)
-            _wait(list(self.pending), len(self.pending), drain_s)
+            wait_for(list(self.pending), len(self.pending), drain_s)
         for request in self.pending:
             if isinstance(request, ch.Ticket):
                 request.channel.abandon(request)
 
 
-def _wait(requests: list[Any], num_returns: int, timeout: float | None) -> tuple[list, list]:
-    """``ray.wait`` over Ray refs and channel tickets alike: (ready, not ready), each in
-    the order of ``requests``. With both kinds pending it polls the refs every 2 ms."""
+def send_call(ctx: PlanContext | None, actor: Any, method: str, *args: Any) -> Any:
+    """``actor.method(*args)`` over the plan's channel to ``actor`` where one is open (a
+    ``channels.Ticket``), else as a Ray task (its ref): a replay shard's ``add``, say, on
+    the channel its sample requests take (an operator not in a plan has no ``ctx``).
+    ``wait_for`` and ``take_result`` take either.
+
+    Examples:
+        >>> ref = send_call(plan.context, shard, "add", batch)  # doctest: +SKIP
+        >>> take_result(ref)  # doctest: +SKIP
+    """
+    channel = ctx.channels.get(actor) if ctx is not None else None
+    if channel is not None and channel.open:
+        try:
+            return channel.send((method, *args))
+        except ch.NeedsRay:
+            pass
+    return getattr(actor, method).remote(*args)
+
+
+def tell(ctx: PlanContext | None, actor: Any, method: str, *args: Any) -> None:
+    """``send_call`` not waited for: its reply, or error, is dropped."""
+    request = send_call(ctx, actor, method, *args)
+    if isinstance(request, ch.Ticket):
+        request.channel.abandon(request)
+
+
+def take_result(request: Any) -> Any:
+    """What an answered ``send_call`` returned; raises what the actor raised."""
+    import ray
+
+    return request.take() if isinstance(request, ch.Ticket) else ray.get(request)
+
+
+def wait_for(requests: list[Any], num_returns: int, timeout: float | None) -> tuple[list, list]:
+    """``ray.wait`` over Ray refs and channel tickets alike (``send_call``'s requests):
+    (ready, not ready), each in the order of ``requests``. With both kinds pending it
+    polls the refs every 2 ms."""
     import ray
 
     tickets = [r for r in requests if isinstance(r, ch.Ticket)]

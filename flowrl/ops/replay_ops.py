@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
-from flowrl.core.iter import LocalIterator, NotReady, Operator, ParallelIterator
+from flowrl.core.iter import (
+    LocalIterator,
+    NotReady,
+    Operator,
+    ParallelIterator,
+    send_call,
+    take_result,
+    tell,
+    wait_for,
+)
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
 from flowrl.replay import BATCH_INDEXES, PolicyBuffers, SampleShard, shard_of
 
@@ -79,24 +88,31 @@ class StoreToReplayBuffer(Operator):
         if self._local:
             self._target.add(batch)
             return batch
-        import ray
-
         shard = self._target[self._rng.integers(len(self._target))]
-        self._pending.append(shard.add.remote(batch))
+        # over the channel Replay's requests take, where it has opened one (add, then sample)
+        self._pending.append(send_call(getattr(self, "context", None), shard, "add", batch))
         excess = len(self._pending) - self._max_pending
         if excess > 0:
-            done, self._pending = ray.wait(self._pending, num_returns=excess)
-            ray.get(done)  # raises if a shard failed
+            done, self._pending = wait_for(self._pending, excess, None)
+            for request in done:
+                take_result(request)  # raises if a shard failed
         return batch
 
 
 def Replay(
-    target: ReplayTarget, *, batch_size: int, learning_starts: int = 0, num_async: int = 1
+    target: ReplayTarget,
+    *,
+    batch_size: int,
+    learning_starts: int = 0,
+    num_async: int = 1,
+    channels: bool = False,
 ) -> LocalIterator[MultiAgentBatch]:
     """Sampled training batches, ``batch_size`` rows of each policy whose buffer has
     received ``learning_starts`` rows (each shard its share of them); ``NotReady`` before
     that. Over replay actors, every shard has ``num_async`` sample requests in flight and
-    batches come in completion order.
+    batches come in completion order; with ``channels``, over a socket to each shard
+    (``flowrl.core.channels``), which ``StoreToReplayBuffer`` and ``UpdatePriorities``
+    then send on too.
 
     Examples:
         >>> Replay(buffer, batch_size=32, learning_starts=1000).take(1)  # doctest: +SKIP
@@ -104,7 +120,9 @@ def Replay(
     name = f"Replay(batch_size={batch_size})"
     if not _is_local(target):
         per_shard = -(-learning_starts // len(target))  # ceil
-        shards = ParallelIterator.from_actors(target, name="ReplayActor", receives_from=target)
+        shards = ParallelIterator.from_actors(
+            target, name="ReplayActor", receives_from=target, channels=channels
+        )
         sample = SampleShard(batch_size, learning_starts=per_shard)
         return shards.for_each(sample).gather_async(num_async=num_async)
 
@@ -204,8 +222,9 @@ class UpdatePriorities(Operator):
             for s in np.unique(shards):
                 rows = shards == s
                 by_shard[int(s)][pid] = indexes[rows], priorities[rows]
+        plan = getattr(self, "context", None)  # None: called outside a plan
         for s, shard_updates in by_shard.items():
-            self._target[s].update_priorities.remote(shard_updates)
+            tell(plan, self._target[s], "update_priorities", shard_updates)
         return item
 
 

@@ -168,11 +168,18 @@ def requests_over_channels(workers: WorkerSet) -> bool:
     shares large arrays such as Atari's frames; past two fragments per request (128
     workers and more, by default) Ray tasks measured faster (docs/performance.md)."""
     config = workers.config
-    if not config.request_channels or fragments_per_call(config) > 2:
+    if fragments_per_call(config) > 2:
         return False
     rows = config.rollout_fragment_length * config.num_envs_per_worker
+    return replies_fit_channels(workers, rows * fragments_per_call(config))
+
+
+def replies_fit_channels(workers: WorkerSet, rows: int) -> bool:
+    """Whether replies of ``rows`` rows (observations and next observations) go over
+    channels: where the config asks (``request_channels``) and they take at most
+    ``CHANNEL_MAX_BYTES`` (Ape-X's replay requests, say)."""
     per_row = max(_row_bytes(p.observation_space) for p in workers.local_worker.policies.values())
-    return 2 * rows * fragments_per_call(config) * per_row <= CHANNEL_MAX_BYTES
+    return workers.config.request_channels and 2 * rows * per_row <= CHANNEL_MAX_BYTES
 
 
 def _row_bytes(space: gym.Space) -> int:

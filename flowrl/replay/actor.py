@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.channels import taking_turns
 from flowrl.core.iter import NotReady, ParallelIteratorWorker
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.replay.buffer import BATCH_INDEXES, PolicyBuffers
@@ -104,7 +105,7 @@ class ReplayShards(list):
 
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-        self._actor_cls = ray.remote(num_cpus=num_cpus)(ReplayActor)
+        self._actor_cls = ray.remote(num_cpus=num_cpus)(taking_turns(ReplayActor))
         self._make_buffer = make_buffer
         super().__init__(self._create(i, num_shards) for i in range(num_shards))
 

@@ -37,8 +37,8 @@ import numpy as np
 from flowrl.core.callbacks import Callbacks, load_callbacks
 from flowrl.core.channels import taking_turns
 from flowrl.core.config import Config
-from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S
-from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker
+from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S, PlanContext
+from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker, tell
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
 from flowrl.learning.multi import PolicyMap, PolicySpec, PolicyStats
@@ -667,13 +667,16 @@ class WorkerSet:
         for actor in targets:
             actor.set_weights.remote(payload)
 
-    def set_env_steps_sampled(self, steps: int, actors: list[Any] | None = None) -> None:
+    def set_env_steps_sampled(
+        self, steps: int, actors: list[Any] | None = None, *, plan: PlanContext | None = None
+    ) -> None:
         """Tell ``actors`` (all remote workers by default) the run's env steps, where a policy
         follows them (``follows_env_steps``), without waiting: their next request comes
-        after (over a channel, a request already on its way may come first)."""
+        after. Over ``plan``'s channels where it has them (one socket write, not a Ray
+        task); a Ray call may meet a request already on its way to a channel first."""
         if self._follow_env_steps:
             for actor in self.remote_workers if actors is None else actors:
-                actor.set_env_steps_sampled.remote(steps)
+                tell(plan, actor, "set_env_steps_sampled", steps)
 
     def defer_weight_sync(self) -> None:
         """The local weights changed: send them to every remote worker, once, with the

@@ -372,7 +372,7 @@ class Algorithm(Checkpointing):
         steps = self.plan.context.counters[STEPS_SAMPLED]
         self.workers.local_worker.policies.set_env_steps_sampled(steps)
         self.workers.local_worker.learner.set_env_steps(steps)
-        self.workers.set_env_steps_sampled(steps)
+        self.workers.set_env_steps_sampled(steps, plan=self.plan.context)
         return {
             f"schedule/{f.name}": scheduled(getattr(self.config, f.name), steps)
             for f in dataclasses.fields(self.config)
