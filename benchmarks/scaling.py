@@ -39,9 +39,9 @@ measured with one fragment per request, as before that default, and PPO with fou
     python benchmarks/scaling.py                          # 2..64 workers, every contender
     python benchmarks/scaling.py --workers 2 16 64 --only impala   # other rows kept
 
-PPO's and IMPALA's workers act in numpy without torch (about 85 MB of private memory
-each, ``worker_memory.py``); Ape-X's hold torch (about 205 MB), and so do the bound's
-processes, which bounds how many fit in this machine's memory. Writes
+PPO's, IMPALA's and Ape-X's workers act in numpy without torch (about 85 MB of private
+memory each, ``worker_memory.py``); the bound's processes hold torch (about 205 MB),
+which bounds how many fit in this machine's memory. Writes
 benchmarks/results/scaling.json and scaling.png (``--output NAME``: NAME.json and NAME.png, for a
 run on another host that must not replace the reference rows).
 """
