@@ -672,8 +672,8 @@ class WorkerSet:
     ) -> None:
         """Tell ``actors`` (all remote workers by default) the run's env steps, where a policy
         follows them (``follows_env_steps``), without waiting: their next request comes
-        after. Over ``plan``'s channels where it has them (one socket write, not a Ray
-        task); a Ray call may meet a request already on its way to a channel first."""
+        after: over ``plan``'s channels where it has them (a socket write, in order with
+        the requests), else as Ray calls."""
         if self._follow_env_steps:
             for actor in self.remote_workers if actors is None else actors:
                 tell(plan, actor, "set_env_steps_sampled", steps)
