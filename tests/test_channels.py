@@ -236,3 +236,18 @@ def test_a_channel_carries_the_actors_other_calls_in_order_with_its_requests():
         take_result(private)
     assert not ctx.channels[shard].replies
     ctx.channels[shard].close()
+
+
+def test_a_gathers_requests_go_over_the_channel_with_a_carry_or_without():
+    from flowrl.core.channels import Ticket
+    from flowrl.core.iter import Carry, Requests
+
+    shard = taking_turns(Shard)()
+    shard.par_iter_init([])
+    shard.add("x")
+    requests = Requests("Shard", None, {shard: Channel(shard, shard.par_iter_channel())})
+    sent = [requests.send(shard), requests.send(shard, Carry("add", "y"))]
+    assert all(isinstance(r, Ticket) for r in sent), "no Ray task where a channel is open"
+    wait_for(sent, 2, 10)
+    assert requests.take(sent) == ["x", "y"]
+    requests.channels[shard].close()

@@ -709,7 +709,7 @@ class Requests:
         self.channels = channels or {}
         self.pending: dict[Any, tuple[Any, float]] = {}
         self.killed: set[Any] = set()  # the requests of actors killed for lateness
-        self._pickled: tuple[Any, Any] = (None, None)  # the last carry sent, pickled
+        self._pickled: tuple[Any, Any] = (self, None)  # the last carry sent, pickled (none yet)
 
     def get(self, refs: Any) -> Any:
         """The answers of answered requests. The actor error of one whose actor this
@@ -740,18 +740,15 @@ class Requests:
         """Ask ``actor`` for its next item, with the call ``carry`` holds if any; returns
         the request (over the actor's channel where it has one and ``carry`` holds no
         ``ObjectRef``)."""
-        args = tuple(carry or ())
-        request = None
+        call = ("par_iter_next", *(carry or ()))
         channel = self.channels.get(actor)
-        if channel is not None and channel.open:
+        if channel is not None and self._pickled[0] is not carry:  # a round's carry: once
             try:
-                if self._pickled[0] is not carry:  # a round's carry: pickled once
-                    self._pickled = (carry, ch.dumps(("par_iter_next", *args)))
-                request = channel.send(("par_iter_next", *args), self._pickled[1])
+                self._pickled = (carry, ch.dumps(call))
             except ch.NeedsRay:
-                pass
-        if request is None:
-            request = actor.par_iter_next.remote(*args)
+                self._pickled = (carry, None)
+        pickled = self._pickled[1] if channel is not None else None
+        request = _request(channel if pickled is not None else None, actor, call, pickled)
         self.pending[request] = (actor, time.monotonic())
         return request
 
@@ -821,11 +818,19 @@ def send_call(ctx: PlanContext | None, actor: Any, method: str, *args: Any) -> A
         >>> take_result(ref)  # doctest: +SKIP
     """
     channel = ctx.channels.get(actor) if ctx is not None else None
+    return _request(channel, actor, (method, *args))
+
+
+def _request(channel: Any, actor: Any, call: tuple, pickled: Any = None) -> Any:
+    """``call`` (a method's name and its args) to ``actor``: over ``channel`` where it is
+    open and the args hold no ``ObjectRef`` (``pickled``: ``call`` already pickled), else
+    as a Ray task."""
     if channel is not None and channel.open:
         try:
-            return channel.send((method, *args))
+            return channel.send(call, pickled)
         except ch.NeedsRay:
             pass
+    method, *args = call
     return getattr(actor, method).remote(*args)
 
 
