@@ -101,7 +101,7 @@ class CollectMetrics(Operator):
 
     def __call__(self, item: Any) -> dict[str, Any]:
         counters = self.context.counters
-        new, by_worker = self._workers.collect_metrics()
+        new, by_worker = self._workers.collect_metrics(plan=self.context)
         self._episodes.extend(new)
         self._worker_metrics.update(by_worker)
         counters[EPISODES_TOTAL] += len(new)

@@ -38,7 +38,15 @@ from flowrl.core.callbacks import Callbacks, load_callbacks
 from flowrl.core.channels import taking_turns
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S, PlanContext
-from flowrl.core.iter import Carry, Operator, ParallelIteratorWorker, tell
+from flowrl.core.iter import (
+    Carry,
+    Operator,
+    ParallelIteratorWorker,
+    send_call,
+    take_result,
+    tell,
+    wait_for,
+)
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
 from flowrl.learning.multi import PolicyMap, PolicySpec, PolicyStats
@@ -439,9 +447,9 @@ class WorkerReports:
 
     A fragment brings its worker's report where the plan's source asks for it
     (``ParallelRollouts``): ``receive`` takes it, with no call of its own. ``collect``
-    asks the workers that sent none since the last collect; one that is busy past
-    ``timeout_s`` keeps its request pending and reports on a later call, so nothing is
-    lost and nobody waits for a long sample.
+    asks the workers that sent none since the last collect, over the plan's channels where
+    open (``send_call``); one that is busy past ``timeout_s`` keeps its request pending
+    and reports on a later call, so nothing is lost and nobody waits for a long sample.
     """
 
     def __init__(self, local_worker: RolloutWorker) -> None:
@@ -463,20 +471,18 @@ class WorkerReports:
             self.reported.add(index)
 
     def collect(
-        self, actors: Sequence[Any], timeout_s: float
+        self, actors: Sequence[Any], timeout_s: float, plan: PlanContext | None = None
     ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
         """Everything reported since the last call, asking ``actors`` (worker ``i + 1`` at
-        ``i``) that reported nothing meanwhile."""
-        import ray
-
+        ``i``) that reported nothing meanwhile (over ``plan``'s channels where open)."""
         for index, actor in enumerate(actors, start=1):
             if index not in self.reported and actor not in self.pending:
-                self.pending[actor] = actor.report.remote()
-        refs = list(self.pending.values())
-        ready = set(ray.wait(refs, num_returns=len(refs), timeout=timeout_s)[0] if refs else [])
-        for actor, ref in list(self.pending.items()):
-            if ref in ready:
-                self.receive([ray.get(ref)])
+                self.pending[actor] = send_call(plan, actor, "report")
+        requests = list(self.pending.values())
+        ready = set(wait_for(requests, len(requests), timeout_s)[0] if requests else [])
+        for actor, request in list(self.pending.items()):
+            if request in ready:
+                self.receive([take_result(request)])
                 del self.pending[actor]
         taken = self.episodes, self.metrics
         self.episodes, self.metrics, self.reported = [], {}, set()
@@ -700,10 +706,11 @@ class WorkerSet:
         return weights_payload(self.local_worker.get_weights())
 
     def collect_metrics(
-        self, timeout_s: float = 0.05
+        self, timeout_s: float = 0.05, *, plan: PlanContext | None = None
     ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
         """Episodes finished on all workers since the last call, and each sampling
-        worker's policy metrics by worker index (``WorkerReports``).
+        worker's policy metrics by worker index (``WorkerReports``; asked over ``plan``'s
+        channels where open).
 
         Examples:
             >>> episodes, by_worker = workers.collect_metrics()  # doctest: +SKIP
@@ -711,7 +718,7 @@ class WorkerSet:
         episodes, local_metrics, _ = self.local_worker.get_metrics()  # its own statistics
         if not self.remote_workers:  # the local worker samples
             return episodes, {0: local_metrics} if local_metrics else {}
-        remote, by_worker = self.reports.collect(self.remote_workers, timeout_s)
+        remote, by_worker = self.reports.collect(self.remote_workers, timeout_s, plan)
         return episodes + remote, by_worker
 
     def recreate_failed_workers(self, broken: Sequence[int] = ()) -> list[int]:
