@@ -251,3 +251,30 @@ def test_a_gathers_requests_go_over_the_channel_with_a_carry_or_without():
     wait_for(sent, 2, 10)
     assert requests.take(sent) == ["x", "y"]
     requests.channels[shard].close()
+
+
+class Reporter(ParallelIteratorWorker):
+    """Each item takes a while to sample; ``report`` says what a rollout worker's does."""
+
+    def __init__(self):
+        super().__init__(lambda: iter(lambda: time.sleep(0.3) or "fragment", None))
+
+    def report(self):
+        return 1, [(10.0, 10)], {"epsilon": 0.5}, {}
+
+
+def test_a_worker_is_asked_for_its_report_over_its_channel_in_turn_with_its_requests():
+    from flowrl.core.channels import Ticket
+    from flowrl.rollout.worker import WorkerReports
+
+    worker = taking_turns(Reporter)()
+    worker.par_iter_init([])
+    ctx = PlanContext()
+    ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
+    reports = WorkerReports(local_worker=None)
+    sampling = send_call(ctx, worker, "par_iter_next")
+    assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {}), "busy: asked later"
+    assert isinstance(reports.pending[worker], Ticket), "no Ray task where a channel is open"
+    assert reports.collect([worker], timeout_s=10, plan=ctx) == ([(10.0, 10)], {1: {"epsilon": 0.5}})
+    assert not reports.pending and take_result(sampling) == "fragment"
+    ctx.channels[worker].close()
