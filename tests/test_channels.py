@@ -181,6 +181,7 @@ def test_a_worker_killed_under_a_channel_is_replaced_and_gets_a_channel_of_its_o
         assert algo.last_result["num_worker_restarts"] == 1
         channels = algo.plan.context.channels
         assert all(isinstance(channels.get(w), Channel) for w in algo.workers.remote_workers)
+        assert all(channels[w].open for w in algo.workers.remote_workers), "connected anew"
 
 
 def test_a_plan_uses_channels_for_small_replies_of_at_most_two_fragments_or_replayed_rows():
@@ -275,6 +276,30 @@ def test_a_worker_is_asked_for_its_report_over_its_channel_in_turn_with_its_requ
     sampling = send_call(ctx, worker, "par_iter_next")
     assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {}), "busy: asked later"
     assert isinstance(reports.pending[worker], Ticket), "no Ray task where a channel is open"
-    assert reports.collect([worker], timeout_s=10, plan=ctx) == ([(10.0, 10)], {1: {"epsilon": 0.5}})
+    reported = reports.collect([worker], timeout_s=10, plan=ctx)
+    assert reported == ([(10.0, 10)], {1: {"epsilon": 0.5}})
     assert not reports.pending and take_result(sampling) == "fragment"
     ctx.channels[worker].close()
+
+
+def test_a_report_asked_on_a_channel_its_plan_closed_is_taken_or_asked_anew():
+    from flowrl.core.channels import close_all
+    from flowrl.rollout.worker import WorkerReports
+
+    worker = taking_turns(Reporter)()
+    worker.par_iter_init([])
+    ctx = PlanContext()
+    ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
+    reports = WorkerReports(local_worker=None)
+    send_call(ctx, worker, "par_iter_next")
+    assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {})
+    close_all(ctx.channels, timeout=10)  # the plan closes: the reply due comes in first
+    assert not ctx.channels
+    assert reports.collect([worker], timeout_s=0, plan=ctx)[0] == [(10.0, 10)]
+    ctx.channels[worker] = Channel(worker, worker.par_iter_channel())  # a plan built anew
+    send_call(ctx, worker, "par_iter_next")
+    assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {})
+    close_all(ctx.channels, timeout=0)  # closed before the reply came
+    ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
+    assert reports.collect([worker], timeout_s=10, plan=ctx)[0] == [(10.0, 10)], "asked anew"
+    close_all(ctx.channels, timeout=10)

@@ -35,6 +35,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Client, Listener
@@ -244,6 +245,23 @@ def receive(channels: Iterable[Channel], timeout: float | None) -> None:
         return
     for conn in readable(list(by_conn), timeout):
         by_conn[conn].read()
+
+
+def close_all(channels: dict[Any, Channel | None], timeout: float) -> None:
+    """Close ``channels`` (a plan's, as it closes) once the replies still due on them are
+    in, for at most ``timeout`` seconds (a report asked for, say: its reply is then taken
+    later, not lost; one later still is dropped), and forget them, so that a plan built
+    next, after a worker was replaced, connects anew to every actor."""
+    opened = [c for c in channels.values() if c is not None and c.open]
+    end = time.monotonic() + timeout
+    while due := [c for c in opened if c.open and c.unanswered]:
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        receive(due, left)
+    for channel in opened:
+        channel.close()
+    channels.clear()
 
 
 def open_channels(actors: Iterable[Any], known: dict[Any, Channel | None]) -> None:

@@ -1011,7 +1011,7 @@ class ParallelIterator(PlanNode, Generic[T]):
         if not self.channels:
             return None
         if not ctx.channels:
-            ctx.on_close(lambda: [c.close() for c in ctx.channels.values() if c is not None])
+            ctx.on_close(lambda: ch.close_all(ctx.channels, _DRAIN_TIMEOUT_S))
         ch.open_channels(self.actors, ctx.channels)
         return ctx.channels
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 
 from flowrl.core.callbacks import Callbacks, load_callbacks
-from flowrl.core.channels import taking_turns
+from flowrl.core.channels import Ticket, taking_turns
 from flowrl.core.config import Config
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S, PlanContext
 from flowrl.core.iter import (
@@ -475,6 +475,9 @@ class WorkerReports:
     ) -> tuple[list[Episode], dict[int, dict[str, float]]]:
         """Everything reported since the last call, asking ``actors`` (worker ``i + 1`` at
         ``i``) that reported nothing meanwhile (over ``plan``'s channels where open)."""
+        for actor, request in list(self.pending.items()):
+            if isinstance(request, Ticket) and not (request.answered or request.channel.open):
+                del self.pending[actor]  # asked on a plan's channel closed since: ask anew
         for index, actor in enumerate(actors, start=1):
             if index not in self.reported and actor not in self.pending:
                 self.pending[actor] = send_call(plan, actor, "report")
