@@ -264,15 +264,21 @@ class Reporter(ParallelIteratorWorker):
         return 1, [(10.0, 10)], {"epsilon": 0.5}, {}
 
 
-def test_a_worker_is_asked_for_its_report_over_its_channel_in_turn_with_its_requests():
-    from flowrl.core.channels import Ticket
+def reporting_over_a_channel():
+    """A ``Reporter`` with a plan's channel open to it, and the plan's ``WorkerReports``."""
     from flowrl.rollout.worker import WorkerReports
 
     worker = taking_turns(Reporter)()
     worker.par_iter_init([])
     ctx = PlanContext()
     ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
-    reports = WorkerReports(local_worker=None)
+    return worker, ctx, WorkerReports(local_worker=None)
+
+
+def test_a_worker_is_asked_for_its_report_over_its_channel_in_turn_with_its_requests():
+    from flowrl.core.channels import Ticket
+
+    worker, ctx, reports = reporting_over_a_channel()
     sampling = send_call(ctx, worker, "par_iter_next")
     assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {}), "busy: asked later"
     assert isinstance(reports.pending[worker], Ticket), "no Ray task where a channel is open"
@@ -284,13 +290,8 @@ def test_a_worker_is_asked_for_its_report_over_its_channel_in_turn_with_its_requ
 
 def test_a_report_asked_on_a_channel_its_plan_closed_is_taken_or_asked_anew():
     from flowrl.core.channels import close_all
-    from flowrl.rollout.worker import WorkerReports
 
-    worker = taking_turns(Reporter)()
-    worker.par_iter_init([])
-    ctx = PlanContext()
-    ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
-    reports = WorkerReports(local_worker=None)
+    worker, ctx, reports = reporting_over_a_channel()
     send_call(ctx, worker, "par_iter_next")
     assert reports.collect([worker], timeout_s=0, plan=ctx) == ([], {})
     close_all(ctx.channels, timeout=10)  # the plan closes: the reply due comes in first
