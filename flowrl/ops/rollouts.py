@@ -48,6 +48,8 @@ from flowrl.rollout.worker import (
 
 #: ``(gradients by policy id, flat stats with "batch_count")``
 Gradients = tuple[dict[str, list[np.ndarray]], dict[str, Any]]
+#: a gradient's info key for the worker reports its batch brought (``WithReport``)
+REPORTS = "reports"
 
 
 def _counted(
@@ -76,15 +78,23 @@ def _counted(
                 ctx.counters[STEPS_SAMPLED] += size(item)
                 if in_process:
                     ctx.current_actor = None
-                if reports_to is not None and item.reports:
-                    reports_to.reports.receive(item.reports)
-                    item.reports = ()
+                if reports_to is not None and (reports := _take_reports(item)):
+                    reports_to.reports.receive(reports)
             yield item
 
     for it in walk(source):  # waiting for the actors and joining their fragments is sampling
         if it.role is None:
             it.role = SAMPLE
     return LocalIterator(build, name=name, parents=(source,), role=SAMPLE)
+
+
+def _take_reports(item: MultiAgentBatch | Gradients) -> tuple:
+    """The worker reports ``item`` brings (``WithReport``'s; a gradient's in its info, as
+    ``ComputeGradients`` passes them on), taken off it."""
+    if isinstance(item, tuple):
+        return item[1].pop(REPORTS, ())
+    reports, item.reports = item.reports, ()
+    return reports
 
 
 class SendDeferredWeights:
@@ -278,7 +288,8 @@ def AggregatedRollouts(
 
 class ComputeGradients(Operator):
     """Turns a batch into ``(gradients, info)`` on ``worker`` or, on a remote shard, on the
-    rollout worker that runs it.
+    rollout worker that runs it; the worker reports the batch brought (``WithReport``)
+    go on in ``info[REPORTS]``, for the plan's source to take off (``AsyncGradients``).
 
     Examples:
         >>> ParallelRollouts(workers, mode="raw").for_each(ComputeGradients())  # doctest: +SKIP
@@ -290,7 +301,10 @@ class ComputeGradients(Operator):
     def __call__(self, batch: MultiAgentBatch) -> Gradients:
         worker = self._worker if self._worker is not None else self.context.worker
         grads, stats = worker.compute_gradients(batch)
-        return grads, {**scalar_stats(stats), "batch_count": len(batch)}
+        info = {**scalar_stats(stats), "batch_count": len(batch)}
+        if batch.reports:  # the worker's report the batch brought goes on with its gradients
+            info[REPORTS] = batch.reports
+        return grads, info
 
 
 def _gradient_count(item: Gradients) -> int:
@@ -315,10 +329,11 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
             before_requests=SendDeferredWeights(workers),
             request_timeout_s=workers.config.sample_timeout_s,
         )
+        .for_each(WithReport())
         .for_each(ComputeGradients())
         .gather_async()
     )
-    return _counted(grads, name="AsyncGradients", size=_gradient_count)
+    return _counted(grads, name="AsyncGradients", size=_gradient_count, reports_to=workers)
 
 
 def ReadExperiences(
