@@ -51,7 +51,6 @@ def test_a_shard_hands_out_global_indexes_per_policy_and_takes_back_only_its_own
 @pytest.mark.ray
 @pytest.mark.parametrize("channels", [False, True], ids=["ray tasks", "channels"])
 def test_store_replay_and_priorities_over_shards(ray_session, channels):
-    ray = ray_session
     shards = create_replay_actors(prioritized, num_shards=2)
     store = LocalIterator.from_items([rows(10 * i, 10) for i in range(8)])
     store = store.for_each(StoreToReplayBuffer(shards, seed=0))
@@ -60,8 +59,10 @@ def test_store_replay_and_priorities_over_shards(ray_session, channels):
     batches = plan.take(4)
     ctx = plan.context
     assert len([c for c in ctx.channels.values() if c is not None]) == (2 if channels else 0)
-    samples = ray.get([s.sample.remote(1, learning_starts=1) for s in shards])
-    assert all(s is not None for s in samples), "rows spread over both shards"
+    # asked as the adds went (a Ray task may overtake an add queued on a channel)
+    asks = [send_call(ctx, s, "sample", 1, 1) for s in shards]
+    wait_for(asks, len(asks), 30)
+    assert all(take_result(a) is not None for a in asks), "rows spread over both shards"
     assert "gather_async" in str(replay), "shards are sampled through the iterator core"
     assert all(len(b) == 16 for b in batches)
     # send a huge priority to one row per shard: those rows then dominate each shard's samples
