@@ -21,6 +21,7 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
+from flowrl.ops.rollouts import REPORTS
 from flowrl.rollout.worker import WorkerSet
 
 
@@ -78,6 +79,23 @@ def test_async_gradients_locally_apply_and_count():
     assert all(info["batch_count"] > 0 for info in infos)
     assert plan.context.counters[STEPS_TRAINED] == sum(i["batch_count"] for i in infos)
     assert workers.learner["default"].num_updates == 3
+
+
+@pytest.mark.ray
+def test_remote_gradients_bring_their_workers_reports(ray_session):
+    cfg = PPOConfig(num_workers=1, num_envs_per_worker=2, rollout_fragment_length=64)
+    workers = WorkerSet(
+        policy_cls=PPOPolicy, learner_cls=PPOLearner, config=cfg, workers_learn=True
+    )
+    try:
+        grads = AsyncGradients(workers)
+        _, info = next(grads)
+        assert REPORTS not in info and workers.reports.reported == {1}  # taken off
+        episodes, _ = workers.collect_metrics(plan=grads.context)
+        assert episodes and not workers.reports.pending  # 128 random steps; none asked
+        grads.close()
+    finally:
+        workers.stop()
 
 
 def remote_match_local(ray, workers: WorkerSet) -> list[bool]:

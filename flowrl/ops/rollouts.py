@@ -322,17 +322,14 @@ def AsyncGradients(workers: WorkerSet) -> LocalIterator[Gradients]:
     if not workers.remote_workers:
         local = ParallelRollouts(workers, mode="async")
         return local.for_each(ComputeGradients(workers.local_worker))
-    grads = (
-        ParallelIterator.from_actors(
-            workers.remote_workers,
-            name="RolloutWorker",
-            before_requests=SendDeferredWeights(workers),
-            request_timeout_s=workers.config.sample_timeout_s,
-        )
-        .for_each(WithReport())
-        .for_each(ComputeGradients())
-        .gather_async()
-    )
+    reporting = ParallelIterator.from_actors(
+        workers.remote_workers,
+        name="RolloutWorker",
+        before_requests=SendDeferredWeights(workers),
+        request_timeout_s=workers.config.sample_timeout_s,
+    ).for_each(WithReport())
+    reporting.hidden = True  # part of the source, as in ParallelRollouts
+    grads = reporting.for_each(ComputeGradients()).gather_async()
     return _counted(grads, name="AsyncGradients", size=_gradient_count, reports_to=workers)
 
 
