@@ -154,15 +154,14 @@ def test_weights_of_several_updates_go_out_once_before_the_next_sample(ray_sessi
             workers.local_worker.learn_on_batch(batch)
             workers.defer_weight_sync()
         assert remote_match_local(ray, workers) == [False, False]  # deferred: nothing sent yet
-        # the next requests send them first, once: the next round's in bulk_sync; in async
-        # a worker's request after its next item (one asked before the updates may come
-        # first), so until each worker has brought two
-        brought = collections.Counter({actor: 0 for actor in workers.remote_workers})
-        while min(brought.values()) < (1 if mode == "bulk_sync" else 2):
-            next(rollouts)
-            brought.update(
-                list(brought) if mode == "bulk_sync" else [rollouts.context.current_actor]
-            )
+        if mode == "bulk_sync":
+            next(rollouts)  # the next round's requests send them first, once
+        else:  # a worker's request after its next item does (one asked before the updates
+            # may bring its item first), so until each worker has brought two
+            brought = collections.Counter()
+            while len(brought) < 2 or min(brought.values()) < 2:
+                next(rollouts)
+                brought[rollouts.context.current_actor] += 1
         assert rollouts.context.counters[WEIGHT_BROADCASTS] == 1
         rollouts.close()  # their requests done: a Ray call may overtake one over a channel
         assert remote_match_local(ray, workers) == [True, True]
