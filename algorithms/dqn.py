@@ -27,7 +27,7 @@ from torch import nn
 
 from flowrl.core.config import param
 from flowrl.core.iter import LocalIterator
-from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, SampleBatch
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS
 from flowrl.core.schedules import Schedule
 from flowrl.learning.distributions import Categorical
 from flowrl.learning.epsilon_greedy import EpsilonGreedy
@@ -150,17 +150,14 @@ class DQNPolicy(EpsilonGreedy, Policy):
             random_actions = torch.randint(0, int(self.action_space.n), (n,))
         actions = torch.where(torch.rand(n) < self.epsilon(), random_actions, greedy)
         self.timesteps += n
-        return actions.numpy(), {}
+        return actions.numpy(), self.acting_extras(q_values.numpy())
 
     def greedy_env_actions(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward(obs).dist_inputs.argmax(-1)
 
     @inference
-    def td_errors(self, batch: SampleBatch) -> np.ndarray:
-        columns = (OBS, ACTIONS, NEXT_OBS, REWARDS, DISCOUNTS, TERMINATEDS)
-        tensors = {k: self._as_tensor(batch[k]) for k in columns}  # on the policy's device
-        q, target = q_and_targets(self, self.module, tensors, double_q=False)
-        return self._as_numpy(torch.abs(q - target))
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self._as_numpy(self.forward(self._as_tensor(obs)).dist_inputs)
 
 
 def q_and_targets(

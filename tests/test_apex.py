@@ -67,6 +67,30 @@ def test_workers_send_their_td_errors_as_initial_priorities():
     assert PRIORITIES not in off.sample()["default"]
 
 
+@pytest.mark.parametrize(
+    "env, env_config",
+    [
+        ("flowrl.rollout.toy_envs:SleepyVectorEnv", {"step_s": 0.0, "length": 7}),
+        ("flowrl.rollout.toy_multi_agent:IndependentCartPoles", {"agents": 2}),
+        ("custom_envs:float_tictactoe", {}),
+    ],
+    ids=["truncated episodes", "parallel env", "turn-based game"],
+)
+def test_td_errors_from_the_q_values_acting_computed_are_those_of_the_network(env, env_config):
+    """A worker's priorities come from the Q-values its acting recorded (and one forward
+    pass over the fragment's last observations); the network's own, run over every row's
+    observation and next observation, gives the same, in every kind of env."""
+    config = ApexConfig(env=env, env_config=env_config, num_workers=2, num_envs_per_worker=2,
+                        rollout_fragment_length=40)  # fmt: skip
+    worker = RolloutWorker(policy_cls=ApexPolicy, config=config, worker_index=1)
+    fragments = worker.sample()
+    for pid in fragments.policy_ids:
+        batch = fragments[pid]
+        assert not {"q_values", "next_values"} & set(batch.keys()), "not sent to the replay"
+        recomputed = worker.policies[pid].td_errors(batch)
+        np.testing.assert_allclose(batch[PRIORITIES], recomputed, rtol=1e-5, atol=1e-5)
+
+
 def test_a_prioritized_buffer_takes_the_initial_priorities_and_does_not_store_them():
     sampler = PrioritizedSampler(8, alpha=1.0)
     buffer = ReplayBuffer(8, sampler=sampler)

@@ -99,7 +99,12 @@ def test_n_step_matches_reference_loop(steps, envs, n, seed):
         "terminateds": terminated, "truncateds": truncated,
     }  # fmt: skip
     valid = np.ones((steps, envs), bool)
-    batch = n_step_transitions(Fragment(columns, valid, last_obs), n=n, gamma=0.9)
+    value = lambda o: o.sum(-1)  # noqa: E731  (a value of each observation)
+    bootstrap = value(obs), value(last_obs)
+    fragment = Fragment(columns, valid, last_obs)
+    batch = n_step_transitions(fragment, n=n, gamma=0.9, next_values=bootstrap)
+    # the value of each row's next observation, taken from the values per step
+    np.testing.assert_array_equal(batch["next_values"], value(batch["next_obs"]))
     # rows are flattened time-major: row t * envs + i
     for i in range(envs):
         ref = reference_n_step(

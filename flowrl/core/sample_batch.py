@@ -75,6 +75,9 @@ class SampleBatch:
         self._columns[key] = array
         self._count = len(array)
 
+    def __delitem__(self, key: str) -> None:
+        del self._columns[key]
+
     def __contains__(self, key: object) -> bool:
         return key in self._columns
 

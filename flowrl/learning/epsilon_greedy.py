@@ -20,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.core.sample_batch import Fragment, SampleBatch
+from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.core.schedules import scheduled
 from flowrl.learning.acting import BasePolicy
-from flowrl.learning.postprocessing import n_step_transitions
+from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, NEXT_VALUES, n_step_transitions
 from flowrl.replay import PRIORITIES
+
+#: the Q-values of each step's observation, as acting computed them (``sends_priorities``)
+Q_VALUES = "q_values"
 
 
 class EpsilonGreedy(BasePolicy):
@@ -79,17 +82,54 @@ class EpsilonGreedy(BasePolicy):
     def metrics(self) -> dict[str, float]:
         return {"epsilon": self.epsilon()}
 
+    @property
+    def sends_priorities(self) -> bool:
+        """Whether this copy's rows carry their TD errors (``priorities_on_workers``, and
+        the config asks for ``worker_side_prioritization`` and ``prioritized_replay``):
+        then its acting records the Q-values it computed (``Q_VALUES``), which give the
+        TD errors without running the network over the fragment again."""
+        cfg = self.config
+        return (
+            self.priorities_on_workers and cfg.worker_side_prioritization and cfg.prioritized_replay
+        )
+
+    def acting_extras(self, q_values: np.ndarray) -> dict[str, np.ndarray]:
+        """What ``compute_actions`` records beside the actions when it explores."""
+        return {Q_VALUES: q_values} if self.sends_priorities else {}
+
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         cfg = self.config
-        batch = n_step_transitions(fragment, n=cfg.n_step, gamma=cfg.gamma)
-        if self.priorities_on_workers and cfg.worker_side_prioritization and cfg.prioritized_replay:
-            batch[PRIORITIES] = self.td_errors(batch)
+        if not self.sends_priorities:
+            return n_step_transitions(fragment, n=cfg.n_step, gamma=cfg.gamma)
+        acted = fragment.columns.get(Q_VALUES)  # (none where a policy's acting kept none)
+        bootstrap = None
+        if acted is not None:  # the value of the observation after each step, as acted on
+            bootstrap = acted.max(-1), self.q_values(fragment.last_obs).max(-1)
+        batch = n_step_transitions(fragment, n=cfg.n_step, gamma=cfg.gamma, next_values=bootstrap)
+        batch[PRIORITIES] = self.td_errors(batch)
+        for column in (Q_VALUES, NEXT_VALUES):  # not for the learner: it has its own
+            if column in batch:
+                del batch[column]
         return batch
 
-    def td_errors(self, batch: SampleBatch) -> np.ndarray:
-        """The absolute TD errors of ``batch``'s transitions under this copy's Q-values,
-        which also give the bootstrap value (a worker holds no target network)."""
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """This copy's Q-values of ``obs``, ``[rows, actions]`` (a masked action's at
+        ``MASKED``)."""
         raise NotImplementedError
+
+    def td_errors(self, batch: SampleBatch) -> np.ndarray:
+        """The absolute TD errors of ``batch``'s n-step transitions under this copy's
+        Q-values, which also give the bootstrap value (a worker holds no target network):
+        the Q-values its acting recorded (``Q_VALUES``, ``NEXT_VALUES``) where the rows
+        carry them, else the network's on ``obs`` and ``next_obs``."""
+        q_values = batch[Q_VALUES] if Q_VALUES in batch else self.q_values(batch[OBS])
+        if NEXT_VALUES in batch:
+            next_q = batch[NEXT_VALUES]
+        else:
+            next_q = self.q_values(batch[NEXT_OBS]).max(-1)
+        q = np.take_along_axis(q_values, batch[ACTIONS].astype(np.int64)[:, None], 1)[:, 0]
+        alive = 1.0 - batch[TERMINATEDS].astype(np.float32)
+        return np.abs(q - (batch[REWARDS] + batch[DISCOUNTS] * alive * next_q))
 
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "timesteps": self.timesteps}

@@ -33,16 +33,11 @@ from flowrl.core.config import Config
 from flowrl.core.sample_batch import (
     ACTION_DIST_INPUTS,
     ACTIONS,
-    OBS,
-    REWARDS,
-    TERMINATEDS,
-    SampleBatch,
 )
 from flowrl.learning.acting import BasePolicy, Weights, worker_seed
 from flowrl.learning.epsilon_greedy import EpsilonGreedy
 from flowrl.learning.normalization import split_state
 from flowrl.learning.numpy_acting import ActingPlan, NumpyActing, logp
-from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS
 
 #: what a policy class may not override for its remote workers to act in numpy: its
 #: acting, values, log-probs and post-processing are then ``Policy``'s
@@ -54,8 +49,8 @@ SAME_AS_POLICY = (
 #: and what an ``EpsilonGreedy`` one may not override: its epsilon, rows and TD errors
 SAME_AS_Q_POLICY = (
     "act", "compute_actions", "initial_state", "epsilon", "final_epsilon", "postprocess",
-    "td_errors", "env_actions", "action_array", "metrics", "set_env_steps_sampled",
-    "get_state", "set_state",
+    "q_values", "acting_extras", "td_errors", "env_actions", "action_array", "metrics",
+    "set_env_steps_sampled", "get_state", "set_state",
 )  # fmt: skip
 
 
@@ -163,7 +158,8 @@ class NumpyQPolicy(EpsilonGreedy, NumpyPolicy):
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True, state: np.ndarray | None = None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        greedy = self.acting.q_values(obs).argmax(-1)
+        q_values = self.acting.q_values(obs)
+        greedy = q_values.argmax(-1)
         if not explore:
             return greedy, {}
         n, rng = len(greedy), self.acting.rng
@@ -171,11 +167,7 @@ class NumpyQPolicy(EpsilonGreedy, NumpyPolicy):
         random_actions = (rng.random(n) * int(self.action_space.n)).astype(np.int64)
         actions = np.where(rng.random(n) < self.epsilon(), random_actions, greedy)
         self.timesteps += n
-        return actions, {}
+        return actions, self.acting_extras(q_values)
 
-    def td_errors(self, batch: SampleBatch) -> np.ndarray:
-        q_values = self.acting.q_values(batch[OBS])
-        q = np.take_along_axis(q_values, batch[ACTIONS].astype(np.int64)[:, None], 1)[:, 0]
-        next_q = self.acting.q_values(batch[NEXT_OBS]).max(-1)
-        alive = 1.0 - batch[TERMINATEDS].astype(np.float32)
-        return np.abs(q - (batch[REWARDS] + batch[DISCOUNTS] * alive * next_q))
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.acting.q_values(obs)

@@ -107,16 +107,26 @@ def episode_returns(episodes: np.ndarray, rewards: np.ndarray, gamma: float) -> 
 
 NEXT_OBS = "next_obs"
 DISCOUNTS = "discounts"
+#: the value of each n-step row's ``next_obs`` (``n_step_transitions``'s ``next_values``)
+NEXT_VALUES = "next_values"
 
 
-def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBatch:
+def n_step_transitions(
+    fragment: Fragment,
+    *,
+    n: int,
+    gamma: float,
+    next_values: tuple[np.ndarray, np.ndarray] | None = None,
+) -> SampleBatch:
     """Off-policy training rows with ``n``-step returns from a time-major fragment.
 
     Row ``t`` sums the rewards of steps ``t .. t+m-1`` discounted by gamma, where ``m <= n``
     stops early at an episode end or at the end of the fragment. ``next_obs`` is the
     observation after step ``t+m-1`` (the final observation when the episode ended),
     ``terminateds`` says whether the episode terminated within those steps (no bootstrap),
-    and ``discounts`` is ``gamma ** m``, the factor on the bootstrap value.
+    and ``discounts`` is ``gamma ** m``, the factor on the bootstrap value. With
+    ``next_values`` (a value per step ``[T, num_envs]`` and one of ``last_obs``
+    ``[num_envs]``), ``NEXT_VALUES`` holds each row's value of its ``next_obs``.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -143,6 +153,9 @@ def n_step_transitions(fragment: Fragment, *, n: int, gamma: float) -> SampleBat
         TERMINATEDS: done,
         DISCOUNTS: (gamma**length).astype(np.float32),
     }
+    if next_values is not None:
+        per_step, of_last_obs = next_values
+        extra[NEXT_VALUES] = np.concatenate([per_step[1:], of_last_obs[None]])[last, env]
     keep = {k: v for k, v in cols.items() if k not in (REWARDS, TERMINATEDS, TRUNCATEDS)}
     return Fragment({**keep, **extra}, fragment.valid, fragment.last_obs, fragment.pool).to_batch()
 
