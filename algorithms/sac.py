@@ -12,8 +12,8 @@ rollout branch into a replay buffer and a training branch side by side.
 
 Examples:
     >>> from flowrl import Algorithm
-    >>> algo = Algorithm("sac", env="Pendulum-v1")
-    >>> algo.train()["env_steps_sampled"] >= algo.config.min_env_steps_per_iteration
+    >>> algo = Algorithm("sac", env="Pendulum-v1", min_env_steps_per_iteration=400)
+    >>> algo.train()["env_steps_sampled"] >= 400
     True
     >>> algo.stop()
 """

@@ -328,6 +328,7 @@ def test_readers_each_serve_whole_episodes_of_their_share(tmp_path, ray_session)
         Algorithm("bc", env="CartPole-v1", input=str(out), input_readers=2, input_stream=True)
 
 
+@pytest.mark.slow  # (the quick tier has test_minari_datasets_both_ways)
 def test_minari_datasets_with_dict_observations_both_ways(tmp_path, monkeypatch):
     """A Dict observation (with its action mask) is a recording's record column and
     Minari's dict of arrays: written, read in Minari and read back as it was recorded; a

@@ -56,7 +56,14 @@ def checkpoint(tmp_path, algo, config, train=True):
     return path
 
 
-@pytest.mark.parametrize("case", CASES)
+#: the cases of the quick tier: a composite observation, memory with a mask, a Q-network
+#: with a mask, Box actions and normalisation (the others in the whole suite)
+QUICK = {"ppo-box-normalised", "ppo-dict-image-and-vector", "appo-lstm-masked", "dqn-masked", "sac"}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=() if c in QUICK else pytest.mark.slow) for c in CASES]
+)
 def test_exports_act_as_the_policy_on_100_observations(case, tmp_path):
     import onnxruntime
 

@@ -13,7 +13,13 @@ from flowrl.core.iter import Carry, Operator, ParallelIterator, ParallelIterator
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture(params=[False, True], ids=["ray tasks", "channels"])
+# the default (channels) in the quick tier; Ray tasks, the fallback, in the whole suite
+@pytest.fixture(
+    params=[
+        pytest.param(False, id="ray tasks", marks=pytest.mark.slow),
+        pytest.param(True, id="channels"),
+    ]
+)
 def channels(request):
     return request.param
 
@@ -89,8 +95,15 @@ def test_gather_async_sends_next_request_after_the_item_is_consumed(ray_session)
     assert weights == 7
 
 
-@pytest.mark.parametrize("gather", ["gather_sync", "gather_async"])
-@pytest.mark.parametrize("inline", [False, True], ids=["ref", "inline"])
+@pytest.mark.parametrize(
+    ("gather", "inline"),  # two of the four in the quick tier, each gather and carry once
+    [
+        pytest.param("gather_sync", True, id="gather_sync-inline"),
+        pytest.param("gather_async", False, id="gather_async-ref"),
+        pytest.param("gather_sync", False, id="gather_sync-ref", marks=pytest.mark.slow),
+        pytest.param("gather_async", True, id="gather_async-inline", marks=pytest.mark.slow),
+    ],
+)
 def test_a_carry_goes_with_each_actors_next_request_once(ray_session, gather, channels, inline):
     ray = ray_session
     actors = actors_of(ray, Sleeper, channels, ("a", 0.0), ("b", 0.0))
