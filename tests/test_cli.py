@@ -29,6 +29,20 @@ def flowrl(*args, cwd=None, timeout=180, env=None):
     )
 
 
+def test_help_and_usage_errors_answer_without_loading_torch():
+    """``flowrl --help`` and an argument error answer in a fraction of torch's import
+    (1.8 s on a slow host): nothing the command imports before parsing loads it."""
+    code = (
+        "import sys\nfrom flowrl.apps.cli import main\n"
+        "for argv in (['--help'], ['train']):\n"
+        "    try: main(argv)\n"
+        "    except SystemExit as e: assert e.code in (0, 2), e.code\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "False"
+
+
 def test_list():
     out = flowrl("list")
     assert out.returncode == 0

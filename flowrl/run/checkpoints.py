@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import SINGLE
@@ -73,6 +72,8 @@ def _encode(value: Any) -> Any:
     """Plain containers, numbers, strings and tensors only: arrays become tagged tensors,
     numpy scalars Python numbers."""
     if isinstance(value, np.ndarray):
+        import torch
+
         # ascontiguousarray makes 0-d arrays 1-d: keep the shape
         return {_ARRAY: torch.from_numpy(np.ascontiguousarray(value).reshape(value.shape))}
     if isinstance(value, np.generic):
@@ -114,6 +115,8 @@ def write(path: str | os.PathLike[str], state: dict[str, Any], meta: dict[str, A
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path.parent)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    import torch
+
     try:
         tmp.mkdir()
         torch.save(_encode(state), tmp / STATE_FILE)
@@ -194,6 +197,8 @@ def load(path: str | os.PathLike[str]) -> Checkpoint:
     """Read one checkpoint directory; a CheckpointError names what is missing or damaged."""
     path = Path(path)
     meta = read_meta(path)
+    import torch
+
     try:
         state = torch.load(path / STATE_FILE, weights_only=True, map_location="cpu")
     except Exception as e:  # torch reports damage as several exception types

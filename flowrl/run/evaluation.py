@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 from flowrl.core.context import EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN, ITERATION
-from flowrl.learning.policy import Weights
+from flowrl.learning.acting import Weights
 from flowrl.ops.metrics import agent_returns
 from flowrl.rollout.worker import Episode, WorkerSet
 

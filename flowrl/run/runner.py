@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flowrl.core.callbacks import CallbackError
 from flowrl.core.config import Config
@@ -39,13 +39,15 @@ from flowrl.core.context import (
 )
 from flowrl.core.sample_batch import NonFiniteError
 from flowrl.core.schedules import is_schedule, scheduled
-from flowrl.learning.policy import Weights
+from flowrl.learning.acting import Weights
 from flowrl.rollout.envs import EnvError, env_name, reward_threshold
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
 from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
-from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import Tracker
+
+if TYPE_CHECKING:  # (the command's --help and usage errors import no torch)
+    from flowrl.run.spec import AlgorithmSpec
 
 logger = logging.getLogger(__name__)
 # what the progress bar keeps showing from the last result that had it
