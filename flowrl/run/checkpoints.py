@@ -6,7 +6,9 @@ tensors and plain containers, read with ``torch.load(weights_only=True)``, so lo
 no code from the file; numpy arrays travel as tensors). ``write`` fills a hidden
 temporary directory and renames it into place, so a kill at any moment leaves the old
 checkpoints and either all of the new one or none of it. ``latest`` takes the newest
-checkpoint of a run that loads, and says which newer ones it skipped and why.
+checkpoint of a run that loads, and says which newer ones it skipped and why. Torch is
+imported where a checkpoint is written or read, not with this module: the command's
+``--help`` and usage errors, which import it, answer without loading torch.
 
 Examples:
     >>> import tempfile
