@@ -55,3 +55,15 @@ def ray_session():
         init_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(False, id="ray tasks", marks=pytest.mark.slow),
+        pytest.param(True, id="channels"),
+    ]
+)
+def channels(request):
+    """Whether a test's plan calls its actors over channels or as Ray tasks: the default
+    (channels) in the quick tier; Ray tasks, the fallback, in the whole suite."""
+    return request.param

@@ -13,17 +13,6 @@ from flowrl.core.iter import Carry, Operator, ParallelIterator, ParallelIterator
 pytestmark = pytest.mark.ray
 
 
-# the default (channels) in the quick tier; Ray tasks, the fallback, in the whole suite
-@pytest.fixture(
-    params=[
-        pytest.param(False, id="ray tasks", marks=pytest.mark.slow),
-        pytest.param(True, id="channels"),
-    ]
-)
-def channels(request):
-    return request.param
-
-
 def actors_of(ray, cls, channels, *args_each):
     """An actor of ``cls`` per args tuple, taking turns where the requests use channels."""
     remote = ray.remote(num_cpus=0)(taking_turns(cls) if channels else cls)

@@ -49,13 +49,6 @@ def test_a_shard_hands_out_global_indexes_per_policy_and_takes_back_only_its_own
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize(
-    "channels",  # the default in the quick tier; Ray tasks, the fallback, in the whole suite
-    [
-        pytest.param(False, id="ray tasks", marks=pytest.mark.slow),
-        pytest.param(True, id="channels"),
-    ],
-)
 def test_store_replay_and_priorities_over_shards(ray_session, channels):
     shards = create_replay_actors(prioritized, num_shards=2)
     store = LocalIterator.from_items([rows(10 * i, 10) for i in range(8)])
