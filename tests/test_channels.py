@@ -9,7 +9,15 @@ import time
 import pytest
 import ray
 
-from flowrl.core.channels import Channel, ChannelServer, NeedsRay, Turns, receive, taking_turns
+from flowrl.core.channels import (
+    Channel,
+    ChannelServer,
+    NeedsRay,
+    Parking,
+    Turns,
+    receive,
+    taking_turns,
+)
 from flowrl.core.context import PlanContext
 from flowrl.core.iter import ParallelIteratorWorker, send_call, take_result, tell, wait_for
 
@@ -304,3 +312,87 @@ def test_a_report_asked_on_a_channel_its_plan_closed_is_taken_or_asked_anew():
     ctx.channels[worker] = Channel(worker, worker.par_iter_channel())
     assert reports.collect([worker], timeout_s=10, plan=ctx)[0] == [(10.0, 10)], "asked anew"
     close_all(ctx.channels, timeout=10)
+
+
+def test_an_actor_parks_once_its_main_thread_is_quiet_and_a_park_ends_when_asked():
+    turns, sent = Turns(), []
+    parking = Parking(turns, submit=lambda: sent.append("park"))
+    parking.QUIET_S = 0.1
+    time.sleep(0.1)
+    parking.settle()
+    assert not sent, "no connection open: nothing would end a park"
+    parking.connected(1)
+    with turns:  # the main thread ran a Ray call just now
+        pass
+    parking.settle()
+    assert not sent, "the main thread is not quiet yet"
+    time.sleep(0.1)
+    parking.settle()
+    parking.settle()
+    assert sent == ["park"], "one park at a time"
+    holding = threading.Thread(target=parking.hold)
+    holding.start()
+    holding.join(0.2)
+    assert holding.is_alive(), "parked until ended"
+    parking.end()
+    holding.join(5)
+    assert not holding.is_alive()
+    parking.settle()
+    assert sent == ["park"], "the Ray call that ended the park runs before the next"
+    time.sleep(0.1)
+    parking.settle()
+    parking.end()  # the plan ends the park before it starts: it does not hold
+    start = time.monotonic()
+    parking.hold()
+    assert sent == ["park", "park"] and time.monotonic() - start < 1
+    time.sleep(0.1)
+    parking.settle()
+    parking.connected(-1)  # a closed connection ends the park
+    start = time.monotonic()
+    parking.hold()
+    assert time.monotonic() - start < 1
+    parking.settle()
+    assert len(sent) == 3, "nothing connected: no park"
+
+
+class Parker(ParallelIteratorWorker):
+    """A channel actor that parks after 0.1 s quiet, for up to a minute."""
+
+    def __init__(self):
+        Parking.QUIET_S, Parking.PARK_S = 0.1, 60.0
+        super().__init__(lambda: iter(range(10**9)))
+
+    def ping(self):
+        return "pong"
+
+
+def parked(ray):
+    """A ``Parker`` parked under an open channel: (actor, channel)."""
+    actor = ray.remote(num_cpus=0)(taking_turns(Parker)).remote()
+    channel = Channel(actor, ray.get(actor.par_iter_channel.remote()))
+    time.sleep(0.2)
+    answers([channel.send(("ping",))])  # answered, it parks
+    time.sleep(0.3)  # the park it sent itself is under way
+    ready, _ = ray.wait([actor.ping.remote()], timeout=1)
+    assert not ready, "a Ray call waits while the actor is parked"
+    return actor, channel
+
+
+@pytest.mark.slow  # the quick tier has the park's logic without Ray, above
+def test_a_parked_actor_answers_a_plan_s_ray_call_at_once_and_others_once_its_channel_closes(
+    ray_session,
+):
+    from flowrl.core.iter import ray_call
+
+    ray = ray_session
+    actor, channel = parked(ray)
+    assert answers([channel.send(("ping",))]) == ["pong"], "the channel answers a parked actor"
+    assert ray.get(ray_call(actor, "ping"), timeout=5) == "pong", "the plan's call ends the park"
+    time.sleep(0.2)
+    answers([channel.send(("ping",))])  # quiet again: parked again
+    time.sleep(0.3)
+    waiting = actor.ping.remote()
+    assert not ray.wait([waiting], timeout=1)[0]
+    channel.close()
+    assert ray.get(waiting, timeout=5) == "pong", "a closed channel ends the park"
+    ray.kill(actor)

@@ -31,12 +31,14 @@ import functools
 import inspect
 import io
 import itertools
+import math
 import os
 import pickle
 import socket
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Client, Listener
 from multiprocessing.connection import wait as readable
@@ -63,16 +65,24 @@ def dumps(value: Any) -> memoryview:
     return out.getbuffer()
 
 
+#: the ticket of a request that wants no reply (``Channel.notify``)
+NO_REPLY = 2**64 - 1
+
+
 class ChannelServer:
     """The actor's end: a listening socket and a thread that answers each request of one
-    connection at a time with ``answer(*args)``."""
+    connection at a time with ``answer(*args)``; ``parking`` (if any) hears of each
+    connection and of each request answered."""
 
-    def __init__(self, answer: Callable[..., Any], host: str | None = None) -> None:
+    def __init__(
+        self, answer: Callable[..., Any], host: str | None = None, parking: Parking | None = None
+    ) -> None:
         if host is None:
             import ray
 
             host = ray.util.get_node_ip_address()
         self._answer = answer
+        self._parking = parking
         key = os.urandom(16)
         self._listener = Listener((host, 0), authkey=key)
         #: what a ``Channel`` connects with: (host, port) and the key
@@ -89,8 +99,14 @@ class ChannelServer:
             threading.Thread(target=self._answer_all, args=(conn,), daemon=True).start()
 
     def _answer_all(self, conn: Any) -> None:
-        with conn:
-            self._answer_each(conn)
+        if self._parking is not None:
+            self._parking.connected(1)
+        try:
+            with conn:
+                self._answer_each(conn)
+        finally:
+            if self._parking is not None:
+                self._parking.connected(-1)
 
     def _answer_each(self, conn: Any) -> None:
         while True:
@@ -103,10 +119,14 @@ class ChannelServer:
                 reply = _reply(ticket, self._answer(*pickle.loads(memoryview(message)[8:])))
             except Exception as e:
                 reply = _error_reply(ticket, e)
+            if ticket == NO_REPLY:
+                continue
             try:
                 conn.send_bytes(reply)
             except OSError:
                 return
+            if self._parking is not None:
+                self._parking.settle()
 
 
 def _no_delay(conn: Any) -> None:
@@ -184,6 +204,9 @@ class Channel:
         self.replies: dict[int, tuple[bool, Any]] = {}
         self.unanswered: set[int] = set()
         self.abandoned: set[int] = set()
+        self._sending = threading.Lock()  # a health check's thread may end a park
+        if actor is not None:
+            _open[actor] = self
 
     def send(self, args: tuple[Any, ...], pickled: memoryview | None = None) -> Ticket:
         """Send a request: ``args``, or ``pickled`` (``dumps(args)``, made once for many
@@ -191,11 +214,19 @@ class Channel:
         pickled = dumps(args) if pickled is None else pickled
         number = next(self._numbers)
         self.unanswered.add(number)
+        self._send_bytes(number, pickled)
+        return Ticket(self, number)
+
+    def notify(self, args: tuple[Any, ...]) -> None:
+        """Send a request that wants no reply, nor its error."""
+        self._send_bytes(NO_REPLY, dumps(args))
+
+    def _send_bytes(self, number: int, pickled: memoryview) -> None:
         try:
-            self.conn.send_bytes(number.to_bytes(8, "little") + pickled)
+            with self._sending:
+                self.conn.send_bytes(number.to_bytes(8, "little") + pickled)
         except OSError as e:
             self._broken(e)
-        return Ticket(self, number)
 
     def read(self) -> None:
         """Take in one reply (the connection is readable)."""
@@ -235,6 +266,20 @@ class Channel:
     def close(self) -> None:
         if not self.conn.closed:
             self.conn.close()
+        if self.actor is not None and _open.get(self.actor) is self:
+            del _open[self.actor]
+
+
+#: the last channel opened to each actor, while it is open: what ``end_park`` sends on
+_open: weakref.WeakValueDictionary[Any, Channel] = weakref.WeakValueDictionary()
+
+
+def end_park(actor: Any) -> None:
+    """Before a Ray call to ``actor``: end its park (``Parking``) where a channel to it is
+    open, so the call runs now, not when the park ends by itself."""
+    channel = _open.get(actor)
+    if channel is not None and channel.open:
+        channel.notify(("par_iter_unpark",))
 
 
 def receive(channels: Iterable[Channel], timeout: float | None) -> None:
@@ -296,6 +341,7 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._queue: collections.deque[int] = collections.deque()
+        self._main_last = time.monotonic()  # the main thread runs the actor's Ray calls
 
     def __enter__(self) -> Turns:
         me = threading.get_ident()
@@ -311,11 +357,88 @@ class Turns:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if threading.get_ident() == threading.main_thread().ident:
+            self._main_last = time.monotonic()
         with self._cond:
             self._depth -= 1
             if self._depth == 0:
                 self._owner = None
                 self._cond.notify_all()
+
+    def main_idle_s(self) -> float:
+        """How long the main thread (where an actor runs its Ray calls) has neither held a
+        turn nor waited for one."""
+        main = threading.main_thread().ident
+        with self._cond:
+            if self._owner == main or main in self._queue:
+                return 0.0
+            return time.monotonic() - self._main_last
+
+
+class Parking:
+    """A channel actor's main thread held in a Ray task (a park) while the actor's work
+    comes over its channels only.
+
+    Ray wakes an idle actor's main thread every 10 ms to check for signals, a standing
+    cost per actor that a task running on that thread does not pay (``docs/performance.md``,
+    "Ray's standing cost"). So after answering a request, an actor whose main thread has
+    run no Ray call for ``QUIET_S`` sends itself a park: ``hold`` waits up to ``PARK_S`` on
+    that thread. A Ray call to a parked actor waits for the park to end: the plan ends it
+    first over the channel (``end_park``, the ``par_iter_unpark`` request), and a closed
+    connection ends it too. ``submit`` sends the park (a Ray call to the actor's own
+    ``par_iter_park``; None: never park); ``turns`` tells when the main thread last ran a
+    call.
+
+    Examples:
+        >>> parking = Parking(Turns(), submit=lambda: None)
+        >>> parking.end()
+    """
+
+    #: how long the main thread must have run no Ray call before it parks
+    QUIET_S = 1.0
+    #: the longest park: the most a Ray call that did not end it waits
+    PARK_S = 5.0
+
+    def __init__(self, turns: Turns, submit: Callable[[], None] | None) -> None:
+        self._turns, self._submit = turns, submit
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._pending = False  # a park sent and not over
+        self._connections = 0
+        self._ended_at = -math.inf  # a Ray call follows an end: no park before it runs
+
+    def connected(self, change: int) -> None:
+        """A channel's connection opened (+1) or closed (-1, which ends a park)."""
+        with self._lock:
+            self._connections += change
+        if change < 0:
+            self.end()
+
+    def settle(self) -> None:
+        """After a request answered: park, unless a park is under way, nothing is
+        connected or the main thread ran a Ray call lately."""
+        with self._lock:
+            if self._pending or not self._connections or self._submit is None:
+                return
+            ended_s = time.monotonic() - self._ended_at
+            if min(ended_s, self._turns.main_idle_s()) < self.QUIET_S:
+                return
+            self._pending = True
+            self._ended.clear()
+        self._submit()
+
+    def hold(self) -> None:
+        """The park, on the main thread: until ``end`` or ``PARK_S``."""
+        self._ended.wait(self.PARK_S)
+        with self._lock:
+            self._pending = False
+
+    def end(self) -> None:
+        """End the park under way, or the one sent and not started yet; the next waits
+        ``QUIET_S`` (the Ray call that asked for the end runs first)."""
+        with self._lock:
+            self._ended_at = time.monotonic()
+        self._ended.set()
 
 
 def taking_turns(cls: C) -> C:
@@ -345,6 +468,6 @@ def taking_turns(cls: C) -> C:
     methods = {
         name: locked(fn)
         for name, fn in inspect.getmembers(cls, inspect.isfunction)
-        if not name.startswith("_") and name != "par_iter_channel"
+        if not name.startswith("_") and name not in ("par_iter_channel", "par_iter_park")
     }
     return type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})

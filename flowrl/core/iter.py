@@ -555,12 +555,20 @@ class ParallelIteratorWorker:
         channel's."""
         if self._channel is None:
             self._turn = ch.Turns()
-            self._channel = ChannelServer(self._call_in_turn)
+            self._parking = ch.Parking(self._turn, _park_sender())
+            self._channel = ChannelServer(self._call_in_turn, parking=self._parking)
         return self._channel.address
+
+    def par_iter_park(self) -> None:
+        """Hold the main thread while the channel's thread works (``channels.Parking``)."""
+        self._parking.hold()
 
     def _call_in_turn(self, method: str, *args: Any) -> Any:
         """A request over the channel: ``self.method(*args)`` (a public method:
-        ``par_iter_next``, or a call such as a replay shard's ``add``), in its turn."""
+        ``par_iter_next``, or a call such as a replay shard's ``add``), in its turn;
+        ``par_iter_unpark`` ends a park at once (``channels.end_park``)."""
+        if method == "par_iter_unpark":
+            return self._parking.end()
         if method.startswith("_"):
             raise AttributeError(f"{type(self).__name__}.{method} is not a public method")
         with self._turn:
@@ -577,6 +585,17 @@ class ParallelIteratorWorker:
             return next(self._par_it)
         except StopIteration:
             return _END
+
+
+def _park_sender() -> Callable[[], None] | None:
+    """What sends this actor a park (a Ray call to its own ``par_iter_park``, recorded by
+    no task event); None outside a Ray actor, which never parks."""
+    import ray
+
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return None
+    park = ray.get_runtime_context().current_actor.par_iter_park.options(enable_task_events=False)
+    return lambda: park.remote()
 
 
 class _ItemShard(ParallelIteratorWorker):
@@ -830,7 +849,13 @@ def _request(channel: Any, actor: Any, call: tuple, pickled: Any = None) -> Any:
             return channel.send(call, pickled)
         except ch.NeedsRay:
             pass
-    method, *args = call
+    return ray_call(actor, *call)
+
+
+def ray_call(actor: Any, method: str, *args: Any) -> Any:
+    """``actor.method.remote(*args)``, the actor's park ended first where a channel to it
+    is open (``channels.end_park``): its ref."""
+    ch.end_park(actor)
     return getattr(actor, method).remote(*args)
 
 
@@ -1000,7 +1025,8 @@ class ParallelIterator(PlanNode, Generic[T]):
         return out
 
     def _start(self) -> None:
-        refs = [actor.par_iter_init.remote(list(self.transforms)) for actor in self.actors]
+        transforms = list(self.transforms)
+        refs = [ray_call(actor, "par_iter_init", transforms) for actor in self.actors]
         if self.channels:  # a channel's request must not overtake its actor's Ray calls
             import ray
 

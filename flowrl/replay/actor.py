@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from flowrl.core.channels import taking_turns
-from flowrl.core.iter import NotReady, ParallelIteratorWorker
+from flowrl.core.iter import NotReady, ParallelIteratorWorker, ray_call
 from flowrl.core.sample_batch import MultiAgentBatch
 from flowrl.replay.buffer import BATCH_INDEXES, PolicyBuffers
 
@@ -119,7 +119,7 @@ class ReplayShards(list):
         dead = []
         for i, actor in enumerate(self):
             try:
-                ray.get(actor.size.remote(), timeout=timeout_s)
+                ray.get(ray_call(actor, "size"), timeout=timeout_s)
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 self[i] = self._create(i, len(self))
                 dead.append(i)

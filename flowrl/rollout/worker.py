@@ -42,6 +42,7 @@ from flowrl.core.iter import (
     Carry,
     Operator,
     ParallelIteratorWorker,
+    ray_call,
     send_call,
     take_result,
     tell,
@@ -435,7 +436,7 @@ def _answers(actor: Any, timeout_s: float = 30) -> bool:
     import ray
 
     try:
-        ray.get(actor.ping.remote(), timeout=timeout_s)
+        ray.get(ray_call(actor, "ping"), timeout=timeout_s)
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
         return False
     return True
@@ -572,6 +573,10 @@ class WorkerSet:
     """One local worker (the learner, and the sampler when there are no remote workers)
     and ``num_workers`` remote ``RolloutWorker`` actors.
 
+    While a plan's channel to a remote worker is open, the worker may be parked
+    (``channels.Parking``): call it with ``flowrl.core.iter.ray_call(actor, "ping")``,
+    which ends the park first, or a plain ``actor.ping.remote()`` waits up to 5 s.
+
     Examples:
         >>> from flowrl.core.config import Config
         >>> from flowrl.learning.policy import Policy
@@ -674,7 +679,7 @@ class WorkerSet:
         if payload is None:
             payload = weights_payload(self.local_worker.get_weights())
         for actor in targets:
-            actor.set_weights.remote(payload)
+            ray_call(actor, "set_weights", payload)
 
     def set_env_steps_sampled(
         self, steps: int, actors: list[Any] | None = None, *, plan: PlanContext | None = None
@@ -766,7 +771,8 @@ class WorkerSet:
             import ray
 
             with contextlib.suppress(ray.exceptions.RayError):  # what they recorded, whole
-                ray.get([w.flush_experiences.remote() for w in self.remote_workers], timeout=60)
+                flushed = [ray_call(w, "flush_experiences") for w in self.remote_workers]
+                ray.get(flushed, timeout=60)
             for actor in self.remote_workers:
                 ray.kill(actor)
             self.remote_workers = []
