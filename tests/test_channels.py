@@ -355,11 +355,21 @@ def test_an_actor_parks_once_its_main_thread_is_quiet_and_a_park_ends_when_asked
     assert len(sent) == 3, "nothing connected: no park"
 
 
+def test_a_park_ends_once_no_request_came_for_a_while():
+    parking = Parking(Turns(), submit=lambda: None)
+    parking.QUIET_S, parking.IDLE_S = 0.0, 0.3
+    parking.connected(1)
+    parking.settle()  # a request answered: parked
+    start = time.monotonic()
+    parking.hold()
+    assert 0.25 < time.monotonic() - start < 2, "the plan stopped asking: the park ends"
+
+
 class Parker(ParallelIteratorWorker):
-    """A channel actor that parks after 0.1 s quiet, for up to a minute."""
+    """A channel actor that parks after 0.1 s quiet, for up to a minute, requests or not."""
 
     def __init__(self):
-        Parking.QUIET_S, Parking.PARK_S = 0.1, 60.0
+        Parking.QUIET_S, Parking.PARK_S, Parking.IDLE_S = 0.1, 60.0, 60.0
         super().__init__(lambda: iter(range(10**9)))
 
     def ping(self):

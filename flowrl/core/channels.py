@@ -382,12 +382,13 @@ class Parking:
     Ray wakes an idle actor's main thread every 10 ms to check for signals, a standing
     cost per actor that a task running on that thread does not pay (``docs/performance.md``,
     "Ray's standing cost"). So after answering a request, an actor whose main thread has
-    run no Ray call for ``QUIET_S`` sends itself a park: ``hold`` waits up to ``PARK_S`` on
-    that thread. A Ray call to a parked actor waits for the park to end: the plan ends it
-    first over the channel (``end_park``, the ``par_iter_unpark`` request), and a closed
-    connection ends it too. ``submit`` sends the park (a Ray call to the actor's own
-    ``par_iter_park``; None: never park); ``turns`` tells when the main thread last ran a
-    call.
+    run no Ray call for ``QUIET_S`` sends itself a park: ``hold`` waits on that thread while
+    requests keep coming, up to ``PARK_S``. A Ray call to a parked actor waits for the park
+    to end: the plan ends it first over the channel (``end_park``, the
+    ``par_iter_unpark`` request), a closed connection ends it, and so do ``IDLE_S``
+    without a request (a plan between iterations: a call from a notebook then runs at
+    once). ``submit`` sends the park (a Ray call to the actor's own ``par_iter_park``;
+    None: never park); ``turns`` tells when the main thread last ran a call.
 
     Examples:
         >>> parking = Parking(Turns(), submit=lambda: None)
@@ -398,6 +399,8 @@ class Parking:
     QUIET_S = 1.0
     #: the longest park: the most a Ray call that did not end it waits
     PARK_S = 5.0
+    #: a park ends this long after the last request answered
+    IDLE_S = 1.0
 
     def __init__(self, turns: Turns, submit: Callable[[], None] | None) -> None:
         self._turns, self._submit = turns, submit
@@ -406,6 +409,7 @@ class Parking:
         self._pending = False  # a park sent and not over
         self._connections = 0
         self._ended_at = -math.inf  # a Ray call follows an end: no park before it runs
+        self._answered_at = time.monotonic()
 
     def connected(self, change: int) -> None:
         """A channel's connection opened (+1) or closed (-1, which ends a park)."""
@@ -417,6 +421,7 @@ class Parking:
     def settle(self) -> None:
         """After a request answered: park, unless a park is under way, nothing is
         connected or the main thread ran a Ray call lately."""
+        self._answered_at = time.monotonic()
         with self._lock:
             if self._pending or not self._connections or self._submit is None:
                 return
@@ -428,8 +433,13 @@ class Parking:
         self._submit()
 
     def hold(self) -> None:
-        """The park, on the main thread: until ``end`` or ``PARK_S``."""
-        self._ended.wait(self.PARK_S)
+        """The park, on the main thread: until ``end``, ``IDLE_S`` without a request or
+        ``PARK_S`` (it looks twice a second, not a hundred times)."""
+        until = time.monotonic() + self.PARK_S
+        while not self._ended.wait(min(0.5, self.IDLE_S)):
+            now = time.monotonic()
+            if now >= until or now - self._answered_at >= self.IDLE_S:
+                break
         with self._lock:
             self._pending = False
 

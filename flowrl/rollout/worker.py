@@ -573,7 +573,7 @@ class WorkerSet:
     """One local worker (the learner, and the sampler when there are no remote workers)
     and ``num_workers`` remote ``RolloutWorker`` actors.
 
-    While a plan's channel to a remote worker is open, the worker may be parked
+    While a plan samples over its channel to a remote worker, the worker may be parked
     (``channels.Parking``): call it with ``flowrl.core.iter.ray_call(actor, "ping")``,
     which ends the park first, or a plain ``actor.ping.remote()`` waits up to 5 s.
 
