@@ -386,9 +386,10 @@ class Parking:
     requests keep coming, up to ``PARK_S``. A Ray call to a parked actor waits for the park
     to end: the plan ends it first over the channel (``end_park``, the
     ``par_iter_unpark`` request), a closed connection ends it, and so do ``IDLE_S``
-    without a request (a plan between iterations: a call from a notebook then runs at
-    once). ``submit`` sends the park (a Ray call to the actor's own ``par_iter_park``;
-    None: never park); ``turns`` tells when the main thread last ran a call.
+    without a request (a plan between iterations: a call from a notebook then waits at
+    most ``IDLE_S`` and half a second). ``submit`` sends the park (a Ray call to the
+    actor's own ``par_iter_park``; None: never park); ``turns`` tells when the main thread
+    last ran a call.
 
     Examples:
         >>> parking = Parking(Turns(), submit=lambda: None)
