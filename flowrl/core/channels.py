@@ -341,7 +341,8 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._queue: collections.deque[int] = collections.deque()
-        self._main_last = time.monotonic()  # the main thread runs the actor's Ray calls
+        self._main = threading.main_thread().ident  # where an actor runs its Ray calls
+        self._main_last = time.monotonic()
 
     def __enter__(self) -> Turns:
         me = threading.get_ident()
@@ -357,7 +358,7 @@ class Turns:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if threading.get_ident() == threading.main_thread().ident:
+        if threading.get_ident() == self._main:
             self._main_last = time.monotonic()
         with self._cond:
             self._depth -= 1
@@ -368,9 +369,8 @@ class Turns:
     def main_idle_s(self) -> float:
         """How long the main thread (where an actor runs its Ray calls) has neither held a
         turn nor waited for one."""
-        main = threading.main_thread().ident
         with self._cond:
-            if self._owner == main or main in self._queue:
+            if self._owner == self._main or self._main in self._queue:
                 return 0.0
             return time.monotonic() - self._main_last
 

@@ -563,12 +563,13 @@ class ParallelIteratorWorker:
         """Hold the main thread while the channel's thread works (``channels.Parking``)."""
         self._parking.hold()
 
+    def par_iter_unpark(self) -> None:
+        """End the park (``channels.end_park`` sends this over the channel)."""
+        self._parking.end()
+
     def _call_in_turn(self, method: str, *args: Any) -> Any:
         """A request over the channel: ``self.method(*args)`` (a public method:
-        ``par_iter_next``, or a call such as a replay shard's ``add``), in its turn;
-        ``par_iter_unpark`` ends a park at once (``channels.end_park``)."""
-        if method == "par_iter_unpark":
-            return self._parking.end()
+        ``par_iter_next``, or a call such as a replay shard's ``add``), in its turn."""
         if method.startswith("_"):
             raise AttributeError(f"{type(self).__name__}.{method} is not a public method")
         with self._turn:
