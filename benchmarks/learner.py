@@ -102,38 +102,32 @@ def ppo(device: str = "cpu") -> Steps:
     return f"PPO ({cfg.train_batch_size} rows, {epochs})", flowrl_step, plain_step
 
 
-def dqn(device: str = "cpu", *, atari: bool = False) -> Steps:
-    """DQN's update (double Q, dueling, Huber, clipped): its CartPole MLP on 64 rows, or
-    with ``atari`` its Nature CNN on 32 rows of stacked frames, copied to ``device``
-    each update as a sampled replay batch is."""
-    from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
-    from flowrl.core.sample_batch import SampleBatch
-
-    obs_space, action_space = (
-        (FRAMES, gym.spaces.Discrete(4)) if atari else (OBS_SPACE, ACTION_SPACE)
-    )
-    cfg = DQNConfig(device=device, **({"train_batch_size": 32, "n_step": 1} if atari else {}))
+def dqn_batch(n: int, obs_space: gym.Space, action_space: gym.Space, gamma: float) -> dict:
+    """``n`` replayed rows of random transitions in ``obs_space``."""
     rng = np.random.default_rng(0)
-    n = cfg.train_batch_size
-    batch = {
+    return {
         "obs": np.asarray([obs_space.sample() for _ in range(n)]),
         "next_obs": np.asarray([obs_space.sample() for _ in range(n)]),
         "actions": rng.integers(0, action_space.n, n),
         "rewards": np.ones(n, np.float32),
         "terminateds": np.zeros(n, bool),
-        "discounts": np.full(n, cfg.gamma**cfg.n_step, np.float32),
+        "discounts": np.full(n, gamma, np.float32),
     }
+
+
+def plain_dqn(
+    cfg: Any, obs_space: gym.Space, action_space: gym.Space, device: str = "cpu"
+) -> Callable[[dict[str, np.ndarray]], None]:
+    """DQN's update as a plain torch loop (double Q, dueling, Huber, clipped) on ``cfg``'s
+    Q-network for the spaces: the learner's work without flowrl (``scaling.py`` runs Ape-X's
+    beside plain sampling processes too)."""
+    from flowrl.algorithms.dqn import DQNLearner, DQNPolicy
+
     learner = DQNLearner(DQNPolicy(obs_space, action_space, cfg, device=device), cfg)
-
-    def flowrl_step() -> int:
-        learner.learn_on_batch(SampleBatch(batch))
-        return 1
-
-    other = DQNLearner(DQNPolicy(obs_space, action_space, cfg, device=device), cfg)
-    model, target = other.module, other.target
+    model, target = learner.module, learner.target
     opt = torch.optim.Adam(model.parameters(), cfg.lr, eps=1e-5, fused=True)
 
-    def plain_step() -> int:
+    def update(batch: dict[str, np.ndarray]) -> None:
         t = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
         q = model(t["obs"]).dist_inputs.gather(1, t["actions"][:, None]).squeeze(1)
         with torch.no_grad():
@@ -145,6 +139,33 @@ def dqn(device: str = "cpu", *, atari: bool = False) -> Steps:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+
+    return update
+
+
+def dqn(device: str = "cpu", *, atari: bool = False) -> Steps:
+    """DQN's update (double Q, dueling, Huber, clipped): its CartPole MLP on 64 rows, or
+    with ``atari`` its Nature CNN on 32 rows of stacked frames, copied to ``device``
+    each update as a sampled replay batch is."""
+    from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
+    from flowrl.core.sample_batch import SampleBatch
+
+    obs_space, action_space = (
+        (FRAMES, gym.spaces.Discrete(4)) if atari else (OBS_SPACE, ACTION_SPACE)
+    )
+    cfg = DQNConfig(device=device, **({"train_batch_size": 32, "n_step": 1} if atari else {}))
+    n = cfg.train_batch_size
+    batch = dqn_batch(n, obs_space, action_space, cfg.gamma**cfg.n_step)
+    learner = DQNLearner(DQNPolicy(obs_space, action_space, cfg, device=device), cfg)
+
+    def flowrl_step() -> int:
+        learner.learn_on_batch(SampleBatch(batch))
+        return 1
+
+    plain_update = plain_dqn(cfg, obs_space, action_space, device)
+
+    def plain_step() -> int:
+        plain_update(batch)
         return 1
 
     net = "Nature CNN" if atari else "MLP"

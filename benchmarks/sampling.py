@@ -193,13 +193,16 @@ def _plain_child(
     conn.send("ready")
     try:
         while (request := conn.recv()) is not None:
-            if isinstance(request, tuple):  # ("fragment", length): one lockstep round
+            if isinstance(request, tuple) and request[0] == "fragment":  # a lockstep round
                 conn.send(fragment(request[1]))
                 continue
+            # seconds: the rate over them; ("turn", seconds): the steps of a turn that long
+            seconds = request[1] if isinstance(request, tuple) else request
             steps, start = 0, time.perf_counter()
-            while time.perf_counter() - start < request:
+            while time.perf_counter() - start < seconds:
                 steps += step()
-            conn.send(steps / (time.perf_counter() - start))
+            elapsed = time.perf_counter() - start
+            conn.send(steps if isinstance(request, tuple) else steps / elapsed)
     except EOFError:  # the benchmark stopped without saying goodbye
         pass
 
@@ -336,6 +339,60 @@ class PlainOnPolicy(PlainLockstep):
             return steady(self._train_batch, seconds)
         finally:
             torch.set_num_threads(threads)
+
+
+class PlainOffPolicy(PlainProcesses):
+    """The bound of Ape-X without a framework: the plain processes acting in numpy, each
+    sampling in turns of ``turn_s`` and asked for its next turn as soon as it answers,
+    while this process makes Ape-X's update (``learner.plain_dqn`` on its batch of 128
+    rows, one torch thread) as often as Ape-X's two gates allow: no more rows trained than
+    ``training_intensity`` per env step sampled, and no turn asked for while sampling is
+    ``max_sampling_lead`` env steps ahead of that. No replay, priorities or weights travel:
+    only the sampling and the SGD share the cores."""
+
+    def __init__(self, env_id: str, workers: int, envs: int, turn_s: float = 0.05, **kwargs):
+        import gymnasium as gym
+
+        from flowrl.algorithms.apex import ApexConfig
+
+        from learner import dqn_batch, plain_dqn
+
+        super().__init__(env_id, workers, envs, numpy_mlp=True, **kwargs)
+        self.cfg, self.turn_s = ApexConfig(), turn_s
+        spaces = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+        self.batch = dqn_batch(self.cfg.train_batch_size, *spaces, self.cfg.gamma)
+        self.update = plain_dqn(self.cfg, *spaces)
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        from multiprocessing.connection import wait
+
+        import torch
+
+        cfg, rows = self.cfg, self.cfg.train_batch_size
+        sampled = trained = 0
+        waiting = set(self.conns)  # between turns
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        start = time.perf_counter()
+        try:
+            while time.perf_counter() - start < seconds or len(waiting) < len(self.conns):
+                lead = sampled - trained / cfg.training_intensity
+                if time.perf_counter() - start < seconds and lead < cfg.max_sampling_lead:
+                    for conn in waiting:
+                        conn.send(("turn", self.turn_s))
+                    waiting.clear()
+                sampling = [c for c in self.conns if c not in waiting]
+                for conn in wait(sampling, timeout=0):
+                    sampled += conn.recv()
+                    waiting.add(conn)
+                if trained + rows <= cfg.training_intensity * sampled:
+                    self.update(self.batch)
+                    trained += rows
+                elif sampling:
+                    wait(sampling, timeout=0.005)
+        finally:
+            torch.set_num_threads(threads)
+        return sampled, time.perf_counter() - start
 
 
 class FlowrlRollouts:

@@ -22,7 +22,10 @@ rounds (PPO's): the same processes in lockstep, each answering a 10-step fragmen
 pipe, the next round asked for when all have answered. The bound of on-policy PPO: those
 rounds gathered up to PPO's train batch, then PPO's update on it in plain torch while the
 processes wait (``learner.py``'s plain loop), its processes acting in numpy as PPO's
-workers do. Where the bounds fall short of
+workers do. The bound of Ape-X: the processes sampling in short turns, each asked again
+as soon as it answers, beside Ape-X's update in plain torch in this process, held to
+Ape-X's two gates (3 rows trained per env step sampled, sampling at most 4,096 env steps
+ahead): what its SGD leaves of two cores to sampling. Where the bounds fall short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
@@ -65,10 +68,13 @@ BOUND = "plain processes (bound)"
 LOCKSTEP = "plain processes in lockstep (bound of rounds)"
 # the lockstep rounds with PPO's SGD in plain torch between them, as its on-policy plan has
 ON_POLICY = "plain processes in lockstep, PPO's SGD between rounds (bound of on-policy PPO)"
+# the processes sampling in turns beside Ape-X's SGD at its training_intensity and lead
+OFF_POLICY = "plain processes beside Ape-X's SGD (bound of apex)"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     BOUND: ("", {}),
     LOCKSTEP: ("", {}),
     ON_POLICY: ("", {}),
+    OFF_POLICY: ("", {}),
     "ppo (bulk_sync)": ("ppo", {}),
     "ppo (bulk_sync), 4 fragments per call": ("ppo", {"fragments_per_call": 4}),
     # the next round sampled while the learner trains on this one (one update behind)
@@ -124,8 +130,8 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
     """Env steps/s of ``workers`` plain processes stepping at once (sampling.py's limit), or
     in lockstep rounds (``LOCKSTEP``: a 10-step fragment from each over a pipe per round;
     ``ON_POLICY``: rounds gathered up to PPO's train batch, then PPO's SGD on it while the
-    processes wait)."""
-    from sampling import PlainLockstep, PlainOnPolicy, PlainProcesses
+    processes wait; ``OFF_POLICY``: Ape-X's SGD while they sample, at its pace)."""
+    from sampling import PlainLockstep, PlainOffPolicy, PlainOnPolicy, PlainProcesses
 
     start = time.perf_counter()
     env_config = {"step_s": args.step_s, "length": 100}
@@ -133,6 +139,8 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
         plain = PlainProcesses(ENV, workers, 8, env_config=env_config)
     elif name == LOCKSTEP:
         plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
+    elif name == OFF_POLICY:
+        plain = PlainOffPolicy(ENV, workers, 8, env_config=env_config)
     else:
         plain = PlainOnPolicy(ENV, workers, 8, 10, env_config=env_config)
     try:
@@ -149,7 +157,7 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     from flowrl import Algorithm
 
-    if name in (BOUND, LOCKSTEP, ON_POLICY):
+    if name in (BOUND, LOCKSTEP, ON_POLICY, OFF_POLICY):
         return measure_bound(name, workers, args)
     algo_name, settings = CONTENDERS[name]
     settings = dict(settings)
