@@ -350,7 +350,7 @@ class PlainOffPolicy(PlainProcesses):
     ``max_sampling_lead`` env steps ahead of that. No replay, priorities or weights travel:
     only the sampling and the SGD share the cores."""
 
-    def __init__(self, env_id: str, workers: int, envs: int, turn_s: float = 0.05, **kwargs):
+    def __init__(self, env_id: str, workers: int, envs: int, turn_s: float = 0.2, **kwargs):
         import gymnasium as gym
 
         from flowrl.algorithms.apex import ApexConfig

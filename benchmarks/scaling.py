@@ -22,10 +22,11 @@ rounds (PPO's): the same processes in lockstep, each answering a 10-step fragmen
 pipe, the next round asked for when all have answered. The bound of on-policy PPO: those
 rounds gathered up to PPO's train batch, then PPO's update on it in plain torch while the
 processes wait (``learner.py``'s plain loop), its processes acting in numpy as PPO's
-workers do. The bound of Ape-X: the processes sampling in short turns, each asked again
-as soon as it answers, beside Ape-X's update in plain torch in this process, held to
-Ape-X's two gates (3 rows trained per env step sampled, sampling at most 4,096 env steps
-ahead): what its SGD leaves of two cores to sampling. Where the bounds fall short of
+workers do. The bound of Ape-X: the processes sampling in turns as long as a
+fragment's 10 steps, each asked again as soon as it answers, beside Ape-X's update in
+plain torch in this process, held to Ape-X's two gates (3 rows trained per env step
+sampled, sampling at most 4,096 env steps ahead): what its SGD leaves of two cores to
+sampling. Where the bounds fall short of
 linear, the machine, not the driver, is what runs out (each wake-up from a sleep finds cold
 caches, and torch's forward pass then costs several times its warm cost).
 
@@ -140,18 +141,25 @@ def measure_bound(name: str, workers: int, args: argparse.Namespace) -> dict[str
     elif name == LOCKSTEP:
         plain = PlainLockstep(ENV, workers, 8, 10, env_config=env_config)
     elif name == OFF_POLICY:
-        plain = PlainOffPolicy(ENV, workers, 8, env_config=env_config)
+        # a turn of 10 steps, as long as a contender's fragment
+        plain = PlainOffPolicy(ENV, workers, 8, turn_s=10 * args.step_s, env_config=env_config)
     else:
         plain = PlainOnPolicy(ENV, workers, 8, 10, env_config=env_config)
     try:
         up_s = time.perf_counter() - start
         plain.measure(1.0)  # every process awake
+        machine0, own0 = process_cpu_s()["machine"], _cpu_s()
         steps, elapsed = plain.measure(args.seconds)
+        machine, own = process_cpu_s()["machine"] - machine0, _cpu_s() - own0
     finally:
         plain.close()
-    print(f"  {name}, {workers} workers: {steps / elapsed:,.0f} env steps/s")
+    print(
+        f"  {name}, {workers} workers: {steps / elapsed:,.0f} env steps/s, "
+        f"{machine / elapsed:.2f} cores busy, this process {own / elapsed:.0%} of a core"
+    )
     return {"contender": name, "workers": workers, "env_steps_per_s": steps / elapsed,
-            "workers_up_s": up_s}  # fmt: skip
+            "workers_up_s": up_s, "driver_cpu_share": own / elapsed,
+            "machine_cpu_ms_per_1k_steps": 1e6 * machine / max(steps, 1)}  # fmt: skip
 
 
 def measure(name: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
