@@ -70,8 +70,9 @@ def mean_stats(stats: list[dict[str, Any]]) -> dict[str, float]:
     """
     if not stats:
         return {}
-    if len(stats) == 1:  # one update's (a replay step's): each value as a float32, as below
-        return {k: float(torch.as_tensor(v, dtype=torch.float32)) for k, v in stats[0].items()}
+    if len(stats) == 1:  # one update's (a replay step's): as below, without the stack
+        values = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in stats[0].items()}
+        return {k: float(v if v.ndim == 0 else v.mean()) for k, v in values.items()}
     out = {}
     for key in stats[0]:
         values = torch.stack([torch.as_tensor(s[key], dtype=torch.float32) for s in stats])
@@ -154,8 +155,8 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    if len({(g.device, g.dtype) for g in grads}) > 1:  # torch's own, which groups them
-        if max_norm > 0:
+    if len({(g.device, g.dtype) for g in grads}) > 1 or not hasattr(torch, "_foreach_norm"):
+        if max_norm > 0:  # torch's own, which groups them (its private kernels may go)
             return nn.utils.clip_grad_norm_(params, max_norm).detach()
         return nn.utils.get_total_norm(grads).detach()
     with torch.no_grad():
