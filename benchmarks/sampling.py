@@ -351,15 +351,13 @@ class PlainOffPolicy(PlainProcesses):
     only the sampling and the SGD share the cores."""
 
     def __init__(self, env_id: str, workers: int, envs: int, turn_s: float = 0.2, **kwargs):
-        import gymnasium as gym
-
         from flowrl.algorithms.apex import ApexConfig
 
-        from learner import dqn_batch, plain_dqn
+        from learner import ACTION_SPACE, OBS_SPACE, dqn_batch, plain_dqn
 
         super().__init__(env_id, workers, envs, numpy_mlp=True, **kwargs)
         self.cfg, self.turn_s = ApexConfig(), turn_s
-        spaces = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+        spaces = OBS_SPACE, ACTION_SPACE  # CartPole's, as SleepyVectorEnv's
         self.batch = dqn_batch(self.cfg.train_batch_size, *spaces, self.cfg.gamma)
         self.update = plain_dqn(self.cfg, *spaces)
 
