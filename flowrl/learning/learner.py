@@ -140,6 +140,11 @@ def take_per_row(
     return stats
 
 
+#: torch's private kernels that ``clip_gradients`` calls, looked up once (a torch without
+#: them clips with ``clip_grad_norm_``)
+_FOREACH = hasattr(torch, "_foreach_norm") and hasattr(torch, "_foreach_mul_")
+
+
 def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Clip the gradients of ``params`` to a global norm of ``max_norm`` (0: no clipping);
     returns their norm before clipping. The update of ``nn.utils.clip_grad_norm_`` (the same
@@ -155,8 +160,8 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    if len({(g.device, g.dtype) for g in grads}) > 1 or not hasattr(torch, "_foreach_norm"):
-        if max_norm > 0:  # torch's own, which groups them (its private kernels may go)
+    if not _FOREACH or len({(g.device, g.dtype) for g in grads}) > 1:
+        if max_norm > 0:  # torch's own, which groups them
             return nn.utils.clip_grad_norm_(params, max_norm).detach()
         return nn.utils.get_total_norm(grads).detach()
     with torch.no_grad():
