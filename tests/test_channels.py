@@ -86,6 +86,34 @@ def test_an_abandoned_request_s_reply_is_dropped_not_kept():
     assert channel.replies == {} and not channel.unanswered
 
 
+@pytest.mark.parametrize("how", ["closes at once", "sends a wrong answer"])
+def test_a_client_that_fails_the_handshake_leaves_the_server_serving(how, monkeypatch):
+    """A driver stopped mid-connect (two Ctrl-Cs) closed its socket during the handshake:
+    the server's thread died with EOFError, and its traceback reached the user's terminal."""
+    import socket
+
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    server = ChannelServer(Doubler().answer, host="127.0.0.1")
+    (host, port), _ = server.address
+    with socket.create_connection((host, port)) as sock:
+        if how == "sends a wrong answer":
+            challenge = sock.recv(256)
+            assert challenge, "the server sends its challenge first"
+            sock.sendall(len(b"wrong").to_bytes(4, "big") + b"wrong")
+            sock.recv(256)  # its refusal
+    channels = []  # the next client, connected in a thread: a dead server never answers
+    connecting = threading.Thread(
+        target=lambda: channels.append(Channel(None, server.address)), daemon=True
+    )
+    connecting.start()
+    connecting.join(timeout=10)
+    assert channels, f"the next client is not served: {errors}"
+    assert answers([channels[0].send((21,))]) == [42]
+    channels[0].close()
+    assert errors == []
+
+
 def _serve_in_a_process(addresses):
     server = ChannelServer(Doubler(delay=60).answer, host="127.0.0.1")
     addresses.put(server.address)

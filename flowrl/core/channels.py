@@ -40,6 +40,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from multiprocessing.connection import wait as readable
 from typing import Any, TypeVar
@@ -93,8 +94,8 @@ class ChannelServer:
         while True:  # a thread per connection: a plan rebuilt connects anew
             try:
                 conn = self._listener.accept()
-            except OSError:  # a client that failed the handshake
-                continue
+            except (OSError, EOFError, AuthenticationError):
+                continue  # a client that failed the handshake (a driver stopped mid-connect)
             _no_delay(conn)
             threading.Thread(target=self._answer_all, args=(conn,), daemon=True).start()
 
