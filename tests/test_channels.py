@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -15,6 +16,7 @@ from flowrl.core.channels import (
     NeedsRay,
     Parking,
     Turns,
+    open_channels,
     receive,
     taking_turns,
 )
@@ -112,6 +114,27 @@ def test_a_client_that_fails_the_handshake_leaves_the_server_serving(how, monkey
     assert answers([channels[0].send((21,))]) == [42]
     channels[0].close()
     assert errors == []
+
+
+class _Connecting:
+    """An actor handle's stand-in whose channel address is ``address``."""
+
+    def __init__(self, ray, address):
+        self.par_iter_channel = SimpleNamespace(remote=lambda: ray.put(address))
+
+
+def test_an_actor_that_dies_while_the_plan_connects_is_left_to_ray_tasks(ray_session):
+    """Its end closed during the handshake (EOFError): the plan went down with it, where
+    a Ray task would have failed as the actor's error, and the worker been replaced."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True).start()
+    actor = _Connecting(ray_session, (listener.getsockname(), b"k" * 16))
+    known = {}
+    open_channels([actor], known)
+    assert known == {actor: None}
+    listener.close()
 
 
 def _serve_in_a_process(addresses):

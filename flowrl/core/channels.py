@@ -322,8 +322,8 @@ def open_channels(actors: Iterable[Any], known: dict[Any, Channel | None]) -> No
     for actor, ref in zip(new, refs, strict=True):
         try:
             known[actor] = Channel(actor, ray.get(ref))
-        except (ray.exceptions.RayError, OSError):
-            known[actor] = None
+        except (ray.exceptions.RayError, OSError, EOFError, AuthenticationError):
+            known[actor] = None  # (gone mid-handshake: its Ray task fails as it died)
 
 
 class Turns:
