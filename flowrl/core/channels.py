@@ -66,6 +66,10 @@ def dumps(value: Any) -> memoryview:
     return out.getbuffer()
 
 
+#: what a connection's handshake raises when the other end breaks it off (closes: EOFError)
+#: or answers with another key
+HANDSHAKE_FAILED = (OSError, EOFError, AuthenticationError)
+
 #: the ticket of a request that wants no reply (``Channel.notify``)
 NO_REPLY = 2**64 - 1
 
@@ -94,7 +98,7 @@ class ChannelServer:
         while True:  # a thread per connection: a plan rebuilt connects anew
             try:
                 conn = self._listener.accept()
-            except (OSError, EOFError, AuthenticationError):
+            except HANDSHAKE_FAILED:
                 continue  # a client that failed the handshake (a driver stopped mid-connect)
             _no_delay(conn)
             threading.Thread(target=self._answer_all, args=(conn,), daemon=True).start()
@@ -322,7 +326,7 @@ def open_channels(actors: Iterable[Any], known: dict[Any, Channel | None]) -> No
     for actor, ref in zip(new, refs, strict=True):
         try:
             known[actor] = Channel(actor, ray.get(ref))
-        except (ray.exceptions.RayError, OSError, EOFError, AuthenticationError):
+        except (ray.exceptions.RayError, *HANDSHAKE_FAILED):
             known[actor] = None  # (gone mid-handshake: its Ray task fails as it died)
 
 
