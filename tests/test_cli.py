@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,6 +293,24 @@ def test_the_progress_bar_stops_at_its_total_and_shows_the_target(capsys):
     bar.close()
     err = capsys.readouterr().err.splitlines()[-1]
     assert "win=0.50" in err and "ret=" not in err
+
+
+def test_the_progress_bar_rates_only_the_steps_sampled_while_it_runs(capsys):
+    # the layout measurement's results (or a restored run's steps) come to the bar at once:
+    # counted in its rate, 50k env steps in no time would read as millions a second
+    from flowrl.run.runner import StopCriteria, _progress_bar, _show_progress
+
+    stop = StopCriteria(timesteps=1_000_000)
+    bar, shown = _progress_bar(stop, enabled=True, sampled=50_000), {}
+    for steps in (25_000, 50_000):  # made before the bar began
+        _show_progress(bar, stop, {"env_steps_sampled": steps, "episode_return_mean": 9.0}, shown)
+    assert bar.n == 50_000
+    time.sleep(0.2)
+    _show_progress(bar, stop, {"env_steps_sampled": 52_000, "episode_return_mean": 9.0}, shown)
+    bar.close()
+    number, kilo = re.findall(r"([\d.]+)(k?) steps/s", capsys.readouterr().err)[-1]
+    rate = float(number) * (1000 if kilo else 1)
+    assert bar.n == 52_000 and rate <= 2_000 / 0.2 * 1.05, rate  # 2k steps in 0.2 s or more
 
 
 def test_the_package_shows_its_public_names_only():

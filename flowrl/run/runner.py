@@ -159,14 +159,17 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _progress_bar(stop: StopCriteria, enabled: bool) -> Any:
+def _progress_bar(stop: StopCriteria, enabled: bool, sampled: int = 0) -> Any:
     """A bar over the env step budget (with its ETA) when the run has one, else a counter
-    of env steps; one rate (tqdm's, env steps per second)."""
+    of env steps; one rate (tqdm's, env steps per second). It starts at the env steps
+    ``sampled`` before it (a restored run's, or the layout measurement's, whose results
+    come to it at once), and its rate counts only the steps sampled since."""
     from tqdm import tqdm
 
     counted = "{n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
     return tqdm(
         total=stop.timesteps,
+        initial=min(sampled, stop.timesteps or sampled),
         unit=" steps",
         unit_scale=True,
         disable=not enabled,
@@ -345,7 +348,8 @@ def run(
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
-    bar = _progress_bar(stop, sys.stderr.isatty() if progress is None else progress)
+    enabled = sys.stderr.isatty() if progress is None else progress
+    bar = _progress_bar(stop, enabled, sampled=(_steps(algo) or (0, 0))[0])
     best, result, stopped_by = -math.inf, algo.last_result, None
     kept, shown = _Kept(keep=keep_checkpoints), {}
     error: Exception | None = None
@@ -423,7 +427,7 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
     earlier results: the last evaluation's return and, in self-play, the last win rate
     against a random player (a zero-sum game's return says nothing)."""
     steps = result[STEPS_SAMPLED] if bar.total is None else min(result[STEPS_SAMPLED], bar.total)
-    bar.update(steps - bar.n)
+    bar.update(max(0, steps - bar.n))  # (results made before the bar began: behind it)
     target = f"/{stop.reward:g}" if stop.reward is not None else ""
     shown.update({k: result[key] for k, key in _SHOWN.items() if key in result})
     postfix = {} if "win" in shown else {"ret": f"{result[EPISODE_RETURN_MEAN]:.1f}"}
