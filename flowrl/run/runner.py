@@ -159,9 +159,10 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _progress_bar(stop: StopCriteria, enabled: bool, sampled: int = 0) -> Any:
+def _progress_bar(stop: StopCriteria, enabled: bool | None, sampled: int = 0) -> Any:
     """A bar over the env step budget (with its ETA) when the run has one, else a counter
-    of env steps; one rate (tqdm's, env steps per second). It starts at the env steps
+    of env steps; one rate (tqdm's, env steps per second). Drawn on stderr when
+    ``enabled`` (None: when stderr is a terminal). It starts at the env steps
     ``sampled`` before it (a restored run's, or the layout measurement's, whose results
     come to it at once), and its rate counts only the steps sampled since."""
     from tqdm import tqdm
@@ -172,7 +173,7 @@ def _progress_bar(stop: StopCriteria, enabled: bool, sampled: int = 0) -> Any:
         initial=min(sampled, stop.timesteps or sampled),
         unit=" steps",
         unit_scale=True,
-        disable=not enabled,
+        disable=not (sys.stderr.isatty() if enabled is None else enabled),
         dynamic_ncols=True,
         mininterval=0.5,
         bar_format="{l_bar}{bar}| " + counted if stop.timesteps else None,
@@ -348,8 +349,7 @@ def run(
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
-    enabled = sys.stderr.isatty() if progress is None else progress
-    bar = _progress_bar(stop, enabled, sampled=(_steps(algo) or (0, 0))[0])
+    bar = _progress_bar(stop, progress, sampled=(_steps(algo) or (0, 0))[0])
     best, result, stopped_by = -math.inf, algo.last_result, None
     kept, shown = _Kept(keep=keep_checkpoints), {}
     error: Exception | None = None
