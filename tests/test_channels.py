@@ -88,10 +88,11 @@ def test_an_abandoned_request_s_reply_is_dropped_not_kept():
     assert channel.replies == {} and not channel.unanswered
 
 
-@pytest.mark.parametrize("how", ["closes at once", "sends a wrong answer"])
+@pytest.mark.parametrize("how", ["closes at once", "sends a wrong answer", "says nothing"])
 def test_a_client_that_fails_the_handshake_leaves_the_server_serving(how, monkeypatch):
     """A driver stopped mid-connect (two Ctrl-Cs) closed its socket during the handshake:
-    the server's thread died with EOFError, and its traceback reached the user's terminal."""
+    the server's thread died with EOFError, and its traceback reached the user's terminal.
+    One that stalls in it (says nothing) held the accept loop, keeping every other out."""
     import socket
 
     errors = []
@@ -104,15 +105,17 @@ def test_a_client_that_fails_the_handshake_leaves_the_server_serving(how, monkey
             assert challenge, "the server sends its challenge first"
             sock.sendall(len(b"wrong").to_bytes(4, "big") + b"wrong")
             sock.recv(256)  # its refusal
-    channels = []  # the next client, connected in a thread: a dead server never answers
-    connecting = threading.Thread(
-        target=lambda: channels.append(Channel(None, server.address)), daemon=True
-    )
-    connecting.start()
-    connecting.join(timeout=10)
-    assert channels, f"the next client is not served: {errors}"
-    assert answers([channels[0].send((21,))]) == [42]
-    channels[0].close()
+        if how != "says nothing":
+            sock.close()
+        channels = []  # the next client, connected in a thread: a stuck server never answers
+        connecting = threading.Thread(
+            target=lambda: channels.append(Channel(None, server.address)), daemon=True
+        )
+        connecting.start()
+        connecting.join(timeout=10)
+        assert channels, f"the next client is not served: {errors}"
+        assert answers([channels[0].send((21,))]) == [42]
+        channels[0].close()
     assert errors == []
 
 

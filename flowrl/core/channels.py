@@ -41,7 +41,7 @@ import traceback
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
 from multiprocessing.connection import wait as readable
 from typing import Any, TypeVar
 
@@ -88,22 +88,30 @@ class ChannelServer:
             host = ray.util.get_node_ip_address()
         self._answer = answer
         self._parking = parking
-        key = os.urandom(16)
-        self._listener = Listener((host, 0), authkey=key)
+        self._key = os.urandom(16)
+        self._listener = Listener((host, 0))  # (no key: each connection's thread checks it)
         #: what a ``Channel`` connects with: (host, port) and the key
-        self.address = (self._listener.address, key)
+        self.address = (self._listener.address, self._key)
         threading.Thread(target=self._serve, name="flowrl-channel", daemon=True).start()
 
     def _serve(self) -> None:
         while True:  # a thread per connection: a plan rebuilt connects anew
             try:
                 conn = self._listener.accept()
-            except HANDSHAKE_FAILED:
-                continue  # a client that failed the handshake (a driver stopped mid-connect)
-            _no_delay(conn)
+            except OSError:
+                continue
             threading.Thread(target=self._answer_all, args=(conn,), daemon=True).start()
 
     def _answer_all(self, conn: Any) -> None:
+        # the handshake Listener.accept makes with a key, made here on the connection's own
+        # thread: a client that stalls in it keeps no other client out
+        try:
+            deliver_challenge(conn, self._key)
+            answer_challenge(conn, self._key)
+            _no_delay(conn)
+        except HANDSHAKE_FAILED:  # a client that broke it off (a driver stopped mid-connect)
+            conn.close()
+            return
         if self._parking is not None:
             self._parking.connected(1)
         try:
