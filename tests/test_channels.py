@@ -212,6 +212,7 @@ def test_a_class_taking_turns_runs_one_call_at_a_time_once_it_has_turns():
     assert tally.overlaps == 0
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_plan_over_channels_learns_exactly_what_it_learns_over_ray_tasks(ray_session):
     from flowrl import Algorithm
@@ -229,6 +230,7 @@ def test_a_plan_over_channels_learns_exactly_what_it_learns_over_ray_tasks(ray_s
     assert not none_opened and len(opened) == 2 and all(isinstance(c, Channel) for c in opened)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_worker_killed_under_a_channel_is_replaced_and_gets_a_channel_of_its_own(ray_session):
     from flowrl import Algorithm

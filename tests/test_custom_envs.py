@@ -72,6 +72,7 @@ def test_register_env_with_a_closure_trains_on_ray_workers(ray_session, tmp_path
     algo.stop()
 
 
+@pytest.mark.slow
 def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
     class Local(gym.Env):  # defined here, importable from nowhere: pickled by value
         observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

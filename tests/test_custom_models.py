@@ -58,6 +58,7 @@ def test_a_whole_acting_module_is_used_as_it_is(tmp_path):
     assert (script(torch.as_tensor(obs)).numpy() == policy.compute_actions(obs)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_registered_model_reaches_the_ray_workers(ray_session):
     ray = ray_session

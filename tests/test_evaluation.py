@@ -95,6 +95,7 @@ def read_frames(path):
         return [frame for frame in reader]  # list() asks its length: inf
 
 
+@pytest.mark.slow
 def test_evaluate_video_writes_an_mp4_per_episode_whose_frames_show_it(tmp_path, capsys):
     algo = Algorithm("ppo", num_workers=0, train_batch_size=256)
     algo.train()

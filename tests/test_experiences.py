@@ -96,6 +96,7 @@ def test_bad_recordings_are_one_clear_error(tmp_path):
         read_experiences(out)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_remote_workers_record_and_write_what_they_hold_at_the_end(tmp_path, ray_session):
     out, result = record(tmp_path, "CartPole-v1", num_workers=2)
@@ -187,6 +188,7 @@ def test_marwil_learns_more_than_bc_from_a_recording_of_mixed_quality(tmp_path):
     assert scores["marwil"] >= 350 and scores["marwil"] >= scores["bc"] + 50, scores
 
 
+@pytest.mark.slow
 def test_minari_datasets_both_ways(tmp_path, monkeypatch):
     """A recording written as a Minari dataset reads back in Minari; a dataset Minari's own
     DataCollector wrote trains bc (local datasets only: nothing is downloaded)."""

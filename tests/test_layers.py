@@ -78,6 +78,7 @@ def test_the_layer_check_fails_on_an_import_from_a_higher_layer():
     assert upward_imports("flowrl.learning.learner", inside) == ["flowrl.apps.cli"]
 
 
+@pytest.mark.slow
 def test_importing_flowrl_changes_no_global_state():
     """No warnings filter, environment variable or torch setting changes on importing
     flowrl's modules (its dependencies are imported first: what they do is theirs)."""

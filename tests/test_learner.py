@@ -142,7 +142,7 @@ def test_update_targets_keeps_its_last_copy_in_checkpoints():
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("name", ["sac", "dqn"])
+@pytest.mark.parametrize("name", [pytest.param("sac", marks=pytest.mark.slow), "dqn"])
 def test_a_remote_rollout_worker_holds_only_the_acting_module(name, ray_session):
     ray = ray_session
     spec = next(s for s in list_algorithms() if s.name == name)

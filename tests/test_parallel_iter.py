@@ -180,6 +180,7 @@ class Stamped(ParallelIteratorWorker):
         return self.stamps
 
 
+@pytest.mark.slow
 def test_an_actor_that_answers_early_is_asked_ahead_without_waiting_for_the_slowest(ray_session):
     """With ahead, the fast actor's item of the next round is asked for as soon as its
     item of this round is in, not once the slow actor's is; and never a round further."""

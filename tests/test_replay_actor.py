@@ -48,6 +48,7 @@ def test_a_shard_hands_out_global_indexes_per_policy_and_takes_back_only_its_own
         shard.update_priorities({"a": (np.array([0, 3]), np.ones(2))})
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_store_replay_and_priorities_over_shards(ray_session, channels):
     shards = create_replay_actors(prioritized, num_shards=2)

@@ -40,6 +40,7 @@ def test_mlflow_holds_every_iteration_the_config_and_the_summary(tmp_path):
     assert saved.data.tags["summary.stopped_by"] == "iterations"
 
 
+@pytest.mark.slow
 def test_wandb_offline_holds_every_iteration_and_the_summary(tmp_path, monkeypatch):
     from wandb_records import history_and_summary
 

@@ -115,6 +115,7 @@ def test_clip_rewards_clips_what_is_learned_from_and_returns_stay_the_envs():
     )
 
 
+@pytest.mark.slow
 def test_a_lost_life_is_terminal_for_learning_and_the_game_is_the_episode():
     """Breakout with ``life_loss_info``: each of a game's 5 lives ends in a terminated
     row followed by a reset step (FIRE pressed for the agent), and an episode is a whole
