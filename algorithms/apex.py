@@ -130,7 +130,8 @@ class ApexPolicy(DQNPolicy):
 
 def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict[str, Any]]:
     """Concurrently(async): rollouts(async) -> store in the replay shards -> weights to the
-    worker; replay -> Enqueue into the learner thread; Dequeue -> priorities -> targets."""
+    worker; replay -> Enqueue into the learner thread; Dequeue -> priorities -> targets. The
+    Dequeue branch reports, the rollouts until it first does."""
     shards = workers.keep("replay", lambda: make_replay(config))
     learner = LearnerThread(workers.local_worker, inbox_size=config.learner_queue_size,
                             sgd_minibatch_size=config.train_batch_size)  # fmt: skip
@@ -157,7 +158,9 @@ def execution_plan(workers: WorkerSet, config: ApexConfig) -> LocalIterator[dict
     update_op = update_op.for_each(
         UpdateTargets(update_targets, period=config.target_network_update_freq)
     )
-    train_op = Concurrently([store_op, replay_op, update_op], mode="async", output_indexes=[2])
+    train_op = Concurrently(
+        [store_op, replay_op, update_op], mode="async", output_indexes=[2], warm_up_indexes=[0]
+    )
     return StandardMetricsReporting(train_op, workers, config)
 
 

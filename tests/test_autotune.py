@@ -156,3 +156,31 @@ def test_an_algorithm_that_needs_workers_gets_them_even_on_one_cpu():
     assert best_layout(cheap, 2048, min_workers=2).num_workers == 2
     one_cpu = costs(20, 60, ray_running=False, cpus=1)
     assert best_layout(one_cpu, 2048, min_workers=2).num_workers == 2
+
+
+def test_a_buffer_slow_to_fill_is_measured_early_and_the_run_starts_afresh(monkeypatch):
+    """DQN's Atari preset fills 100k env steps before it learns: the measuring run used to
+    sample them all in one process (minutes) and then learn for two 10k-step iterations
+    before a layout was chosen. It now learns after MEASURING_FILL_S of sampling, a result
+    per SGD step, and the run starts with the config's own learning_starts."""
+    from flowrl.diagnostics import autotune
+
+    monkeypatch.setattr(autotune, "MEASURING_FILL_S", 0.05)  # CartPole's 1000 steps: longer
+    algo = Algorithm.auto("dqn", env="CartPole-v1", seed=0)
+    with algo:
+        assert algo.unreported == [] and algo.iteration == 0  # the measuring run stopped
+        assert algo.config.learning_starts == 1000
+        assert algo.config.min_env_steps_per_iteration == 1000
+        assert algo.layout.reason.startswith("layout auto: ") and algo.layout.steps_per_s > 0
+
+
+def test_a_measuring_run_that_meets_its_criterion_reports_its_own_rate(tmp_path, capsys):
+    """A run done before its learning was measured said 67k-159k env steps/s (one step
+    over the time between two results); its rate is now its env steps over its time."""
+    args = ["train", "sac", "--env", "Pendulum-v1", "--stop-timesteps", "200"]
+    assert main([*args, "--no-progress", "--output", str(tmp_path / "run")]) == 0
+    reason = json.loads((tmp_path / "run" / "summary.json").read_text())["layout"]["reason"]
+    assert "the run met its stop criterion" in reason, reason
+    (row,) = [json.loads(r) for r in (tmp_path / "run" / "result.jsonl").read_text().splitlines()]
+    rate = float(reason.split("~")[1].split(" env steps/s")[0].replace(",", ""))
+    assert rate <= 1.5 * row["env_steps_sampled"] / row["time_total_s"], (rate, row)

@@ -146,6 +146,7 @@ def test_atari_frames_are_replayed_at_a_frame_per_row_and_resume_from_a_checkpoi
     assert buffer._frames.keys == ("obs", "next_obs")
     assert buffer._frames.num_frames < 1.1 * len(buffer)
     clone = Algorithm.from_checkpoint(algo.save(tmp_path / "c"))
+    clone.train()  # may report its first round's sampling alone: the rollouts report first
     assert clone.train()["env_steps_trained"] > result["env_steps_trained"]
     restored = clone.plan.context.checkpointables["replay_buffer"].buffers["default"]
     rows = np.arange(len(buffer))  # the rows before the checkpoint, in their slots
@@ -193,3 +194,23 @@ def test_epsilon_reads_the_run_s_env_steps_as_last_heard_plus_this_copy_s_since(
     assert policy.epsilon() == pytest.approx(0.5)
     policy.compute_actions(np.zeros((10, 2), np.float32))
     assert policy.epsilon() == pytest.approx(1 - 5_040 / 10_000)
+
+
+def test_the_rollouts_report_while_the_buffer_fills_and_a_budget_is_met_there():
+    """Before learning_starts, only the training branch reported: a run showed nothing
+    for 100k env steps (DQN's Atari preset) and ran past a smaller budget to that point."""
+    from flowrl.run.runner import StopCriteria
+
+    algo = Algorithm("dqn", env="CartPole-v1", num_workers=0, seed=0, learning_starts=3000,
+                     min_env_steps_per_iteration=500)  # fmt: skip
+    with algo:
+        first = algo.train()
+        assert 500 <= first["env_steps_sampled"] < 1000 and first["env_steps_trained"] == 0
+        assert not any(key.startswith("learner/") for key in first)
+        summary = algo.run(stop=StopCriteria(timesteps=1500))
+        assert summary["stopped_by"] == "timesteps" and summary["env_steps_sampled"] < 2000
+        trained = algo.train()
+        while trained["env_steps_trained"] == 0:
+            trained = algo.train()
+        assert trained["env_steps_sampled"] >= 3000 and "learner/loss" in trained
+        assert algo.train()["env_steps_trained"] > trained["env_steps_trained"]

@@ -209,7 +209,8 @@ def test_a_checkpoint_of_another_model_size_is_a_clear_error(ppo_run):
 def test_checkpoint_round_trip_keeps_the_prioritized_replay_buffer(tmp_path):
     config = {"num_workers": 0, "prioritized_replay": True, "store_buffer_in_checkpoints": True}
     with Algorithm("dqn", env="CartPole-v1", **config) as algo:
-        algo.train()
+        while algo.train()["env_steps_trained"] == 0:  # the buffer fills to learning_starts
+            pass
         buffer = algo.plan.context.checkpointables["replay_buffer"].buffers["default"]
         path = algo.save(tmp_path / "ckpt")
     with Algorithm.from_checkpoint(path) as restored:

@@ -47,9 +47,27 @@ def test_async_mode_yields_everything_once():
     assert sorted(out) == [1, 2, 3, 10, 20]
 
 
+@pytest.mark.parametrize("mode", ["round_robin", "async"])
+def test_a_warm_up_branch_reaches_the_output_until_an_output_branch_yields(mode):
+    """A replay plan's rollouts report while its buffer fills: the training branch is not
+    ready until it holds learning_starts rows, and then reports alone."""
+    filled = []
+    stored = items(range(6)).for_each(lambda i: filled.append(i) or f"stored {i}")
+    trained = items([NotReady, NotReady, NotReady, "trained 0", "trained 1"])
+    plan = Concurrently([stored, trained], mode=mode, output_indexes=[1], warm_up_indexes=[0])
+    out = drain(plan)
+    first = out.index("trained 0")
+    assert out[first:] == ["trained 0", "trained 1"], "only the output branch after it yields"
+    assert out[:first] == [f"stored {i}" for i in range(first)] and first >= 3
+    assert filled == [0, 1, 2, 3, 4, 5], "the warm-up branch runs on after it reports"
+    assert "warm_up=[0]" in plan.label
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="out of range"):
         Concurrently([items([1])], output_indexes=[1])
+    with pytest.raises(ValueError, match="warm_up_indexes \\[2\\] out of range"):
+        Concurrently([items([1]), items([2])], output_indexes=[1], warm_up_indexes=[2])
     with pytest.raises(ValueError, match="round_robin_weights need"):
         Concurrently([items([1])], mode="async", round_robin_weights=[1])
 

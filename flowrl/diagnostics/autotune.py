@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowrl.core.context import STEPS_SAMPLED
+from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import walk
 from flowrl.ops.concurrency import LearnerThread
 
@@ -50,6 +50,11 @@ RAY_BYTES_PER_S = 1.0e9
 RAY_START_S = 7.0
 # with no step budget given, starting Ray must pay for itself within a run this long
 PAYBACK_S = 30.0
+# the measuring run of a replay plan starts learning after at most this long of sampling,
+# where its config's learning_starts would take longer in one process (DQN's Atari preset:
+# 100k env steps, minutes). Such a run only measures, a result per SGD step (the preset's
+# iteration of 10k env steps learns for minutes), and the run starts afresh
+MEASURING_FILL_S = 10.0
 
 
 @dataclass
@@ -118,12 +123,13 @@ def choose_layout(
     """Measure the costs of ``spec``'s plan (or ``plan``) with ``config`` (its layout
     aside); return the layout with the most env steps per second on ``cpus`` (default: the
     Ray cluster's when Ray runs, else this machine's), the in-process run that measured
-    learning when that layout is its own (it goes on training; else it is stopped and None
-    comes back) and that run's results. ``until`` is the run's stop criterion: a measuring
-    run that meets it is the run (it is done). ``envs``: the envs per worker to try. With
-    ``horizon_steps``, Ray's start counts against the layouts that need it, spread over
-    that many env steps; ``min_workers`` 1 keeps every layout on Ray (a cluster was
-    named). ``Algorithm.auto`` calls it (``algorithm_cls`` runs the plan in-process).
+    learning when that layout is its own (it goes on training; else, or where it began
+    learning early, it is stopped and None comes back) and that run's results. ``until``
+    is the run's stop criterion: a measuring run that meets it is the run (it is done).
+    ``envs``: the envs per worker to try. With ``horizon_steps``, Ray's start counts
+    against the layouts that need it, spread over that many env steps; ``min_workers`` 1
+    keeps every layout on Ray (a cluster was named). ``Algorithm.auto`` calls it
+    (``algorithm_cls`` runs the plan in-process).
 
     Examples:
         >>> algo = Algorithm.auto("ppo", env="CartPole-v1")  # doctest: +SKIP
@@ -136,13 +142,12 @@ def choose_layout(
     # learning is measured on the fastest in-process layout, which can then keep going
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
-    layout_now = {"num_workers": 0, "num_envs_per_worker": in_process,
-                  "rollout_fragment_length": fragment}  # fmt: skip
-    run = algorithm_cls(spec, config.replace(**layout_now), plan=plan)
+    measuring, keeps = _measuring_config(config, in_process, fragment, sample_s[in_process])
+    run = algorithm_cls(spec, measuring, plan=plan)
     results: list[dict[str, Any]] = []
     with _stopped_on_error(run):
         learn_s, learner_thread, weight_bytes, rate = measure_learning(
-            run, seconds, results=results, until=until
+            run, seconds, results=results, until=until if keeps else None
         )
     cpus = cpus if cpus is not None else cluster_cpus()
     costs = Costs(sample_s, step_bytes, learn_s, learner_thread, weight_bytes, cpus,
@@ -151,12 +156,25 @@ def choose_layout(
     layout = best_layout(
         costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers, floor=floor
     )
-    if until is not None and until(results[-1]):
+    if keeps and until is not None and until(results[-1]):
         return _finished_while_measured(in_process, fragment, rate), run, results
-    if (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
+    if not keeps or (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
         run.stop()
         return layout, None, []
     return layout, run, results
+
+
+def _measuring_config(config: Any, envs: int, fragment: int, step_s: float) -> tuple[Any, bool]:
+    """The in-process config that measures learning, and whether its run can be the run:
+    not where its buffer takes longer than ``MEASURING_FILL_S`` to fill (``step_s`` a step)
+    to ``learning_starts``; it then learns early, with a result per SGD step."""
+    layout = {"num_workers": 0, "num_envs_per_worker": envs, "rollout_fragment_length": fragment}
+    fill_steps = max(1, int(MEASURING_FILL_S / step_s))
+    keeps = getattr(config, "learning_starts", 0) <= fill_steps
+    if not keeps:
+        layout.update(learning_starts=fill_steps, min_env_steps_per_iteration=0,
+                      min_time_s_per_iteration=0.0)  # fmt: skip
+    return config.replace(**layout), keeps
 
 
 def round_of(config: Any) -> int:
@@ -331,8 +349,9 @@ def measure_learning(
     """Learner seconds per env step sampled, whether a learner thread does it, the
     weights' bytes and the run's env steps per second, from ``run`` (an in-process
     Algorithm) trained for ``seconds`` and at least two iterations after a first one
-    (warm-up), or until a result meets ``until``. Appends each result to ``results``.
-    Reads the plan's ``learn`` and ``apply`` timers: no profiler needed."""
+    (warm-up: with its replay buffer filling up, until it has trained), or until a result
+    meets ``until``. Appends each result to ``results``. Reads the plan's ``learn`` and
+    ``apply`` timers: no profiler needed."""
     timers, counters = run.plan.context.timers, run.plan.context.counters
     results = [] if results is None else results
 
@@ -342,12 +361,18 @@ def measure_learning(
     def done() -> bool:
         return until is not None and bool(until(results[-1]))
 
+    began = time.perf_counter()
     results.append(run.train())
+    filling = getattr(run.config, "learning_starts", 0)
+    while not done() and counters[STEPS_TRAINED] == 0 and counters[STEPS_SAMPLED] <= filling:
+        results.append(run.train())
     start, start_steps, start_learned = time.perf_counter(), counters[STEPS_SAMPLED], learned()
     iterations = 0
     while not done() and (time.perf_counter() - start < seconds or iterations < 2):
         results.append(run.train())
         iterations += 1
+    if iterations == 0:  # ``until`` met before the measurement: the whole run measures
+        start, start_steps, start_learned = began, 0, 0.0
     elapsed = time.perf_counter() - start
     steps = max(1, counters[STEPS_SAMPLED] - start_steps)
     weights = run.workers.local_worker.get_weights()

@@ -38,9 +38,13 @@ def Concurrently(
     mode: str = "round_robin",
     output_indexes: Sequence[int] | None = None,
     round_robin_weights: Sequence[int | str] | None = None,
+    warm_up_indexes: Sequence[int] = (),
 ) -> LocalIterator[Any]:
     """Run several branches of one plan; only the branches in ``output_indexes`` reach the
-    output (the others still run, for their side effects).
+    output (the others still run, for their side effects). The branches in
+    ``warm_up_indexes`` reach it too until an output branch yields its first item: a replay
+    plan's rollouts report while its buffer fills up to ``learning_starts``, so its run
+    shows progress and meets a step budget from the start.
 
     ``round_robin``: deterministic turns, ``round_robin_weights[i]`` items from branch ``i``
     per turn (``"*"``: as many as are ready). ``async``: whichever branch has an item.
@@ -49,28 +53,54 @@ def Concurrently(
         >>> Concurrently(
         ...     [store_op, train_op], output_indexes=[1], round_robin_weights=[1, 4]
         ... )  # doctest: +SKIP
+        >>> filling = LocalIterator.from_items(["stored 1", "stored 2", "stored 3"])
+        >>> training = LocalIterator.from_items([NotReady, "trained 1", "trained 2"])
+        >>> Concurrently([filling, training], output_indexes=[1], warm_up_indexes=[0]).take(4)
+        ['stored 1', 'stored 2', 'trained 1', 'trained 2']
     """
     if mode not in ("round_robin", "async"):
         raise ValueError(f"mode must be round_robin or async, got {mode!r}")
     if round_robin_weights is not None and mode != "round_robin":
         raise ValueError("round_robin_weights need mode='round_robin'")
     outputs = set(range(len(ops)) if output_indexes is None else output_indexes)
-    if not outputs <= set(range(len(ops))):
-        raise ValueError(f"output_indexes {sorted(outputs)} out of range for {len(ops)} ops")
+    for name, indexes in (("output_indexes", outputs), ("warm_up_indexes", warm_up_indexes)):
+        if not set(indexes) <= set(range(len(ops))):
+            raise ValueError(f"{name} {sorted(indexes)} out of range for {len(ops)} ops")
     tagged = [op.for_each(_Tag(i)) for i, op in enumerate(ops)]
     merged = tagged[0].union(
         *tagged[1:],
         deterministic=mode == "round_robin",
         round_robin_weights=round_robin_weights,
     )
-    kept = merged.filter(lambda item: item[0] in outputs)
+    kept = merged.filter(_Outputs(outputs, warm_up=set(warm_up_indexes)))
     out = kept.for_each(_untag)
-    out.name = f"Concurrently[{mode}, outputs={sorted(outputs)}]({', '.join(o.name for o in ops)})"
+    reach = f"outputs={sorted(outputs)}"
+    if warm_up_indexes:
+        reach += f", warm_up={sorted(warm_up_indexes)}"
+    out.name = f"Concurrently[{mode}, {reach}]({', '.join(o.name for o in ops)})"
     weights = f", weights={list(round_robin_weights)}" if round_robin_weights else ""
-    out.label = f"Concurrently({mode}{weights}, outputs={sorted(outputs)})"
+    out.label = f"Concurrently({mode}{weights}, {reach})"
     for step in (*tagged, merged, kept):  # the graph and the profile show one step
         step.hidden = True
     return out
+
+
+class _Outputs:
+    """Whether a tagged item reaches a ``Concurrently``'s output: its branch is an output,
+    or a warm-up branch while no output branch has yielded yet."""
+
+    def __init__(self, outputs: set[int], *, warm_up: set[int]) -> None:
+        self.outputs, self.warm_up = outputs, warm_up
+        self.warming_up = bool(warm_up)
+
+    def __call__(self, item: tuple[int, Any]) -> bool:
+        if item[0] in self.outputs:
+            self.warming_up = False
+            return True
+        return self.warming_up and item[0] in self.warm_up
+
+    def __repr__(self) -> str:
+        return f"outputs{sorted(self.outputs)}"
 
 
 class _Tag:

@@ -33,8 +33,9 @@ def replay_plan(
     workers: WorkerSet, config: ReplayConfig, update_targets: UpdateTargets
 ) -> LocalIterator[dict[str, Any]]:
     """Concurrently(round_robin): rollouts -> store, and replay -> train -> priorities ->
-    targets; only the training branch reports. ``update_targets`` is the algorithm's own
-    (hard copies every so many steps, or soft updates after every SGD step).
+    targets; the training branch reports, the rollouts until training starts (while the
+    buffer fills to ``learning_starts``). ``update_targets`` is the algorithm's own (hard
+    copies every so many steps, or soft updates after every SGD step).
 
     Examples:
         >>> from flowrl.algorithms.dqn import DQNConfig, DQNLearner, DQNPolicy
@@ -60,6 +61,7 @@ def replay_plan(
         mode="round_robin",
         output_indexes=[1],
         round_robin_weights=[1, config.replay_weight],
+        warm_up_indexes=[0],
     )
     return StandardMetricsReporting(train_op, workers, config)
 
