@@ -123,5 +123,6 @@ def plan(workers, config):
         mode="round_robin",
         output_indexes=[1],
         round_robin_weights=[1, config.replay_weight],
+        warm_up_indexes=[0],  # the rollouts report while the buffer fills
     )
     return StandardMetricsReporting(train_op, workers, config)

@@ -672,18 +672,19 @@ def test_apex_with_a_replay_shard_killed_trains_on_and_exits(tmp_path):
     shutdown their clean-up started a new Ray, and the process never exited."""
     run_dir = tmp_path / "run"
     flowrl = str(Path(sys.executable).parent / "flowrl")
-    stop = ["--stop-iters", "2"]  # the shard is killed after the first
+    stop = ["--stop-iters", "6"]  # the shard is killed after the first that trained
     args = [flowrl, "train", "apex", "--num-workers", "2", "--no-progress", "--seed", "0", *stop]
     args += ["--output", str(run_dir)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         killed = False
-        # mid-run: after the first iteration
+        # mid-run: after the first iteration that trained (the first report sampling alone)
         while not killed:
-            assert time.monotonic() < deadline and proc.poll() is None, "no first iteration"
+            assert time.monotonic() < deadline and proc.poll() is None, "no iteration trained"
             results = run_dir / "result.jsonl"
-            if results.exists() and results.read_text().splitlines():
+            rows = results.read_text().splitlines() if results.exists() else []
+            if rows and json.loads(rows[-1])["env_steps_trained"] > 0:
                 killed = _kill_one(_processes(proc.pid, "ray::ReplayActor"))
             time.sleep(0.1)
         ray_processes = _descendants(proc.pid)
