@@ -203,7 +203,12 @@ class VectorLanes:
         return episodes
 
     def close(self) -> None:
-        self.env.close()
+        """Close the env and let it go: a native env (ale-py's Atari vector env) is then
+        freed at once, not in the interpreter's last collection, which the ``flowrl``
+        command skips (``console_main``), where nanobind warned of it as leaked."""
+        env, self.env = self.env, None
+        if env is not None:
+            env.close()
 
 
 class LaneMemory:
