@@ -177,7 +177,7 @@ def test_a_buffer_slow_to_fill_is_measured_early_and_the_run_starts_afresh(monke
 def test_a_measuring_run_that_meets_its_criterion_reports_its_own_rate(tmp_path, capsys):
     """A run done before its learning was measured said 67k-159k env steps/s (one step
     over the time between two results); its rate is now its env steps over its time."""
-    args = ["train", "sac", "--env", "Pendulum-v1", "--stop-timesteps", "200"]
+    args = ["train", "ppo", "--env", "CartPole-v1", "--stop-timesteps", "1000"]
     assert main([*args, "--no-progress", "--output", str(tmp_path / "run")]) == 0
     reason = json.loads((tmp_path / "run" / "summary.json").read_text())["layout"]["reason"]
     assert "the run met its stop criterion" in reason, reason

@@ -44,6 +44,7 @@ def test_help_and_usage_errors_answer_without_loading_torch():
     assert out.stdout.splitlines()[-1] == "False"
 
 
+@pytest.mark.slow
 def test_an_atari_run_exits_without_nanobind_leak_warnings(tmp_path):
     """The command skips the interpreter's last garbage collection (console_main), so an
     Atari vector env still held there was never freed: ale-py's nanobind printed 20 lines
