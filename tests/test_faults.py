@@ -672,7 +672,7 @@ def test_apex_with_a_replay_shard_killed_trains_on_and_exits(tmp_path):
     shutdown their clean-up started a new Ray, and the process never exited."""
     run_dir = tmp_path / "run"
     flowrl = str(Path(sys.executable).parent / "flowrl")
-    stop = ["--stop-iters", "6"]  # the shard is killed after the first that trained
+    stop = ["--stop-iters", "4"]  # the shard is killed after the first that trained
     args = [flowrl, "train", "apex", "--num-workers", "2", "--no-progress", "--seed", "0", *stop]
     args += ["--output", str(run_dir)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

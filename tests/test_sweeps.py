@@ -57,6 +57,21 @@ def test_pbt_restores_one_trials_checkpoint_into_the_other(ray_session, tmp_path
     assert exploits, "PBT logs each exploit"
 
 
+@pytest.mark.slow
+def test_tune_counts_iterations_from_the_first_that_trained(ray_session, tmp_path):
+    """The rollouts of a replay plan report while its buffer fills: those results go to
+    the trial's run files, and Tune's iterations (ASHA's rungs, PBT's intervals) begin
+    with the first that trained, so no scheduler compares untrained trials."""
+    fixed = {"num_workers": 0, "learning_starts": 1500, "min_env_steps_per_iteration": 500}
+    (result,) = sweep("dqn", {"lr": [1e-3]}, fixed=fixed, stop={"training_iteration": 1},
+                      storage=tmp_path)  # fmt: skip
+    assert result.error is None and result.metrics["env_steps_trained"] > 0
+    run_dir = tmp_path / "tune" / result.path.rsplit("/", 1)[-1] / "flowrl"
+    rows = [json.loads(line) for line in (run_dir / "result.jsonl").open()]
+    assert [r["env_steps_trained"] == 0 for r in rows] == [True] * (len(rows) - 1) + [False]
+    assert len(rows) >= 3 and rows[-1]["env_steps_sampled"] == result.metrics["env_steps_sampled"]
+
+
 def test_tune_command_refuses_bad_input_in_one_line(capsys):
     for args, message in (
         (["tune", "ppo"], "needs at least one --grid"),

@@ -26,7 +26,7 @@ from typing import Any
 from ray import tune
 
 from flowrl.core.config import ConfigError
-from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
+from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.logger import RunLogger
 from flowrl.run.runner import run_meta
@@ -67,11 +67,19 @@ class FlowrlTrainable(tune.Trainable):
         return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": per_worker}] * workers)
 
     def step(self) -> dict[str, Any]:
-        result = self.algo.train()
+        result = self._logged(self.algo.train())
+        # while a replay buffer fills to learning_starts, results come from sampling alone:
+        # they go to the trial's run files, and Tune's schedulers (ASHA's rungs, PBT's
+        # intervals) count from the first result that trained, comparing trials that learned
+        while result[STEPS_TRAINED] == 0 and getattr(self.algo.config, "learning_starts", 0):
+            result = self._logged(self.algo.train())
+        return {**result, RESTORES: self.restores}
+
+    def _logged(self, result: dict[str, Any]) -> dict[str, Any]:
         if self.run_log is None:
             self.run_log = self._open_run_log()
         self.run_log.log(result)
-        return {**result, RESTORES: self.restores}
+        return result
 
     def _open_run_log(self) -> RunLogger:
         """flowrl's run files for this trial: continued from a restored checkpoint's
