@@ -143,11 +143,12 @@ def choose_layout(
     in_process = min(sample_s, key=sample_s.get)
     fragment = max(1, round(round_steps / in_process))
     measuring, keeps = _measuring_config(config, in_process, fragment, sample_s[in_process])
+    until = until if keeps else None  # a run that only measures is not the run
     run = algorithm_cls(spec, measuring, plan=plan)
     results: list[dict[str, Any]] = []
     with _stopped_on_error(run):
         learn_s, learner_thread, weight_bytes, rate = measure_learning(
-            run, seconds, results=results, until=until if keeps else None
+            run, seconds, results=results, until=until
         )
     cpus = cpus if cpus is not None else cluster_cpus()
     costs = Costs(sample_s, step_bytes, learn_s, learner_thread, weight_bytes, cpus,
@@ -156,7 +157,7 @@ def choose_layout(
     layout = best_layout(
         costs, round_steps, horizon_steps=horizon_steps, min_workers=min_workers, floor=floor
     )
-    if keeps and until is not None and until(results[-1]):
+    if until is not None and until(results[-1]):
         return _finished_while_measured(in_process, fragment, rate), run, results
     if not keeps or (layout.num_workers, layout.num_envs_per_worker) != (0, in_process):
         run.stop()
