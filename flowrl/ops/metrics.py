@@ -46,6 +46,12 @@ class OncePerIteration(Operator):
         self._last_time = time.perf_counter()
         self._last_steps = 0
 
+    def bind(self, context: PlanContext) -> None:
+        super().bind(context)
+        # a restored run's iteration counts from its env steps so far, not from zero (else
+        # its first item passed at once: a warm-up iteration of one fragment)
+        self._last_steps = context.counters[STEPS_SAMPLED]
+
     def __call__(self, item: Any) -> bool:
         steps = self.context.counters[STEPS_SAMPLED]
         now = time.perf_counter()
