@@ -38,7 +38,10 @@ def test_runs_that_differ_only_in_seed_form_one_group_named_by_what_differs():
     assert group_by_config(runs) == ("ppo on E", {"lr=0.1": ["a", "b"], "lr=0.2": ["c"]})
     runs["d"] = {"algo": "dqn", "config": {"env": "E", "seed": 0, "lr": 0.1}}
     title, groups = group_by_config(runs)  # the algorithm differs: the labels name it
-    assert title == "E" and groups["dqn lr=0.1"] == ["d"] and groups["ppo lr=0.2"] == ["c"]
+    assert title == "E" and groups["dqn"] == ["d"] and groups["ppo lr=0.2"] == ["c"]
+    # settings another algorithm's config lacks or sets otherwise name no group
+    runs["d"]["config"] |= {"n_step": 3, "lr": 0.5}
+    assert group_by_config(runs)[1] == {"ppo lr=0.1": ["a", "b"], "ppo lr=0.2": ["c"], "dqn": ["d"]}
     assert group_by_config({"a": runs["a"]}) == ("ppo on E", {"ppo on E": ["a"]})
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,35 +40,48 @@ def read_run(run_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict
     return meta, rows
 
 
+#: what sets runs apart whose configs are compared setting by setting
+FAMILY = ("algo", "env")
+
+
 def group_by_config(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, list[str]]]:
     """What every run shares (the algorithm and env, when all runs have the same: the
     plot's title), and the runs whose algorithm and config differ only in ``seed``, by a
-    label naming what sets their group apart (the title when nothing does).
+    label naming what sets their group apart (the title when nothing does): the algorithm
+    and env where they vary, and the settings that vary among the runs of that algorithm on
+    that env (two algorithms' configs differ in most of their defaults, which say nothing).
 
     Examples:
         >>> runs = {"a": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.1}},
-        ...         "b": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}}}
+        ...         "b": {"algo": "ppo", "config": {"env": "E", "seed": 0, "lr": 0.2}},
+        ...         "c": {"algo": "dqn", "config": {"env": "E", "seed": 0, "lr": 0.5}}}
         >>> group_by_config(runs)
-        ('ppo on E', {'lr=0.1': ['a'], 'lr=0.2': ['b']})
+        ('E', {'ppo lr=0.1': ['a'], 'ppo lr=0.2': ['b'], 'dqn': ['c']})
     """
     keyed = {}
     for name, meta in runs.items():
         config = {k: v for k, v in meta.get("config", {}).items() if k != "seed"}
         keyed[name] = {"algo": meta.get("algo"), **config}
-    varying = sorted(
-        k
-        for k in dict.fromkeys(k for c in keyed.values() for k in c)
-        if len({json.dumps(c.get(k), sort_keys=True) for c in keyed.values()}) > 1
-    )
+    varying = _varying(keyed.values())
     first = next(iter(keyed.values()), {})
-    shared = [str(first.get(k)) for k in ("algo", "env") if k not in varying]
+    shared = [str(first.get(k)) for k in FAMILY if k not in varying]
     title = " on ".join(shared)
     groups: dict[str, list[str]] = {}
     for name, config in keyed.items():
-        parts = [str(config.get(k)) for k in ("algo", "env") if k in varying]
-        parts += [f"{k}={config.get(k)}" for k in varying if k not in ("algo", "env")]
+        family = [c for c in keyed.values() if all(c.get(k) == config.get(k) for k in FAMILY)]
+        parts = [str(config.get(k)) for k in FAMILY if k in varying]
+        parts += [f"{k}={config.get(k)}" for k in _varying(family) if k not in FAMILY]
         groups.setdefault(" ".join(parts) or title, []).append(name)
     return title, groups
+
+
+def _varying(configs: Iterable[dict[str, Any]]) -> list[str]:
+    """The keys whose values are not the same in all of ``configs``, sorted."""
+    configs = list(configs)
+    keys = dict.fromkeys(k for c in configs for k in c)
+    return sorted(
+        k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
+    )
 
 
 def mean_and_band(
