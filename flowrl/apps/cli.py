@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import flowrl
 from flowrl.core.config import ConfigError, parse_set_value
-from flowrl.core.context import EPISODE_RETURN_MEAN
+from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
@@ -413,13 +413,41 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 1
     finally:
         algo.stop()
-    ret = summary[EPISODE_RETURN_MEAN]
-    print(
-        f"flowrl: stopped by {summary['stopped_by']} after {summary['env_steps_sampled']} env "
-        f"steps, {summary['time_total_s']:.1f} s: episode_return_mean {ret:.1f} "
-        f"(best {summary['best_episode_return_mean']:.1f}); checkpoint {summary['checkpoint']}"
-    )
+    print(final_line(summary))
     return 0
+
+
+def final_line(summary: dict[str, Any]) -> str:
+    """What ``flowrl train`` says when a run ends: why, after how much, the returns it
+    reached (the training episodes', the greedy evaluation's where it evaluated; an offline
+    run samples no episodes) and its last checkpoint.
+
+    Examples:
+        >>> print(final_line({
+        ...     "stopped_by": "iterations", "iterations": 5, "env_steps_sampled": 0,
+        ...     "time_total_s": 4.9, "episode_return_mean": math.nan,
+        ...     "best_episode_return_mean": math.nan,
+        ...     "best_evaluation_episode_return_mean": 489.2, "checkpoint": "c",
+        ... }))  # doctest: +ELLIPSIS
+        flowrl: stopped by iterations after 5 iterations, 4.9 s: best evaluation return 489.2; ...
+    """
+    steps = summary[STEPS_SAMPLED]
+    done = f"{steps} env steps" if steps else f"{summary['iterations']} iterations"
+    returns = []
+    if math.isfinite(summary[EPISODE_RETURN_MEAN]):
+        returns.append(
+            f"episode_return_mean {summary[EPISODE_RETURN_MEAN]:.1f} "
+            f"(best {summary['best_episode_return_mean']:.1f})"
+        )
+    if "best_evaluation_episode_return_mean" in summary:
+        returns.append(
+            f"best evaluation return {summary['best_evaluation_episode_return_mean']:.1f}"
+        )
+    reached = ", ".join(returns) or "no episode finished"
+    return (
+        f"flowrl: stopped by {summary['stopped_by']} after {done}, "
+        f"{summary['time_total_s']:.1f} s: {reached}; checkpoint {summary['checkpoint']}"
+    )
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
