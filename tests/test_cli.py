@@ -296,15 +296,16 @@ def test_the_progress_bar_stops_at_its_total_and_shows_the_target(capsys):
     err = capsys.readouterr().err
     assert bar.n == 1000 and "1.00k/1.00k" in err and "1.20k" not in err
     assert "ret=20.0/450" in err and err.count("steps/s") >= 1 and "steps_s" not in err
-    game = StopCriteria(iters=3)
+    game = StopCriteria(iters=3)  # a bar over the iterations: the run's only budget
     bar, shown = _progress_bar(game, enabled=True), {}
-    for win in (0.5, None):  # SelfPlay reports every few results; the last rate stays
-        result = {"env_steps_sampled": 10, "episode_return_mean": 0.0}
+    for iteration, win in enumerate((0.5, None), start=1):  # SelfPlay reports now and then
+        result = {"iteration": iteration, "env_steps_sampled": 10, "episode_return_mean": 0.0}
         result |= {"selfplay/vs_random/win": win} if win is not None else {}
         _show_progress(bar, game, result, shown)
     bar.close()
     err = capsys.readouterr().err.splitlines()[-1]
-    assert "win=0.50" in err and "ret=" not in err
+    assert "win=0.50" in err and "ret=" not in err  # the last rate stays
+    assert bar.n == 2 and "2/3" in err and "it/s" in err
 
 
 def test_the_progress_bar_rates_only_the_steps_sampled_while_it_runs(capsys):
@@ -313,7 +314,7 @@ def test_the_progress_bar_rates_only_the_steps_sampled_while_it_runs(capsys):
     from flowrl.run.runner import StopCriteria, _progress_bar, _show_progress
 
     stop = StopCriteria(timesteps=1_000_000)
-    bar, shown = _progress_bar(stop, enabled=True, sampled=50_000), {}
+    bar, shown = _progress_bar(stop, enabled=True, done=(50_000, 0)), {}
     for steps in (25_000, 50_000):  # made before the bar began
         _show_progress(bar, stop, {"env_steps_sampled": steps, "episode_return_mean": 9.0}, shown)
     assert bar.n == 50_000

@@ -159,25 +159,31 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _progress_bar(stop: StopCriteria, enabled: bool | None, sampled: int = 0) -> Any:
-    """A bar over the env step budget (with its ETA) when the run has one, else a counter
-    of env steps; one rate (tqdm's, env steps per second). Drawn on stderr when
-    ``enabled`` (None: when stderr is a terminal). It starts at the env steps
-    ``sampled`` before it (a restored run's, or the layout measurement's, whose results
-    come to it at once), and its rate counts only the steps sampled since."""
+def _progress_bar(stop: StopCriteria, enabled: bool | None, done: tuple[int, int] = (0, 0)) -> Any:
+    """A bar over the run's budget (with its ETA): its env steps when it has a step budget,
+    else its iterations when it has an iteration budget (an offline run's, which samples
+    nothing), else a counter of env steps; one rate (tqdm's, of what it counts). Drawn on
+    stderr when ``enabled`` (None: when stderr is a terminal). It starts at what was
+    ``done`` before it, as (env steps, iterations): a restored run's, or the layout
+    measurement's, whose results come to it at once; its rate counts only what follows."""
     from tqdm import tqdm
 
+    by_steps = stop.timesteps is not None or stop.iters is None
+    total = stop.timesteps if by_steps else stop.iters
+    start = done[0] if by_steps else done[1]
     counted = "{n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
-    return tqdm(
-        total=stop.timesteps,
-        initial=min(sampled, stop.timesteps or sampled),
-        unit=" steps",
-        unit_scale=True,
+    bar = tqdm(
+        total=total,
+        initial=min(start, total or start),
+        unit=" steps" if by_steps else " it",
+        unit_scale=by_steps,
         disable=not (sys.stderr.isatty() if enabled is None else enabled),
         dynamic_ncols=True,
         mininterval=0.5,
-        bar_format="{l_bar}{bar}| " + counted if stop.timesteps else None,
+        bar_format="{l_bar}{bar}| " + counted if total else None,
     )
+    bar.counts = STEPS_SAMPLED if by_steps else ITERATION
+    return bar
 
 
 class FailureBudget:
@@ -349,7 +355,8 @@ def run(
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
-    bar = _progress_bar(stop, progress, sampled=(_steps(algo) or (0, 0))[0])
+    done = ((_steps(algo) or (0, 0))[0], algo.iteration)
+    bar = _progress_bar(stop, progress, done)
     best, result, stopped_by = -math.inf, algo.last_result, None
     kept, shown = _Kept(keep=keep_checkpoints), {}
     error: Exception | None = None
@@ -422,15 +429,19 @@ def _log_unlogged(
 
 
 def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: dict) -> None:
-    """Move the progress bar to the result's env steps (at most its total) and show the
+    """Move the progress bar to the result's env steps or iterations (what it counts; at
+    most its total) and show the
     return against the reward to reach, when there is one, and what ``shown`` keeps from
     earlier results: the last evaluation's return and, in self-play, the last win rate
     against a random player (a zero-sum game's return says nothing)."""
-    steps = result[STEPS_SAMPLED] if bar.total is None else min(result[STEPS_SAMPLED], bar.total)
-    bar.update(max(0, steps - bar.n))  # (results made before the bar began: behind it)
+    done = result[bar.counts] if bar.total is None else min(result[bar.counts], bar.total)
+    bar.update(max(0, done - bar.n))  # (results made before the bar began: behind it)
     target = f"/{stop.reward:g}" if stop.reward is not None else ""
     shown.update({k: result[key] for k, key in _SHOWN.items() if key in result})
-    postfix = {} if "win" in shown else {"ret": f"{result[EPISODE_RETURN_MEAN]:.1f}"}
+    ret = result[EPISODE_RETURN_MEAN]
+    # (an offline run's training return is always NaN: its evaluation's says it all)
+    quiet = "win" in shown or ("eval" in shown and not math.isfinite(ret))
+    postfix = {} if quiet else {"ret": f"{ret:.1f}"}
     postfix |= {k: f"{v:.2f}" if k == "win" else f"{v:.1f}" for k, v in shown.items()}
     where = "eval" if stop.on_evaluation else "ret"
     if where in postfix:
