@@ -87,6 +87,9 @@ def test_list():
         (["train", "sac", "--env", "CartPole-v1", "--num-workers", "2"], "set discrete=true"),
         (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),
         (["train", "dqn", "--env", "Pendulum-v1"], "dqn takes Discrete actions"),
+        (["train", "ppo", "--num-workers", "10000"], "10000 rollout workers reserve"),
+        (["train", "bc"], "no recording to read"),
+        (["train", "ppo", "--input", "recorded"], "recording for the offline algorithms"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, message, capsys):

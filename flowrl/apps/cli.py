@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import flowrl
 from flowrl.core.config import ConfigError, parse_set_value
@@ -28,6 +28,9 @@ from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
 from flowrl.run.runner import sigint_ignored
+
+if TYPE_CHECKING:
+    from flowrl.run.spec import AlgorithmSpec
 
 
 class _Parser(argparse.ArgumentParser):
@@ -340,18 +343,46 @@ def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
     return spec.config_cls.auto_layout and "num_workers" not in preset_values(spec, values)
 
 
+def _check_input(spec: AlgorithmSpec, values: dict[str, Any]) -> None:
+    """A recording named for an algorithm that learns from its env, or none named for one
+    that learns from a recording alone: one line, before the run starts."""
+    from flowrl.run.spec import list_algorithms
+
+    def reads_recordings(spec: AlgorithmSpec) -> bool:
+        return "input" in spec.config_cls.__dataclass_fields__
+
+    if "input" in values and not reads_recordings(spec):
+        offline = [a.name for a in list_algorithms() if reads_recordings(a)]
+        raise ConfigError(
+            f"--input names a recording for the offline algorithms ({', '.join(offline)}); "
+            f"{spec.name} learns from its env (a recording in a plan: docs/offline.md)"
+        )
+    if reads_recordings(spec) and not values.get("input"):
+        raise ConfigError("no recording to read: name its directory (input, --input DIR)")
+
+
 def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     """The algorithm of a new run, saying what takes time before its first iteration:
     measuring the layout (whose run counts toward ``stop`` and is logged) or starting Ray."""
-    from flowrl.run.algorithm import Algorithm, build_config, check_env, get_algorithm
+    from flowrl.run.algorithm import (
+        Algorithm,
+        build_config,
+        check_env,
+        check_worker_cpus,
+        get_algorithm,
+    )
 
     spec = get_algorithm(args.algo)
+
+    _check_input(spec, values)
     auto = _layout_is_unset(args, values) or values.get("num_workers") == "auto"
     config = build_config(
         spec, {k: v for k, v in values.items() if not (auto and k == "num_workers")}
     )
     if auto or config.uses_ray:  # bad input (config, env, spaces): one line, before the news
         check_env(spec, config)
+    if config.uses_ray:  # (a machine with too few CPUs for them, too)
+        check_worker_cpus(config, args.address)
     if auto:
         print("flowrl: measuring the fastest layout here (a few seconds; --num-workers sets one)")
         return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
@@ -432,7 +463,8 @@ def final_line(summary: dict[str, Any]) -> str:
         flowrl: stopped by iterations after 5 iterations, 4.9 s: best evaluation return 489.2; ...
     """
     steps = summary[STEPS_SAMPLED]
-    done = f"{steps} env steps" if steps else f"{summary['iterations']} iterations"
+    iterations = summary["iterations"]
+    done = f"{steps} env steps" if steps else f"{iterations} iteration{'s' * (iterations != 1)}"
     returns = []
     if math.isfinite(summary[EPISODE_RETURN_MEAN]):
         returns.append(
