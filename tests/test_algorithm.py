@@ -32,6 +32,23 @@ def test_train_save_restore_keeps_weights_counters_and_optimizer(tmp_path):
     clone.stop()
 
 
+def test_a_checkpoint_restored_into_a_running_plan_rates_only_the_steps_sampled_after(tmp_path):
+    """PBT's exploit loads another trial's checkpoint into a plan that has run: the rate
+    counted the other trial's extra env steps as sampled in this iteration (4x too high)."""
+    ahead = Algorithm("ppo", env="CartPole-v1", **FAST)
+    for _ in range(4):
+        ahead.train()
+    path = ahead.save(tmp_path / "ahead")
+    with Algorithm("ppo", env="CartPole-v1", **FAST) as behind:
+        behind.train()
+        behind.restore(path)
+        before = behind.plan.context.counters["env_steps_sampled"]
+        result = behind.train()
+    rate = (result["env_steps_sampled"] - before) / result["time_this_iter_s"]
+    assert result["env_steps_per_s"] == pytest.approx(rate, rel=0.1)
+    ahead.stop()
+
+
 def test_the_metrics_operator_checkpoints_its_own_window_and_time(tmp_path):
     algo = Algorithm("ppo", env="CartPole-v1", metrics_smoothing_episodes=5, **FAST)
     for _ in range(3):
