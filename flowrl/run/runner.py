@@ -355,8 +355,7 @@ def run(
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
-    done = ((_steps(algo) or (0, 0))[0], algo.iteration)
-    bar = _progress_bar(stop, progress, done)
+    bar = _progress_bar(stop, progress, ((_steps(algo) or (0, 0))[0], algo.iteration))
     best, result, stopped_by = -math.inf, algo.last_result, None
     kept, shown = _Kept(keep=keep_checkpoints), {}
     error: Exception | None = None
