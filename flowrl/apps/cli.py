@@ -373,7 +373,6 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     )
 
     spec = get_algorithm(args.algo)
-
     _check_input(spec, values)
     auto = _layout_is_unset(args, values) or values.get("num_workers") == "auto"
     config = build_config(

@@ -429,10 +429,10 @@ def _log_unlogged(
 
 def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: dict) -> None:
     """Move the progress bar to the result's env steps or iterations (what it counts; at
-    most its total) and show the
-    return against the reward to reach, when there is one, and what ``shown`` keeps from
-    earlier results: the last evaluation's return and, in self-play, the last win rate
-    against a random player (a zero-sum game's return says nothing)."""
+    most its total) and show the return against the reward to reach, when there is one,
+    and what ``shown`` keeps from earlier results: the last evaluation's return and, in
+    self-play, the last win rate against a random player (a zero-sum game's return says
+    nothing)."""
     done = result[bar.counts] if bar.total is None else min(result[bar.counts], bar.total)
     bar.update(max(0, done - bar.n))  # (results made before the bar began: behind it)
     target = f"/{stop.reward:g}" if stop.reward is not None else ""
