@@ -107,6 +107,36 @@ def test_tune_command_prints_a_table_of_its_trials(ray_session, tmp_path, capsys
 
 
 @pytest.mark.slow
+def test_an_offline_sweep_reads_a_relative_input_and_ranks_by_the_evaluation(
+    ray_session, tmp_path, monkeypatch, capsys
+):
+    """Tune runs each trial in a directory of its own: a relative --input failed every trial
+    ('rec is not a recording'), and the table ranked them by a training return that an
+    offline run never has (NaN)."""
+    from flowrl import Algorithm
+
+    monkeypatch.chdir(tmp_path)
+    with Algorithm("ppo", num_workers=0, record_experiences="rec", train_batch_size=512) as run:
+        run.train()
+    args = ["tune", "bc", "--input", "rec", "--grid", "lr=[0.001,0.0003]", "--stop-iters", "1"]
+    args += ["--set", "updates_per_iteration=5", "evaluation_episodes=2", "--output", "sweep"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    header, *rows = out.split("\ntrial ", 1)[1].splitlines()[:3]
+    assert "evaluation/episode_return_mean" in header and "2 trials, 0 failed" in out
+    assert all(float(row.split()[4]) > 0 for row in rows), out  # CartPole's returns
+
+
+def test_an_offline_sweep_needs_an_evaluation_every_iteration():
+    from flowrl.apps.sweeps import check_trials
+    from flowrl.run.spec import get_algorithm
+
+    fixed = {"input": "rec", "evaluation_interval": 2}
+    with pytest.raises(ConfigError, match="evaluation_interval=1"):
+        check_trials(get_algorithm("bc"), fixed, {"lr": [1e-3]}, {}, cpus=2)
+
+
+@pytest.mark.slow
 def test_an_optuna_search_of_three_trials_on_real_tune(ray_session, tmp_path, capsys):
     """Optuna's TPE sampler draws lr and the epochs from their ranges, three trials (the
     command in-process, on the session's Ray)."""

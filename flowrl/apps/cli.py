@@ -95,6 +95,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
     parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
     parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    parser.add_argument(
+        "--input", metavar="DIR", help="the recording an offline algorithm learns from"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,9 +161,6 @@ def _add_train_parser(sub: Any) -> None:
     )
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--address", help="address of a running Ray cluster to join")
-    train.add_argument(
-        "--input", metavar="DIR", help="the recording an offline algorithm learns from"
-    )
     train.add_argument(
         "--record-experiences",
         metavar="DIR",
@@ -484,6 +484,7 @@ def final_line(summary: dict[str, Any]) -> str:
 def cmd_tune(args: argparse.Namespace) -> int:
     from flowrl.apps.sweeps import (
         check_trials,
+        metric,
         parse_grid,
         parse_space,
         sweep,
@@ -505,6 +506,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"--perturbation-interval must be >= 1, got {args.perturbation_interval}")
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
+    _check_input(spec, {**fixed, **grid})
     said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)  # before Ray
     config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
     check_env_id(config.env)
@@ -529,7 +531,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         search=args.search,
         seed=config.seed,
     )
-    rows = trial_rows(results, [*grid, *space])
+    rows = trial_rows(results, [*grid, *space], metric(spec))
     print_table(rows)
     for row, result in zip(rows, results, strict=True):
         if result.error is not None:

@@ -25,15 +25,16 @@ from typing import Any
 
 from ray import tune
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ConfigError, OfflineConfig
 from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
+from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import RunLogger
 from flowrl.run.runner import run_meta
 from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
-METRIC = EPISODE_RETURN_MEAN
+METRIC = EPISODE_RETURN_MEAN  # what trials are ranked by (an offline one's: ``metric``)
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
 SCHEDULERS = ("fifo", "asha", "pbt")
 SEARCHES = ("random", "optuna")  # random: Tune's own (grids in full, ranges sampled)
@@ -183,6 +184,12 @@ def check_trials(
     for key, values in grid.items():
         for value in values:
             spec.config_cls.from_dict({**fixed, key: value})
+    intervals = {fixed.get("evaluation_interval", 1), *grid.get("evaluation_interval", [])}
+    if metric(spec) == EVAL_RETURN_MEAN and intervals != {1}:  # Tune needs it in every result
+        raise ConfigError(
+            f"a sweep of {spec.name} ranks its trials by their evaluation return, which every "
+            "result must have: evaluation_interval=1"
+        )
     for key, (dist, bounds) in space.items():
         default = getattr(defaults, key)
         if isinstance(default, int) and not isinstance(default, bool) and "uniform" in dist:
@@ -207,6 +214,18 @@ def check_trials(
             f"--num-workers {fit} or fewer (0: trials in-process)"
         )
     return said
+
+
+def metric(spec: Any) -> str:
+    """What the trials of an algorithm (its ``AlgorithmSpec``) are ranked by: the mean
+    return of their episodes, or of their evaluation episodes where it learns from a
+    recording (it samples none).
+
+    Examples:
+        >>> metric(get_algorithm("ppo")), metric(get_algorithm("bc"))
+        ('episode_return_mean', 'evaluation/episode_return_mean')
+    """
+    return EVAL_RETURN_MEAN if issubclass(spec.config_cls, OfflineConfig) else METRIC
 
 
 def sweep(
@@ -234,18 +253,20 @@ def sweep(
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
     space = dict(space or {})
     _check_sweep(algo, grid, space, fixed or {}, search, scheduler)
-    params = {**(fixed or {}), ALGO_KEY: algo}
+    params = {**_absolute_paths(fixed or {}), ALGO_KEY: algo}
+    grid = {key: [_absolute_paths({key: v})[key] for v in values] for key, values in grid.items()}
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
     params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
+    ranked_by = metric(get_algorithm(algo))
     tuner = tune.Tuner(
         FlowrlTrainable,
         param_space=params,
         tune_config=tune.TuneConfig(
-            metric=METRIC,
+            metric=ranked_by,
             mode="max",
             num_samples=num_samples,
             scheduler=_scheduler(scheduler, grid, perturbation_interval),
-            search_alg=optuna_search(seed) if search == "optuna" else None,
+            search_alg=optuna_search(seed, ranked_by) if search == "optuna" else None,
         ),
         run_config=tune.RunConfig(
             name=name,
@@ -264,6 +285,29 @@ def sweep(
     # line), and "wrote the results to <path>" at the end
     with quiet_loggers("ray.tune", "ray.train", level=logging.CRITICAL):
         return tuner.fit()
+
+
+#: config values that name a directory, which Tune's trials (each run in its own directory)
+#: must be given whole
+PATH_KEYS = ("input", "record_experiences", "evaluation_video_dir")
+
+
+def _absolute_paths(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each relative directory of ``PATH_KEYS`` made absolute (a Minari
+    dataset's ``minari:`` id stays as it is).
+
+    Examples:
+        >>> _absolute_paths({"input": "/data/rec", "lr": 0.1})
+        {'input': '/data/rec', 'lr': 0.1}
+        >>> _absolute_paths({"input": "rec"})["input"] == str(Path.cwd() / "rec")
+        True
+    """
+    out = dict(values)
+    for key in PATH_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and value and not value.startswith("minari:"):
+            out[key] = str(Path(value).absolute())
+    return out
 
 
 def _check_sweep(
@@ -301,15 +345,15 @@ def _scheduler(name: str, grid: Mapping[str, list[Any]], interval: int) -> Any:
     return None
 
 
-def optuna_search(seed: int | None) -> Any:
-    """Tune's Optuna searcher (TPE), maximising the mean return; a ConfigError when
-    optuna is not installed."""
+def optuna_search(seed: int | None, ranked_by: str = METRIC) -> Any:
+    """Tune's Optuna searcher (TPE), maximising ``ranked_by`` (the mean return); a
+    ConfigError when optuna is not installed."""
     try:
         import optuna  # noqa: F401  (OptunaSearch imports it only when built)
         from ray.tune.search.optuna import OptunaSearch
     except ImportError:
         raise ConfigError("--search optuna needs optuna: pip install 'flowrl-ray[tune]'") from None
-    return OptunaSearch(metric=METRIC, mode="max", seed=seed)
+    return OptunaSearch(metric=ranked_by, mode="max", seed=seed)
 
 
 def trial_error(error: BaseException) -> str:
@@ -331,20 +375,24 @@ def trial_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-def trial_rows(grid: tune.ResultGrid, keys: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per trial: its swept values, iterations, env steps, last and best return."""
+def trial_rows(
+    grid: tune.ResultGrid, keys: Sequence[str], ranked_by: str = METRIC
+) -> list[dict[str, Any]]:
+    """One row per trial: its swept values, iterations, env steps, last and best return
+    (``ranked_by``: ``metric``)."""
     rows = []
     for result in grid:
         metrics, config = result.metrics or {}, result.config or {}  # none: failed at once
         history = result.metrics_dataframe
-        best = history[METRIC].max() if history is not None and METRIC in history else None
+        has = history is not None and ranked_by in history
+        best = history[ranked_by].max() if has else None
         rows.append(
             {
                 "trial": metrics.get("trial_id", "?"),
                 **{key: config.get(key) for key in keys},
                 "iterations": metrics.get("training_iteration"),
                 "env_steps": metrics.get(STEPS_SAMPLED),
-                METRIC: metrics.get(METRIC),
+                ranked_by: metrics.get(ranked_by),
                 "best": best,
                 "error": trial_error(result.error).split(":")[0] if result.error else "",
             }
