@@ -32,6 +32,29 @@ def test_train_save_restore_keeps_weights_counters_and_optimizer(tmp_path):
     clone.stop()
 
 
+def test_training_goes_on_after_an_interrupt():
+    """A notebook's interrupt raises KeyboardInterrupt inside train(), which closed the
+    plan's generators: every later train() raised 'the execution plan ... ended'."""
+    calls = iter(range(1000))
+
+    def interrupted_once(workers, config):
+        def fragment(batch):
+            if next(calls) == 1:  # the second fragment of the run, in whichever plan
+                raise KeyboardInterrupt
+            return batch
+
+        rollouts = ParallelRollouts(workers, mode="bulk_sync").for_each(fragment)
+        return StandardMetricsReporting(rollouts.for_each(TrainOneStep(workers)), workers, config)
+
+    with Algorithm("ppo", env="CartPole-v1", plan=interrupted_once, **FAST) as algo:
+        first = algo.train()
+        with pytest.raises(KeyboardInterrupt):
+            algo.train()
+        after = algo.train()
+    assert after["iteration"] == first["iteration"] + 1
+    assert after["env_steps_trained"] > first["env_steps_trained"]
+
+
 def test_a_checkpoint_restored_into_a_running_plan_rates_only_the_steps_sampled_after(tmp_path):
     """PBT's exploit loads another trial's checkpoint into a plan that has run: the rate
     counted the other trial's extra env steps as sampled in this iteration (4x too high)."""

@@ -481,20 +481,10 @@ def final_line(summary: dict[str, Any]) -> str:
     )
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
-    from flowrl.apps.sweeps import (
-        check_trials,
-        metric,
-        parse_grid,
-        parse_space,
-        sweep,
-        trial_error,
-        trial_rows,
-    )
-    from flowrl.rollout.envs import check_env_id
-    from flowrl.run.algorithm import get_algorithm
+def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """``flowrl tune``'s grid and ranges, read and checked with its other search flags."""
+    from flowrl.apps.sweeps import parse_grid, parse_space
 
-    stop = _stop_criteria(args)
     grid, space = parse_grid(args.grid), parse_space(args.space)
     if not grid and not space:
         raise ConfigError(
@@ -504,6 +494,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     if args.perturbation_interval < 1:
         raise ConfigError(f"--perturbation-interval must be >= 1, got {args.perturbation_interval}")
+    return grid, space
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from flowrl.apps.sweeps import (
+        check_trials,
+        metric,
+        sweep,
+        trial_error,
+        trial_rows,
+    )
+    from flowrl.rollout.envs import check_env_id
+    from flowrl.run.algorithm import get_algorithm
+
+    stop = _stop_criteria(args)
+    grid, space = _searched(args)
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
     _check_input(spec, {**fixed, **grid})

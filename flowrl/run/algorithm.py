@@ -297,6 +297,7 @@ class Algorithm(Checkpointing):
                                      policy_specs=policy_specs(self.spec, self.config))  # fmt: skip
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
+        self._interrupted = False  # an interrupt (Ctrl-C, a notebook's) ended the plan
         if self.config.profile:  # before the first pull builds the plan
             self.plan.context.profiler = Profiler()
         self.evaluation = Evaluation(
@@ -349,13 +350,21 @@ class Algorithm(Checkpointing):
         return self.plan.context.counters[ITERATION]
 
     def train(self) -> dict[str, Any]:
-        """Run the plan until it produces its next result, and return that result."""
-        schedules = self._step_schedules()
+        """Run the plan until it produces its next result, and return that result. After
+        an interrupt (a notebook's, say) the next call goes on with a new plan on the same
+        counters, weights and kept state; the interrupted iteration's samples are lost."""
+        if self._interrupted:
+            self._interrupted = False
+            self._restart_plan()
+        schedules = step_schedules(self)
         while True:
             try:
                 result = next(self.plan)
             except StopIteration:
                 raise RuntimeError(f"the execution plan {self.plan} ended") from None
+            except KeyboardInterrupt:  # the plan's generators are closed by it
+                self._interrupted = True
+                raise
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
@@ -363,21 +372,6 @@ class Algorithm(Checkpointing):
                 if self.callbacks is not None:
                     run_hook(self.callbacks, "on_train_result", algorithm=self, result=result)
                 return result
-
-    def _step_schedules(self) -> dict[str, float]:
-        """The iteration begins: every schedule reads the plan's env steps sampled so far,
-        the learner's and those of every worker's policies (DQN's epsilon, A3C's loss on
-        remote workers), told without waiting; the results show the config's as
-        ``schedule/<name>``."""
-        steps = self.plan.context.counters[STEPS_SAMPLED]
-        self.workers.local_worker.policies.set_env_steps_sampled(steps)
-        self.workers.local_worker.learner.set_env_steps(steps)
-        self.workers.set_env_steps_sampled(steps, plan=self.plan.context)
-        return {
-            f"schedule/{f.name}": scheduled(getattr(self.config, f.name), steps)
-            for f in dataclasses.fields(self.config)
-            if f.metadata.get("schedule") and is_schedule(getattr(self.config, f.name))
-        }
 
     def profile(self, *, since_start: bool = True) -> Profile:
         """Where the plan's time went since it started (or in the last iteration): each
@@ -422,11 +416,15 @@ class Algorithm(Checkpointing):
         replaced = [f"rollout worker {i}" for i in failed]
         for name, indexes in self.workers.revive_kept().items():
             replaced += [f"{name} actor {i}" for i in indexes]
+        self._restart_plan()
+        return replaced
+
+    def _restart_plan(self) -> None:
+        """A new plan on the same context: counters and what its operators kept."""
         self.plan.close()
         context = self.plan.context
         self.plan = self._build_plan()
         self.plan.context = context
-        return replaced
 
     def _build_plan(self) -> LocalIterator[dict[str, Any]]:
         plan = self._plan_fn(self.workers, self.config)
@@ -471,3 +469,19 @@ class Algorithm(Checkpointing):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def step_schedules(algo: Algorithm) -> dict[str, float]:
+    """An iteration of ``algo`` begins: every schedule reads the plan's env steps so far,
+    the learner's and those of every worker's policies (DQN's epsilon, A3C's loss on
+    remote workers), told without waiting; the results show the config's as
+    ``schedule/<name>``."""
+    steps = algo.plan.context.counters[STEPS_SAMPLED]
+    algo.workers.local_worker.policies.set_env_steps_sampled(steps)
+    algo.workers.local_worker.learner.set_env_steps(steps)
+    algo.workers.set_env_steps_sampled(steps, plan=algo.plan.context)
+    return {
+        f"schedule/{f.name}": scheduled(getattr(algo.config, f.name), steps)
+        for f in dataclasses.fields(algo.config)
+        if f.metadata.get("schedule") and is_schedule(getattr(algo.config, f.name))
+    }
