@@ -191,7 +191,11 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
     except gym.error.Error as e:
         hint = ""
         if not sep:
-            hint = " (your own env: module:ClassOrFactory, or flowrl.register_env first)"
+            hint = (
+                " (an env a package registers when imported: package:EnvId, as "
+                "minigrid:MiniGrid-DoorKey-5x5-v0; your own env: module:ClassOrFactory, or "
+                "flowrl.register_env first)"
+            )
         raise ConfigError(f"unknown env id '{env}': {e}{hint}") from None
 
 
