@@ -499,6 +499,7 @@ def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str,
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from flowrl.apps.sweeps import (
+        check_sweep,
         check_trials,
         metric,
         sweep,
@@ -513,7 +514,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
     _check_input(spec, {**fixed, **grid})
-    said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)  # before Ray
+    check_sweep(args.algo, grid, space, fixed, args.search, args.scheduler)  # before Ray
+    said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)
     config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)

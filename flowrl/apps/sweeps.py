@@ -252,7 +252,7 @@ def sweep(
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
     space = dict(space or {})
-    _check_sweep(algo, grid, space, fixed or {}, search, scheduler)
+    check_sweep(algo, grid, space, fixed or {}, search, scheduler)
     params = {**_absolute_paths(fixed or {}), ALGO_KEY: algo}
     grid = {key: [_absolute_paths({key: v})[key] for v in values] for key, values in grid.items()}
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
@@ -310,7 +310,7 @@ def _absolute_paths(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_sweep(
+def check_sweep(
     algo: str, grid: Mapping, space: Mapping, fixed: Mapping, search: str, scheduler: str
 ) -> None:
     """A ConfigError, one line, for a key ``algo``'s config lacks, an unknown search or
