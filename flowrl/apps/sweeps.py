@@ -31,6 +31,7 @@ from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import RunLogger
 from flowrl.run.runner import run_meta
+from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
@@ -216,7 +217,7 @@ def check_trials(
     return said
 
 
-def metric(spec: Any) -> str:
+def metric(spec: AlgorithmSpec) -> str:
     """What the trials of an algorithm (its ``AlgorithmSpec``) are ranked by: the mean
     return of their episodes, or of their evaluation episodes where it learns from a
     recording (it samples none).
@@ -253,8 +254,8 @@ def sweep(
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
     space = dict(space or {})
     check_sweep(algo, grid, space, fixed or {}, search, scheduler)
-    params = {**_absolute_paths(fixed or {}), ALGO_KEY: algo}
-    grid = {key: [_absolute_paths({key: v})[key] for v in values] for key, values in grid.items()}
+    params = {**{k: _absolute(k, v) for k, v in (fixed or {}).items()}, ALGO_KEY: algo}
+    grid = {key: [_absolute(key, v) for v in values] for key, values in grid.items()}
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
     params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
     ranked_by = metric(get_algorithm(algo))
@@ -292,22 +293,19 @@ def sweep(
 PATH_KEYS = ("input", "record_experiences", "evaluation_video_dir")
 
 
-def _absolute_paths(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with each relative directory of ``PATH_KEYS`` made absolute (a Minari
-    dataset's ``minari:`` id stays as it is).
+def _absolute(key: str, value: Any) -> Any:
+    """``value`` of config key ``key``, made absolute where it is a relative directory of
+    ``PATH_KEYS`` (a Minari dataset's ``minari:`` id stays as it is).
 
     Examples:
-        >>> _absolute_paths({"input": "/data/rec", "lr": 0.1})
-        {'input': '/data/rec', 'lr': 0.1}
-        >>> _absolute_paths({"input": "rec"})["input"] == str(Path.cwd() / "rec")
+        >>> _absolute("input", "/data/rec"), _absolute("lr", 0.1)
+        ('/data/rec', 0.1)
+        >>> _absolute("input", "rec") == str(Path.cwd() / "rec")
         True
     """
-    out = dict(values)
-    for key in PATH_KEYS:
-        value = out.get(key)
-        if isinstance(value, str) and value and not value.startswith("minari:"):
-            out[key] = str(Path(value).absolute())
-    return out
+    if key in PATH_KEYS and isinstance(value, str) and value and not value.startswith("minari:"):
+        return str(Path(value).absolute())
+    return value
 
 
 def check_sweep(
