@@ -61,6 +61,25 @@ def test_a_run_records_its_steps_episode_by_episode(tmp_path):
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 
+def test_a_second_run_into_the_same_directory_goes_on_with_the_recording(tmp_path):
+    """A resumed run (or any second run) recording into the same directory wrote its files
+    over the first part's: worker-000-00000 again, with the same episode ids."""
+    out, _ = record(tmp_path, "CartPole-v1")
+    first = read_experiences(out)["default"]
+    with Algorithm.from_checkpoint(_saved(tmp_path), record_experiences=str(out)) as resumed:
+        resumed.train()
+    both = read_experiences(out)["default"]
+    assert len(both) > len(first)
+    assert np.array_equal(np.sort(both[EPS_ID])[: len(first)], np.sort(first[EPS_ID]))
+    check_episodes(both)  # episode ids unique across the parts
+
+
+def _saved(tmp_path: Path) -> Path:
+    with Algorithm("ppo", env="CartPole-v1", **SMALL) as run:
+        run.train()
+        return run.save(tmp_path / "checkpoint")
+
+
 def test_dict_observations_with_their_mask_round_trip_and_normalising_records_raw_ones(tmp_path):
     out, _ = record(tmp_path, "flowrl.rollout.toy_envs:MaskedChoice", normalize_observations=True)
     rows = read_experiences(out)["default"]

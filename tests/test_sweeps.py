@@ -25,10 +25,14 @@ def test_parse_grid_reads_json_lists_and_names_a_bad_item():
 
 @pytest.mark.slow
 def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, tmp_path):
+    fixed = {**FAST, "record_experiences": str(tmp_path / "recorded")}  # side by side
     results = sweep(
-        "ppo", {"lr": [1e-3, 3e-4]}, fixed=FAST, stop={"training_iteration": 2}, storage=tmp_path
+        "ppo", {"lr": [1e-3, 3e-4]}, fixed=fixed, stop={"training_iteration": 2}, storage=tmp_path
     )
     assert sorted(r.config["lr"] for r in results) == [3e-4, 1e-3]
+    # each trial records to a directory of its own (they wrote each other's files over)
+    recorded = sorted(p.parent.name for p in (tmp_path / "recorded").glob("*/manifest.json"))
+    assert recorded == sorted(r.metrics["trial_id"] for r in results)
     for result in results:
         assert result.error is None and result.metrics["training_iteration"] == 2
         run_dir = tmp_path / "tune" / result.path.rsplit("/", 1)[-1] / "flowrl"

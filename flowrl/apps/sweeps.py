@@ -56,6 +56,9 @@ class FlowrlTrainable(tune.Trainable):
         # Ray Train logs a line with the absolute path of every checkpoint it persists
         logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
         values = {k: v for k, v in config.items() if k != ALGO_KEY}
+        for key in ("record_experiences", "evaluation_video_dir"):  # trials run side by side:
+            if values.get(key):  # a directory of its own for each, under the one named
+                values[key] = str(Path(values[key]) / self.trial_id)
         self.algo = Algorithm(config[ALGO_KEY], values)
         self.restores = 0
         self.run_log: RunLogger | None = None

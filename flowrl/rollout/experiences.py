@@ -135,8 +135,8 @@ class ExperienceWriter:
         self.spaces, self.meta, self.rows_per_file = spaces, meta, rows_per_file
         self._held: dict[str, list[dict[str, np.ndarray]]] = {}
         self._episode: dict[str, np.ndarray] = {}  # each lane's running episode serial
-        self._serials = 0
-        self._files = 0
+        # a recording goes on after this worker's files already there (a resumed run's)
+        self._files, self._serials = _continued(self.directory, worker_index)
         self._types: dict[str, dict[str, Any]] = {}
 
     def _episode_ids(self, pid: str, done: np.ndarray) -> np.ndarray:
@@ -222,6 +222,19 @@ class ExperienceWriter:
         """Write the rows still held."""
         for pid in list(self._held):
             self._write(pid)
+
+
+def _continued(directory: Path, worker_index: int) -> tuple[int, int]:
+    """The next file index and episode serial of worker ``worker_index``'s recording in
+    ``directory``: after those of its files already there (a resumed run's first part,
+    which the files of the second were written over), else 0 and 0."""
+    files = list(directory.glob(f"*/worker-{worker_index:03d}-*.parquet"))
+    if not files:
+        return 0, 0
+    pq = _arrow().parquet
+    last = max(int(np.max(pq.read_table(f, columns=[EPS_ID])[EPS_ID].to_numpy())) for f in files)
+    next_file = 1 + max(int(f.stem.rsplit("-", 1)[1]) for f in files)
+    return next_file, last - (worker_index << 40) + 1
 
 
 def spaces_of(lanes: Any) -> dict[str, tuple[Any, Any]]:
