@@ -348,16 +348,13 @@ def _check_input(spec: AlgorithmSpec, values: dict[str, Any]) -> None:
     that learns from a recording alone: one line, before the run starts."""
     from flowrl.run.spec import list_algorithms
 
-    def reads_recordings(spec: AlgorithmSpec) -> bool:
-        return "input" in spec.config_cls.__dataclass_fields__
-
-    if "input" in values and not reads_recordings(spec):
-        offline = [a.name for a in list_algorithms() if reads_recordings(a)]
+    if "input" in values and not spec.offline:
+        offline = [a.name for a in list_algorithms() if a.offline]
         raise ConfigError(
             f"--input names a recording for the offline algorithms ({', '.join(offline)}); "
             f"{spec.name} learns from its env (a recording in a plan: docs/offline.md)"
         )
-    if reads_recordings(spec) and not values.get("input"):
+    if spec.offline and not values.get("input"):
         raise ConfigError("no recording to read: name its directory (input, --input DIR)")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ray import tune
 
-from flowrl.core.config import ConfigError, OfflineConfig
+from flowrl.core.config import ConfigError
 from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
@@ -189,7 +189,7 @@ def check_trials(
         for value in values:
             spec.config_cls.from_dict({**fixed, key: value})
     intervals = {fixed.get("evaluation_interval", 1), *grid.get("evaluation_interval", [])}
-    if metric(spec) == EVAL_RETURN_MEAN and intervals != {1}:  # Tune needs it in every result
+    if spec.offline and intervals != {1}:  # Tune needs the evaluation in every result
         raise ConfigError(
             f"a sweep of {spec.name} ranks its trials by their evaluation return, which every "
             "result must have: evaluation_interval=1"
@@ -229,7 +229,7 @@ def metric(spec: AlgorithmSpec) -> str:
         >>> metric(get_algorithm("ppo")), metric(get_algorithm("bc"))
         ('episode_return_mean', 'evaluation/episode_return_mean')
     """
-    return EVAL_RETURN_MEAN if issubclass(spec.config_cls, OfflineConfig) else METRIC
+    return EVAL_RETURN_MEAN if spec.offline else METRIC
 
 
 def sweep(

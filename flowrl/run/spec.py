@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import POLICY_KEYS, Config, ConfigError
+from flowrl.core.config import POLICY_KEYS, Config, ConfigError, OfflineConfig
 from flowrl.core.iter import LocalIterator
 from flowrl.learning.learner import Learner
 from flowrl.learning.multi import PolicySpec
@@ -45,6 +45,12 @@ class AlgorithmSpec:
     variant: Variant | None = None
     #: the plan asks rollout workers for gradients (A3C): they hold torch and a learner
     workers_learn: bool = False
+
+    @property
+    def offline(self) -> bool:
+        """Whether it learns from a recording (``input``) alone: it samples no episodes,
+        and the evaluation's return is the one it reaches."""
+        return issubclass(self.config_cls, OfflineConfig)
 
     def classes(self, config: Config) -> tuple[type[Policy], type[Learner]]:
         """The policy and learner classes a run of ``config`` uses."""
