@@ -344,11 +344,12 @@ def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
 
 
 def _check_input(spec: AlgorithmSpec, values: dict[str, Any]) -> None:
-    """A recording named for an algorithm that learns from its env, or none named for one
-    that learns from a recording alone: one line, before the run starts."""
+    """A recording named for an algorithm that takes none, or none named for one that
+    learns from a recording alone: one line, before the run starts."""
     from flowrl.run.spec import list_algorithms
 
-    if "input" in values and not spec.offline:
+    # (a plan of your own may read one beside its env: its config has an input)
+    if "input" in values and "input" not in spec.config_cls.__dataclass_fields__:
         offline = [a.name for a in list_algorithms() if a.offline]
         raise ConfigError(
             f"--input names a recording for the offline algorithms ({', '.join(offline)}); "
