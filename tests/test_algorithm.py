@@ -55,6 +55,15 @@ def test_training_goes_on_after_an_interrupt():
     assert after["env_steps_trained"] > first["env_steps_trained"]
 
 
+def test_training_a_stopped_algorithm_says_it_was_stopped():
+    """train() after stop() raised 'the execution plan ParallelRollouts(...)... ended', six
+    lines of plan that did not say why."""
+    algo = Algorithm("ppo", env="CartPole-v1", **FAST)
+    algo.stop()
+    with pytest.raises(RuntimeError, match="^this algorithm was stopped: build another"):
+        algo.train()
+
+
 def test_a_checkpoint_restored_into_a_running_plan_rates_only_the_steps_sampled_after(tmp_path):
     """PBT's exploit loads another trial's checkpoint into a plan that has run: the rate
     counted the other trial's extra env steps as sampled in this iteration (4x too high)."""

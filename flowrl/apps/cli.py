@@ -601,11 +601,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     values = _config_values(args)
     if _layout_is_unset(args, values):  # the fewest workers train may pick: in-process
         values["num_workers"] = get_algorithm(args.algo).config_cls.auto_min_workers
-        where = f"{values['num_workers']} Ray workers" if values["num_workers"] else "in-process"
-        print(
-            f"flowrl: the plan {where}, the fewest workers train picks (--num-workers N)",
-            file=sys.stderr,
-        )
+        n = values["num_workers"]
+        where = f"with {n} Ray workers" if n else "in-process"
+        print(f"flowrl: the plan {where}, the fewest workers train picks (--num-workers N for "
+              "another layout)", file=sys.stderr)  # fmt: skip
     algo = Algorithm(args.algo, values)
     try:
         shown = algo.graph().format(args.format)

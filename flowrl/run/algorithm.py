@@ -297,7 +297,7 @@ class Algorithm(Checkpointing):
                                      policy_specs=policy_specs(self.spec, self.config))  # fmt: skip
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
-        self._interrupted = False  # an interrupt (Ctrl-C, a notebook's) ended the plan
+        self._ended: str | None = None  # "interrupted" (Ctrl-C, a notebook's) or "stopped"
         if self.config.profile:  # before the first pull builds the plan
             self.plan.context.profiler = Profiler()
         self.evaluation = Evaluation(
@@ -353,8 +353,10 @@ class Algorithm(Checkpointing):
         """Run the plan until it produces its next result, and return that result. After
         an interrupt (a notebook's, say) the next call goes on with a new plan on the same
         counters, weights and kept state; the interrupted iteration's samples are lost."""
-        if self._interrupted:
-            self._interrupted = False
+        if self._ended == "stopped":
+            raise RuntimeError("this algorithm was stopped: build another (or from_checkpoint)")
+        if self._ended == "interrupted":
+            self._ended = None
             self._restart_plan()
         schedules = step_schedules(self)
         while True:
@@ -363,7 +365,7 @@ class Algorithm(Checkpointing):
             except StopIteration:
                 raise RuntimeError(f"the execution plan {self.plan} ended") from None
             except KeyboardInterrupt:  # the plan's generators are closed by it
-                self._interrupted = True
+                self._ended = "interrupted"
                 raise
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
@@ -458,6 +460,7 @@ class Algorithm(Checkpointing):
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
         itself stays up for the next algorithm)."""
+        self._ended = "stopped"
         self.plan.close()
         self.evaluation.stop()
         self.workers.stop()
