@@ -74,6 +74,18 @@ def test_a_second_run_into_the_same_directory_goes_on_with_the_recording(tmp_pat
     check_episodes(both)  # episode ids unique across the parts
 
 
+def test_a_recording_goes_on_only_with_its_own_env(tmp_path):
+    """Recording another env into a recording's directory mixed both, under the manifest
+    of the last; another algorithm on the same env is a recording of mixed quality."""
+    out, _ = record(tmp_path, "CartPole-v1", iterations=1)
+    before = sorted(out.rglob("*.parquet"))
+    with pytest.raises(ConfigError, match="holds env CartPole-v1's experiences, not Acrobot"):
+        Algorithm("ppo", env="Acrobot-v1", record_experiences=str(out), **SMALL)
+    assert sorted(out.rglob("*.parquet")) == before
+    record(tmp_path, "CartPole-v1", algo="dqn", iterations=1)
+    assert len(sorted(out.rglob("*.parquet"))) == len(before) + 1
+
+
 def _saved(tmp_path: Path) -> Path:
     with Algorithm("ppo", env="CartPole-v1", **SMALL) as run:
         run.train()

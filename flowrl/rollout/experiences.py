@@ -246,10 +246,19 @@ def spaces_of(lanes: Any) -> dict[str, tuple[Any, Any]]:
 
 def experience_writer(config: Any, lanes: Any, worker_index: int) -> ExperienceWriter | None:
     """Where a worker records what it samples (``config.record_experiences``), if anywhere:
-    the local worker of a run with remote workers samples nothing, so records nothing."""
-    if not config.record_experiences or (worker_index == 0 and config.num_workers > 0):
+    the local worker of a run with remote workers samples nothing, so records nothing. A
+    recording goes on only with its own env and spaces (the local worker checks, first)."""
+    if not config.record_experiences:
         return None
-    spaces = spaces_of(lanes)
+    spaces, directory = spaces_of(lanes), Path(config.record_experiences)
+    if worker_index == 0 and (directory / MANIFEST).exists():
+        manifest, recorded = read_manifest(directory)
+        if manifest.get("env") != config.env:
+            raise ConfigError(f"recording {directory} holds env {manifest.get('env')}'s "
+                              f"experiences, not {config.env}'s: record elsewhere")  # fmt: skip
+        check_spaces(directory, recorded, spaces)
+    if worker_index == 0 and config.num_workers > 0:
+        return None
     meta = {"algorithm": config.algo_name, "env": config.env}
     return ExperienceWriter(config.record_experiences, worker_index=worker_index,
                             spaces=spaces, meta=meta)  # fmt: skip
