@@ -60,7 +60,7 @@ def test_training_a_stopped_algorithm_says_it_was_stopped():
     lines of plan that did not say why."""
     algo = Algorithm("ppo", env="CartPole-v1", **FAST)
     algo.stop()
-    with pytest.raises(RuntimeError, match="^this algorithm was stopped: build another"):
+    with pytest.raises(RuntimeError, match=r"^this algorithm was stopped: build another"):
         algo.train()
 
 
