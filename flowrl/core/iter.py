@@ -242,6 +242,11 @@ class LocalIterator(PlanNode, Generic[T]):
             it = context.profiler.timed(self, it)
         return it
 
+    @property
+    def built(self) -> bool:
+        """Whether the chain is built: pulled, or read by a child that was."""
+        return self._built
+
     def __iter__(self) -> LocalIterator[T]:
         return self
 

@@ -97,9 +97,6 @@ class CollectMetrics(Operator):
         # an episode comes back from a checkpoint as a plain sequence
         self._episodes.extend(as_episode(ep) for ep in state["episodes"])
         self._time_total_s = state["time_total_s"]
-        if "context" in self.__dict__:  # restored into a running plan (PBT's exploit): the
-            self._last_steps = self.context.counters[STEPS_SAMPLED]  # rate starts anew
-            self._last_time = time.perf_counter()
 
     def take_over(self, previous: CollectMetrics) -> None:
         """In a plan rebuilt after a failure: the iteration under way goes on, so the time

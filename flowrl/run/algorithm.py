@@ -421,13 +421,6 @@ class Algorithm(Checkpointing):
         self._restart_plan()
         return replaced
 
-    def _restart_plan(self) -> None:
-        """A new plan on the same context: counters and what its operators kept."""
-        self.plan.close()
-        context = self.plan.context
-        self.plan = self._build_plan()
-        self.plan.context = context
-
     def _build_plan(self) -> LocalIterator[dict[str, Any]]:
         plan = self._plan_fn(self.workers, self.config)
         if not isinstance(plan, LocalIterator):

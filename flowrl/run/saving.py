@@ -33,13 +33,27 @@ logger = logging.getLogger(__name__)
 
 
 class Checkpointing:
-    """What ``Algorithm`` does with checkpoints."""
+    """What ``Algorithm`` does with checkpoints, and with its plan's state when the plan is
+    rebuilt."""
 
     spec: Any
     config: Any
     workers: Any
     plan: Any
     iteration: int
+    _build_plan: Any
+
+    def _restart_plan(self, state: dict[str, Any] | None = None) -> None:
+        """A new plan on the same context: counters and what its operators kept, or
+        ``state`` (``PlanContext.get_state``'s, a checkpoint's) where given: its operators
+        start from it as those of a plan built after a restore do."""
+        self.plan.close()
+        context = self.plan.context
+        if state is not None:
+            context.checkpointables.clear()
+            context.set_state(state)
+        self.plan = self._build_plan()
+        self.plan.context = context
 
     def save(
         self, path: str | os.PathLike[str], *, weights: dict[str, Weights] | None = None
@@ -88,7 +102,10 @@ class Checkpointing:
             self.workers.local_worker.policies.set_state(state["policy"])
             self.workers.learner.set_state(state["learner"])
             plan = {"counters": checkpoint.meta["counters"], "plan_state": state["plan"]}
-            self.plan.context.set_state(plan)
+            if self.plan.built:  # into a running plan (PBT's exploit): a new one takes it
+                self._restart_plan(plan)
+            else:
+                self.plan.context.set_state(plan)
             torch.set_rng_state(state["torch_rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
             reason = checkpoints.error_reason(e)
