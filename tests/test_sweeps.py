@@ -7,7 +7,7 @@ import json
 import pytest
 
 from flowrl.apps.cli import main
-from flowrl.apps.sweeps import RESTORES, parse_grid, sweep
+from flowrl.apps.sweeps import RESTORES, parse_grid, sweep, trial_rows
 from flowrl.core.config import ConfigError
 
 FAST = {"num_workers": 0, "train_batch_size": 256, "sgd_minibatch_size": 64, "num_sgd_iter": 2}
@@ -74,6 +74,9 @@ def test_tune_counts_iterations_from_the_first_that_trained(ray_session, tmp_pat
     rows = [json.loads(line) for line in (run_dir / "result.jsonl").open()]
     assert [r["env_steps_trained"] == 0 for r in rows] == [True] * (len(rows) - 1) + [False]
     assert len(rows) >= 3 and rows[-1]["env_steps_sampled"] == result.metrics["env_steps_sampled"]
+    # the table counts the trial's iterations as its run files and --stop-iters do: it
+    # showed Tune's, 2 for a run of 3
+    assert trial_rows([result], ["lr"])[0]["iterations"] == len(rows)
 
 
 def test_tune_command_refuses_bad_input_in_one_line(capsys):

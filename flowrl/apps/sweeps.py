@@ -26,7 +26,7 @@ from typing import Any
 from ray import tune
 
 from flowrl.core.config import ConfigError
-from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import RunLogger
@@ -391,7 +391,8 @@ def trial_rows(
             {
                 "trial": metrics.get("trial_id", "?"),
                 **{key: config.get(key) for key in keys},
-                "iterations": metrics.get("training_iteration"),
+                # the run's own (``--stop-iters``'), warm-up included: not Tune's
+                "iterations": metrics.get(ITERATION),
                 "env_steps": metrics.get(STEPS_SAMPLED),
                 ranked_by: metrics.get(ranked_by),
                 "best": best,
