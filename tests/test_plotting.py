@@ -67,6 +67,22 @@ def test_plot_of_three_seeds_and_another_config_writes_a_png(tmp_path, capsys):
     assert image.shape[0] > 300 and image.shape[1] > 800  # two panels side by side
 
 
+def test_plot_of_what_holds_runs_draws_them_and_counts_runs_of_one_seed(tmp_path, capsys):
+    """A sweep's output (flowrl tune's: its trials write their runs in TRIAL/flowrl) was
+    "not a run directory"; runs of one seed in one curve were labelled "(2 seeds)"."""
+    from flowrl.apps.plotting import _how_many, find_runs
+
+    trials = [fake_run(tmp_path / "sweep" / "tune" / f"trial_{i}" / "flowrl", 0) for i in (0, 1)]
+    assert main(["plot", str(tmp_path / "sweep"), "--out", str(tmp_path / "x.png")]) == 0
+    assert "wrote the curves of 2 runs" in capsys.readouterr().out
+    runs = {str(t): {"config": {"seed": 0}} for t in find_runs([tmp_path / "sweep"])}
+    assert list(runs) == [str(t) for t in trials]
+    assert _how_many(list(runs), runs) == " (2 runs)"
+    assert _how_many(["a", "b"], {"a": {"config": {"seed": 0}}, "b": {"config": {"seed": 1}}}) == (
+        " (2 seeds)"
+    )
+
+
 def test_plot_of_something_that_is_no_run_is_one_line(tmp_path, capsys):
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err

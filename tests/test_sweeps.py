@@ -7,8 +7,10 @@ import json
 import pytest
 
 from flowrl.apps.cli import main
+from flowrl.apps.plotting import find_runs
 from flowrl.apps.sweeps import RESTORES, parse_grid, sweep, trial_rows
 from flowrl.core.config import ConfigError
+from flowrl.run import checkpoints
 
 FAST = {"num_workers": 0, "train_batch_size": 256, "sgd_minibatch_size": 64, "num_sgd_iter": 2}
 
@@ -42,6 +44,10 @@ def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, t
         assert (
             json.loads((run_dir / "config.json").read_text())["config"]["lr"] == result.config["lr"]
         )
+    # the sweep's output is runs to flowrl plot, each trial a checkpoint to flowrl evaluate
+    trials = sorted(tmp_path / "tune" / r.path.rsplit("/", 1)[-1] for r in results)
+    assert find_runs([tmp_path]) == [trial / "flowrl" for trial in trials]
+    assert [checkpoints.resolve(trial).meta["algo"] for trial in trials] == ["ppo", "ppo"]
 
 
 @pytest.mark.slow

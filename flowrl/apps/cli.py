@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_export)
 
     plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
-    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                      help="run directories, or what holds them (a sweep's --output)")  # fmt: skip
     plot.add_argument("--out", required=True, help="the PNG to write")
     plot.set_defaults(func=cmd_plot)
 
@@ -636,11 +637,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from flowrl.apps.plotting import plot_runs
+    from flowrl.apps.plotting import find_runs, plot_runs
 
     check_output_file(args.out)
-    out = plot_runs(args.runs, args.out)
-    print(f"flowrl: wrote the curves of {_count(len(args.runs), 'run')} to {out}")
+    runs = find_runs(args.runs)
+    out = plot_runs(runs, args.out)
+    print(f"flowrl: wrote the curves of {_count(len(runs), 'run')} to {out}")
     return 0
 
 

@@ -23,12 +23,37 @@ X_AXES = ((STEPS_SAMPLED, "env steps"), (TIME_TOTAL_S, "wall-clock (s)"))
 Y = EPISODE_RETURN_MEAN
 
 
+CONFIG, RESULTS = "config.json", "result.jsonl"
+
+
+def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The run directories ``paths`` name: each that is one, and the runs found below one
+    that is not (a sweep's output, whose trials write theirs in ``TRIAL/flowrl``; a folder
+    of runs); a ConfigError for a path that is neither.
+
+    Examples:
+        >>> find_runs(["runs/tune_ppo_CartPole-v1_TIME"])  # doctest: +SKIP
+        [PosixPath('runs/tune_ppo_CartPole-v1_TIME/tune/FlowrlTrainable_..._00000_.../flowrl'), ...]
+    """
+    found = []
+    for path in map(Path, paths):
+        if (path / CONFIG).is_file():
+            found.append(path)
+            continue
+        below = sorted(p.parent for p in path.rglob(RESULTS) if (p.parent / CONFIG).is_file())
+        if not below:
+            raise ConfigError(f"{path} is not a run directory, nor holds one ({CONFIG} "
+                              f"and {RESULTS}, as flowrl train and tune write)")  # fmt: skip
+        found += below
+    return found
+
+
 def read_run(run_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A run directory's config.json and result.jsonl rows (a torn last line skipped)."""
     run_dir = Path(run_dir)
     try:
-        meta = json.loads((run_dir / "config.json").read_text())
-        lines = (run_dir / "result.jsonl").read_text().splitlines()
+        meta = json.loads((run_dir / CONFIG).read_text())
+        lines = (run_dir / RESULTS).read_text().splitlines()
     except (OSError, ValueError) as e:
         raise ConfigError(f"{run_dir} is not a run directory ({e})") from None
     rows = []
@@ -73,6 +98,15 @@ def group_by_config(runs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, lis
         parts += [f"{k}={config.get(k)}" for k in _varying(family) if k not in FAMILY]
         groups.setdefault(" ".join(parts) or title, []).append(name)
     return title, groups
+
+
+def _how_many(names: list[str], runs: dict[str, dict[str, Any]]) -> str:
+    """A group's count for its label: its seeds, or its runs where some share a seed (the
+    trials of one sweep)."""
+    if len(names) == 1:
+        return ""
+    seeds = {json.dumps(runs[n].get("config", {}).get("seed")) for n in names}
+    return f" ({len(names)} {'seeds' if len(seeds) == len(names) else 'runs'})"
 
 
 def _varying(configs: Iterable[dict[str, Any]]) -> list[str]:
@@ -124,14 +158,15 @@ def t_95(df: int) -> float:
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
-    """Draw ``run_dirs``' returns against env steps and wall-clock into the PNG ``out``."""
+    """Draw the returns of ``run_dirs`` (``find_runs``: runs, or what holds them) against
+    env steps and wall-clock into the PNG ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs, rows = {}, {}
-    for run_dir in run_dirs:
+    for run_dir in find_runs(run_dirs):
         meta, result_rows = read_run(run_dir)
         points = [r for r in result_rows if isinstance(r.get(Y), int | float)]
         if not points:
@@ -146,8 +181,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
                 for n in names
             ]
             grid, mean, band = mean_and_band(curves)
-            seeds = f" ({len(names)} seeds)" if len(names) > 1 else ""
-            (line,) = ax.plot(grid, mean, label=label + seeds)
+            (line,) = ax.plot(grid, mean, label=label + _how_many(names, runs))
             if len(names) > 1:
                 ax.fill_between(grid, mean - band, mean + band, alpha=0.25, color=line.get_color())
     for ax, (_, xlabel) in zip(axes, X_AXES, strict=True):

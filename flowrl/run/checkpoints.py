@@ -220,11 +220,16 @@ def _by_policy(state: dict[str, Any]) -> dict[str, Any]:
 
 def latest(run_dir: str | os.PathLike[str]) -> Checkpoint:
     """The newest checkpoint of a run that loads (``skipped`` lists the newer ones that
-    did not, with the reason); a CheckpointError when none does."""
+    did not, with the reason); a CheckpointError when none does. A trial of ``flowrl
+    tune`` is a run too: its directory (or its run files', ``TRIAL/flowrl``) holds Tune's
+    ``checkpoint_NNNNNN``, each with the flowrl checkpoint in ``flowrl``."""
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise CheckpointError(f"run directory not found: {run_dir}")
     found = sorted((run_dir / "checkpoints").glob("checkpoint_*"), reverse=True)
+    if not found:
+        trial = run_dir.parent if run_dir.name == "flowrl" else run_dir
+        found = sorted(trial.glob("checkpoint_*/flowrl"), reverse=True)
     skipped = []
     for path in found:
         try:
