@@ -547,7 +547,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             )
     failed = sum(1 for row in rows if row["error"])
     trials = _count(len(rows), "trial")
-    print(f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'}")
+    print(
+        f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'} "
+        f"(flowrl plot {output} --out trials.png draws them)"
+    )
     return 1 if failed else 0
 
 
