@@ -74,3 +74,25 @@ def test_bad_tracking_flags_are_one_line(capsys):
         main(["train", "ppo", "--logger", "neptune"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "invalid choice: 'neptune'" in err and err.count("\n") == 1
+
+
+def test_a_resumed_run_goes_on_in_the_runs_it_started(tmp_path, monkeypatch):
+    """--resume started a second MLflow run (and wandb run) of the same name, the curve in
+    two pieces."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    uri, out = local_store(tmp_path / "mlruns"), tmp_path / "run"
+    tracking = ["--logger", "mlflow", "--logger", "wandb", "--mlflow-uri", uri, "--no-progress"]
+    first = ["--num-workers", "0", "--set", "train_batch_size=256", "--output", str(out)]
+    assert main(["train", "ppo", *first, "--stop-iters", "2", *tracking]) == 0
+    assert main(["train", "ppo", "--resume", str(out), "--stop-iters", "3", *tracking]) == 0
+    client = MlflowClient(uri)
+    (only,) = client.search_runs([client.get_experiment_by_name("flowrl").experiment_id])
+    steps = [m.step for m in client.get_metric_history(only.info.run_id, "iteration")]
+    rows = [json.loads(line) for line in (out / "result.jsonl").open()]
+    assert steps == [r["env_steps_sampled"] for r in rows] and len(rows) == 3
+    assert only.data.tags["summary.iterations"] == "3"
+    wandb_runs = sorted((out / "wandb").glob("offline-run-*"))
+    assert len(wandb_runs) == 2 and len({p.name.split("-")[3] for p in wandb_runs}) == 1  # its id

@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -90,10 +91,38 @@ def quiet_loggers(*names: str, level: int = logging.WARNING) -> Iterator[None]:
                 logger.setLevel(before)
 
 
-class MLflowTracker:
-    """One MLflow run per training run, in the experiment ``experiment``."""
+#: where a run directory keeps the ids of its tracked runs, which a resumed run goes on in
+TRACKED = "tracked.json"
 
-    def __init__(self, tracking_uri: str | None = None, experiment: str = "flowrl") -> None:
+
+def tracked(directory: str | os.PathLike[str] | None) -> dict[str, dict[str, Any]]:
+    """The runs ``directory`` (a run's) remembers, by tracker ({}: none)."""
+    path = None if directory is None else Path(directory) / TRACKED
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):  # unreadable: the resumed run gets a tracked run anew
+        return {}
+
+
+def remember(directory: str | os.PathLike[str] | None, tracker: str, run: dict[str, Any]) -> None:
+    """Keep ``run`` (its id) as ``directory``'s run in ``tracker``, for a resume."""
+    if directory is not None:
+        path = Path(directory) / TRACKED
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**tracked(directory), tracker: run}, indent=1))
+
+
+class MLflowTracker:
+    """One MLflow run per training run, in the experiment ``experiment``; a run resumed in
+    ``directory`` (its run directory) goes on in the MLflow run it started, in the same
+    store."""
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment: str = "flowrl",
+        directory: str | os.PathLike[str] | None = None,
+    ) -> None:
         try:
             import mlflow
         except ImportError:
@@ -102,7 +131,7 @@ class MLflowTracker:
             ) from None
         self._mlflow = mlflow
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or local_store()
-        self.experiment = experiment
+        self.experiment, self.directory = experiment, directory
         self.run_id: str | None = None
 
     def start(self, name: str, meta: dict[str, Any]) -> None:
@@ -110,10 +139,18 @@ class MLflowTracker:
         mlflow.set_tracking_uri(self.tracking_uri)
         with quiet_loggers("mlflow", "alembic"):  # creating the store's tables, the experiment
             experiment = mlflow.set_experiment(self.experiment)
+        known = tracked(self.directory).get("mlflow", {})
+        if known.get("tracking_uri") == self.tracking_uri:  # resumed: its params are there
+            with contextlib.suppress(mlflow.exceptions.MlflowException):  # (deleted since)
+                self.run_id = mlflow.start_run(run_id=known["run_id"]).info.run_id
+                return
         # this store's experiment, not one mlflow remembers from another tracking URI
         run = mlflow.start_run(run_name=name, experiment_id=experiment.experiment_id)
         self.run_id = run.info.run_id
         mlflow.log_params(params(meta))
+        remember(
+            self.directory, "mlflow", {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
+        )
 
     def log(self, result: dict[str, Any]) -> None:
         self._mlflow.log_metrics(metrics(result), step=step_of(result))
@@ -126,7 +163,9 @@ class MLflowTracker:
 
 class WandbTracker:
     """One wandb run per training run, in the project ``project``; its files go to
-    ``directory`` (the run directory under ``flowrl train``)."""
+    ``directory`` (the run directory under ``flowrl train``), and a run resumed there goes
+    on in the wandb run it started (``resume="allow"``: wandb takes the steps after the
+    last it holds)."""
 
     def __init__(self, project: str = "flowrl", directory: str | os.PathLike[str] | None = None):
         try:
@@ -142,13 +181,19 @@ class WandbTracker:
     def start(self, name: str, meta: dict[str, Any]) -> None:
         if self.directory is not None:
             Path(self.directory).mkdir(parents=True, exist_ok=True)
+        known = tracked(self.directory).get("wandb", {})
+        resumed = (
+            {"id": known["id"], "resume": "allow"} if known.get("project") == self.project else {}
+        )
         self.run = self._wandb.init(
             project=self.project,
             name=name,
             config={"algo": meta.get("algo"), **meta.get("config", {})},
             dir=None if self.directory is None else str(self.directory),
             reinit="finish_previous",
+            **resumed,
         )
+        remember(self.directory, "wandb", {"id": self.run.id, "project": self.project})
 
     def log(self, result: dict[str, Any]) -> None:
         self.run.log(metrics(result), step=step_of(result))
@@ -166,7 +211,7 @@ def make_trackers(
     trackers: list[Tracker] = []
     for name in dict.fromkeys(names):
         if name == "mlflow":
-            trackers.append(MLflowTracker(mlflow_uri))
+            trackers.append(MLflowTracker(mlflow_uri, directory=run_dir))
         elif name == "wandb":
             trackers.append(WandbTracker(directory=run_dir))
         else:
