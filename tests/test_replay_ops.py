@@ -209,3 +209,9 @@ class CountAs(Operator):
     def __call__(self, item):
         self.context.counters[self.counter] += self.steps
         return item
+
+
+def test_a_single_buffer_is_refused_with_the_per_policy_form_named():
+    """A plan of your own that passed a ReplayBuffer was told only what was expected."""
+    with pytest.raises(TypeError, match=r"a buffer per policy, PolicyBuffers\(lambda i: Repl"):
+        StoreToReplayBuffer(ReplayBuffer(10))

@@ -33,7 +33,7 @@ from flowrl.core.iter import (
     wait_for,
 )
 from flowrl.core.sample_batch import MultiAgentBatch, SampleBatch
-from flowrl.replay import BATCH_INDEXES, PolicyBuffers, SampleShard, shard_of
+from flowrl.replay import BATCH_INDEXES, PolicyBuffers, ReplayBuffer, SampleShard, shard_of
 
 # local buffers (one per policy id), or ReplayActor handles
 ReplayTarget = PolicyBuffers | Sequence[Any]
@@ -44,8 +44,10 @@ def _is_local(target: ReplayTarget) -> bool:
         return True
     if isinstance(target, Sequence) and len(target) > 0:
         return False
+    hint = ": a buffer per policy, PolicyBuffers(lambda i: ReplayBuffer(...))"
     raise TypeError(
-        f"expected PolicyBuffers (make_replay) or a non-empty list of ReplayActors, got {target!r}"
+        f"expected PolicyBuffers (make_replay) or a non-empty list of ReplayActors, got "
+        f"{target!r}{hint if isinstance(target, ReplayBuffer) else ''}"
     )
 
 
