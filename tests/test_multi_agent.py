@@ -444,7 +444,8 @@ def test_a_multi_agent_checkpoint_loads_and_exports_each_policy(tmp_path):
     obs = env.observe("player_1")
     move = load_policy(path, policy_id="player_1").compute_action(obs)
     assert obs["action_mask"][move] == 1
-    with pytest.raises(ConfigError, match=r"holds policies \['player_1', 'player_2'\]"):
+    names = r"holds policies \['player_1', 'player_2'\]: name one \(--policy-id"
+    with pytest.raises(ConfigError, match=names):
         load_policy(path)
     out = tmp_path / "player_2.onnx"
     assert main(["export", str(path), "--out", str(out), "--policy-id", "player_2"]) == 0

@@ -141,7 +141,9 @@ def _agent_policy(
     from flowrl.run.spec import policy_specs
 
     if policy_id is None and len(saved) != 1:
-        raise ConfigError(f"the checkpoint holds policies {saved}: name one with policy_id")
+        raise ConfigError(
+            f"the checkpoint holds policies {saved}: name one (--policy-id; policy_id= in Python)"
+        )
     policy_id = policy_id or saved[0]
     if policy_id not in saved:
         raise ConfigError(f"the checkpoint has no policy {policy_id!r}; it has {saved}")
