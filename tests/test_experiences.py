@@ -86,6 +86,16 @@ def test_a_recording_goes_on_only_with_its_own_env(tmp_path):
     assert len(sorted(out.rglob("*.parquet"))) == len(before) + 1
 
 
+def test_an_offline_algorithm_acts_in_its_recordings_env_unless_told(tmp_path):
+    """bc, marwil and iql took the default env (CartPole-v1) with a recording of another:
+    'recording ... has policy default's spaces (Box(... (6,) ...)), the env (Box(... (4,)'."""
+    out, _ = record(tmp_path, "Acrobot-v1", iterations=1)
+    with Algorithm("bc", input=str(out), num_workers=0) as clone:
+        assert clone.config.env == "Acrobot-v1"
+    with pytest.raises(ConfigError, match="has policy default's spaces"):
+        Algorithm("bc", env="CartPole-v1", input=str(out), num_workers=0)
+
+
 def _saved(tmp_path: Path) -> Path:
     with Algorithm("ppo", env="CartPole-v1", **SMALL) as run:
         run.train()
@@ -226,7 +236,7 @@ def test_minari_datasets_both_ways(tmp_path, monkeypatch):
     import gymnasium as gym
     import minari
 
-    from flowrl.rollout.minari_datasets import write_minari
+    from flowrl.rollout.minari_datasets import recorded_env, write_minari
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     out, _ = record(tmp_path, "CartPole-v1")
@@ -247,6 +257,7 @@ def test_minari_datasets_both_ways(tmp_path, monkeypatch):
             obs, _, terminated, truncated, _ = collector.step(int(obs[2] + obs[3] > 0))
             done = terminated or truncated
     collector.create_dataset("cartpole/heuristic-v0")
+    assert recorded_env("minari:cartpole/heuristic-v0") == "CartPole-v1"  # --env's default
     run = ["train", "bc", "--env", "CartPole-v1", "--input", "minari:cartpole/heuristic-v0"]
     assert main([*run, "--stop-iters", "3", "--no-progress", "--output", str(tmp_path / "bc")]) == 0
     summary = json.loads((tmp_path / "bc" / "summary.json").read_text())

@@ -76,6 +76,21 @@ def read_source(
     return rows
 
 
+def recorded_env(source: str | os.PathLike[str]) -> str:
+    """The env a recording was made in (its manifest's) or a Minari dataset's (its env
+    spec's id): what learning from it acts in unless an env is named."""
+    if not str(source).startswith(PREFIX):
+        return read_manifest(source)[0]["env"]
+    dataset_id = str(source).removeprefix(PREFIX)
+    try:
+        spec = _minari().load_dataset(dataset_id).env_spec
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"no local Minari dataset {dataset_id}: {e}") from None
+    if spec is None:
+        raise ConfigError(f"Minari dataset {dataset_id} names no env: name it (--env ID)")
+    return spec.id
+
+
 def read_minari(dataset_id: str) -> tuple[dict[str, SampleBatch], dict[str, tuple[Any, Any]]]:
     """A local Minari dataset's steps as a recording's rows (one policy, ``SINGLE``; an
     episode's id is Minari's) and its spaces."""

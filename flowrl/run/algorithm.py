@@ -37,6 +37,7 @@ from flowrl.rollout.envs import (
     env_name,
     make_vector_env,
 )
+from flowrl.rollout.minari_datasets import recorded_env
 from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet, one_torch_thread
 from flowrl.run.evaluation import Evaluation, episode_stats
@@ -141,7 +142,8 @@ def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None,
     """The config of ``spec`` from a Config or a mapping, with ``overrides`` applied; an env
     given as a class or function becomes its name (see ``flowrl.rollout.envs.env_name``). A
     mapping's values go over the algorithm's preset for the env (``flowrl.run.presets``)
-    unless they say ``preset=False``; a Config is taken as it is."""
+    unless they say ``preset=False``; a Config is taken as it is. An offline algorithm's
+    env is by default its recording's (``input``)."""
     if isinstance(config, Mapping) and "env" in config:
         config = {**config, "env": env_name(config["env"])}
     if "env" in overrides:
@@ -149,6 +151,8 @@ def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None,
     if isinstance(config, Config):
         return config.replace(**overrides) if overrides else config
     values = {**(config or {}), **overrides}
+    if spec.offline and values.get("input") and "env" not in values:  # the recording's
+        values["env"] = recorded_env(values["input"])
     return spec.config_cls.from_dict({**preset_values(spec, values), **values})
 
 
