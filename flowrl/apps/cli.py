@@ -382,7 +382,8 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     if config.uses_ray:  # (a machine with too few CPUs for them, too)
         check_worker_cpus(config, args.address)
     if auto:
-        print("flowrl: measuring the fastest layout here (a few seconds; --num-workers sets one)")
+        print("flowrl: measuring the fastest layout here (a few seconds, half a minute for "
+              "envs slow to build such as Atari's; --num-workers sets one)")  # fmt: skip
         return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
     if config.uses_ray:
         where = f"joining Ray at {args.address}" if args.address else "starting Ray"
