@@ -64,21 +64,23 @@ def test_training_a_stopped_algorithm_says_it_was_stopped():
         algo.train()
 
 
-def test_a_checkpoint_restored_into_a_running_plan_rates_only_the_steps_sampled_after(tmp_path):
-    """PBT's exploit loads another trial's checkpoint into a plan that has run: the rate
-    counted the other trial's extra env steps as sampled in this iteration (4x too high)."""
-    ahead = Algorithm("ppo", env="CartPole-v1", **FAST)
-    for _ in range(4):
-        ahead.train()
-    path = ahead.save(tmp_path / "ahead")
-    with Algorithm("ppo", env="CartPole-v1", **FAST) as behind:
+def test_a_checkpoint_restored_into_a_running_plan_iterates_and_rates_from_the_restore(tmp_path):
+    """PBT's exploit loads a trial further on into a plan that has run. The rate counted
+    the other trial's extra env steps as sampled in this iteration (4x too high), and the
+    iteration ended at once: its least env steps counted from this run's mark."""
+    least = {"num_workers": 0, "learning_starts": 64, "min_env_steps_per_iteration": 200}
+    with Algorithm("dqn", env="CartPole-v1", **least) as ahead:
+        for _ in range(4):
+            ahead.train()
+        path = ahead.save(tmp_path / "ahead")
+    with Algorithm("dqn", env="CartPole-v1", **least) as behind:
         behind.train()
         behind.restore(path)
         before = behind.plan.context.counters["env_steps_sampled"]
         result = behind.train()
+    assert result["iteration"] == 5 and result["env_steps_sampled"] - before >= 200
     rate = (result["env_steps_sampled"] - before) / result["time_this_iter_s"]
     assert result["env_steps_per_s"] == pytest.approx(rate, rel=0.1)
-    ahead.stop()
 
 
 def test_the_metrics_operator_checkpoints_its_own_window_and_time(tmp_path):

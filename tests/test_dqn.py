@@ -228,19 +228,3 @@ def test_a_resumed_run_refills_its_buffer_in_iterations_of_their_full_length(tmp
         first = clone.train()
     assert first["env_steps_trained"] == 0  # warming up again
     assert first["env_steps_sampled"] - before >= SMALL["min_env_steps_per_iteration"]
-
-
-def test_a_checkpoint_restored_into_a_running_plan_iterates_its_full_length(tmp_path):
-    """PBT's exploit loads a trial further on into a plan that has run: the first
-    iteration after it ended at once, its least env steps counted from this run's mark."""
-    with Algorithm("dqn", env="CartPole-v1", **SMALL) as ahead:
-        for _ in range(4):
-            ahead.train()
-        path = ahead.save(tmp_path / "ahead")
-    with Algorithm("dqn", env="CartPole-v1", **SMALL) as behind:
-        behind.train()
-        behind.restore(path)
-        restored = behind.plan.context.counters["env_steps_sampled"]
-        first = behind.train()
-    assert first["iteration"] == 5
-    assert first["env_steps_sampled"] - restored >= SMALL["min_env_steps_per_iteration"]
