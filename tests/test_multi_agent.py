@@ -534,3 +534,14 @@ def test_an_env_that_breaks_the_parallel_api_is_one_line_naming_the_agent(env, m
             algo.train()
     finally:
         algo.stop()
+
+
+def test_a_multi_agent_runs_summary_and_last_line_give_each_agents_return(tmp_path, capsys):
+    """A game's summed return is 0 whoever wins: tic-tac-toe's last line read 0.0 alone."""
+    args = ["train", "ppo", "--env", TICTACTOE, "--stop-iters", "1", "--num-workers", "0"]
+    assert main([*args, "--no-progress", "--output", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    seats = [summary[f"agent/{p}/episode_return_mean"] for p in ("player_1", "player_2")]
+    assert seats[0] == pytest.approx(-seats[1]) and summary["episode_return_mean"] == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert f"(best 0.0; by agent player_1 {seats[0]:.1f}, player_2 {seats[1]:.1f})" in last

@@ -27,7 +27,7 @@ from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
-from flowrl.run.runner import sigint_ignored
+from flowrl.run.runner import agent_returns, sigint_ignored
 
 if TYPE_CHECKING:
     from flowrl.run.spec import AlgorithmSpec
@@ -466,9 +466,11 @@ def final_line(summary: dict[str, Any]) -> str:
     done = f"{steps} env steps" if steps else f"{iterations} iteration{'s' * (iterations != 1)}"
     returns = []
     if math.isfinite(summary[EPISODE_RETURN_MEAN]):
+        agents = ", ".join(f"{a} {r:.1f}" for a, r in agent_returns(summary).items())
+        by_agent = f"; by agent {agents}" if agents else ""
         returns.append(
             f"episode_return_mean {summary[EPISODE_RETURN_MEAN]:.1f} "
-            f"(best {summary['best_episode_return_mean']:.1f})"
+            f"(best {summary['best_episode_return_mean']:.1f}{by_agent})"
         )
     if "best_evaluation_episode_return_mean" in summary:
         returns.append(

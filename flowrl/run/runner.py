@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -473,6 +473,19 @@ def _start_logs(
     return log
 
 
+def agent_returns(values: Mapping[str, Any]) -> dict[str, float]:
+    """A multi-agent run's mean returns by agent id, from its result or summary
+    (``agent/<id>/episode_return_mean``).
+
+    Examples:
+        >>> agent_returns({"agent/player_1/episode_return_mean": 0.5, "iteration": 3})
+        {'player_1': 0.5}
+    """
+    prefix, suffix = "agent/", f"/{EPISODE_RETURN_MEAN}"
+    return {k[len(prefix) : -len(suffix)]: v for k, v in values.items()
+            if k.startswith(prefix) and k.endswith(suffix)}  # fmt: skip
+
+
 def _finish(
     algo: Trainable,
     log: RunLogger | None,
@@ -494,6 +507,8 @@ def _finish(
         "best_episode_return_mean": best[0] if math.isfinite(best[0]) else math.nan,
         "stopped_by": stopped_by,
     }
+    for agent, ret in agent_returns(result or {}).items():  # (a game's sum says little)
+        summary[f"agent/{agent}/{EPISODE_RETURN_MEAN}"] = ret
     if math.isfinite(best[1]):
         summary["best_evaluation_episode_return_mean"] = best[1]
     if algo.layout is not None:  # chosen by Algorithm.auto
