@@ -130,6 +130,22 @@ def test_an_offline_sweep_reads_a_relative_input_and_ranks_by_the_evaluation(
     assert all(float(row.split()[4]) > 0 for row in rows), out  # CartPole's returns
 
 
+@pytest.mark.slow
+def test_an_offline_sweep_announces_and_names_its_recordings_env(ray_session, tmp_path, capsys):
+    """The trials took the recording's env while the sweep said (and named its output
+    after) CartPole-v1, the default: the command built its config another way."""
+    from flowrl import Algorithm
+
+    rec = str(tmp_path / "rec")
+    with Algorithm("ppo", env="Acrobot-v1", num_workers=0, record_experiences=rec,
+                   train_batch_size=256) as run:  # fmt: skip
+        run.train()
+    args = ["tune", "bc", "--input", rec, "--grid", "lr=[0.001]", "--stop-iters", "1"]
+    args += ["--set", "updates_per_iteration=1", "evaluation_episodes=1"]
+    assert main([*args, "--output", str(tmp_path / "sweep")]) == 0
+    assert "flowrl: sweeping bc on Acrobot-v1 over lr" in capsys.readouterr().out
+
+
 def test_an_offline_sweep_needs_an_evaluation_every_iteration():
     from flowrl.apps.sweeps import check_trials
     from flowrl.run.spec import get_algorithm

@@ -509,7 +509,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         trial_rows,
     )
     from flowrl.rollout.envs import check_env_id
-    from flowrl.run.algorithm import get_algorithm
+    from flowrl.run.algorithm import build_config, get_algorithm
 
     stop = _stop_criteria(args)
     grid, space = _searched(args)
@@ -518,7 +518,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _check_input(spec, {**fixed, **grid})
     check_sweep(args.algo, grid, space, fixed, args.search, args.scheduler)  # before Ray
     said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)
-    config = spec.config_cls.from_dict({**fixed, **{k: v[0] for k, v in grid.items()}})
+    # the first trial's, as a trial builds it (an offline algorithm's env: its recording's)
+    config = build_config(spec, {**fixed, **{k: v[0] for k, v in grid.items()}})
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
     print(

@@ -56,7 +56,7 @@ class FlowrlTrainable(tune.Trainable):
         # Ray Train logs a line with the absolute path of every checkpoint it persists
         logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
         values = {k: v for k, v in config.items() if k != ALGO_KEY}
-        for key in ("record_experiences", "evaluation_video_dir"):  # trials run side by side:
+        for key in OUTPUT_KEYS:  # trials run side by side:
             if values.get(key):  # a directory of its own for each, under the one named
                 values[key] = str(Path(values[key]) / self.trial_id)
         self.algo = Algorithm(config[ALGO_KEY], values)
@@ -291,9 +291,11 @@ def sweep(
         return tuner.fit()
 
 
+#: config values that name a directory a run writes to (each trial gets its own below it)
+OUTPUT_KEYS = ("record_experiences", "evaluation_video_dir")
 #: config values that name a directory, which Tune's trials (each run in its own directory)
 #: must be given whole
-PATH_KEYS = ("input", "record_experiences", "evaluation_video_dir")
+PATH_KEYS = ("input", *OUTPUT_KEYS)
 
 
 def _absolute(key: str, value: Any) -> Any:
