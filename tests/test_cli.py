@@ -311,6 +311,24 @@ def test_the_progress_bar_stops_at_its_total_and_shows_the_target(capsys):
     assert bar.n == 2 and "2/3" in err and "it/s" in err
 
 
+def test_the_progress_bar_of_a_game_shows_each_players_return(capsys):
+    """A zero-sum game's summed return is 0 whoever wins: the bar read ret=0.0 alone."""
+    from flowrl.run.runner import StopCriteria, _progress_bar, _show_progress
+
+    stop = StopCriteria(iters=2)
+    bar, shown = _progress_bar(stop, enabled=True), {}
+    players = {f"agent/player_{i}/episode_return_mean": r for i, r in enumerate((0.4, -0.4))}
+    result = {"iteration": 1, "env_steps_sampled": 10, "episode_return_mean": 0.0, **players}
+    _show_progress(bar, stop, result, shown)
+    assert "ret=0.0, player_0=0.4, player_1=-0.4" in capsys.readouterr().err
+    many = {f"agent/piston_{i}/episode_return_mean": 1.0 for i in range(5)}  # too many to show
+    _show_progress(bar, stop, {"iteration": 2, "env_steps_sampled": 20, **many,
+                               "episode_return_mean": 5.0}, shown)  # fmt: skip
+    bar.close()
+    err = capsys.readouterr().err
+    assert "ret=5.0" in err and "piston" not in err
+
+
 def test_the_progress_bar_rates_only_the_steps_sampled_while_it_runs(capsys):
     # the layout measurement's results (or a restored run's steps) come to the bar at once:
     # counted in its rate, 50k env steps in no time would read as millions a second

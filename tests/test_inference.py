@@ -138,6 +138,16 @@ def test_export_command_writes_the_model(tmp_path, capsys):
     assert out.stat().st_size > 0 and "wrote the greedy policy" in capsys.readouterr().out
 
 
+def test_export_without_out_writes_policy_onnx_here(tmp_path, capsys, monkeypatch):
+    path = checkpoint(tmp_path, "dqn", CASES["dqn"][1], train=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(path)]) == 0
+    assert (tmp_path / "policy.onnx").stat().st_size > 0
+    assert "to policy.onnx (onnx)" in capsys.readouterr().out
+    assert main(["export", str(path), "--format", "torchscript"]) == 0
+    torch.jit.load(str(tmp_path / "policy.pt"))
+
+
 def test_an_onnx_export_is_one_file_that_loads_alone_elsewhere(tmp_path):
     import onnxruntime
 

@@ -67,6 +67,14 @@ def test_plot_of_three_seeds_and_another_config_writes_a_png(tmp_path, capsys):
     assert image.shape[0] > 300 and image.shape[1] > 800  # two panels side by side
 
 
+def test_plot_without_out_writes_curves_png_here(tmp_path, capsys, monkeypatch):
+    run = fake_run(tmp_path / "s0", 0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(run)]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert "to curves.png" in capsys.readouterr().out
+
+
 def test_plot_of_what_holds_runs_draws_them_and_counts_runs_of_one_seed(tmp_path, capsys):
     """A sweep's output (flowrl tune's: its trials write their runs in TRIAL/flowrl) was
     "not a run directory"; runs of one seed in one curve were labelled "(2 seeds)"."""

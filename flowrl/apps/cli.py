@@ -131,9 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--format",
         choices=("onnx", "torchscript"),
-        help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript)",
+        help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript), else onnx",
     )
-    export.add_argument("--out", required=True, help="the model file to write")
+    export.add_argument(
+        "--out",
+        help="the model file to write (default: policy.onnx here, or policy.pt with "
+        "--format torchscript; POLICY_ID.onnx with --policy-id)",
+    )
     export.add_argument(
         "--policy-id", default=None, help="the policy of a multi-agent run's checkpoint"
     )
@@ -142,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
     plot.add_argument("runs", nargs="+", metavar="RUN_DIR",
                       help="run directories, or what holds them (a sweep's --output)")  # fmt: skip
-    plot.add_argument("--out", required=True, help="the PNG to write")
+    plot.add_argument("--out", default="curves.png", help="the PNG to write (default: %(default)s)")
     plot.set_defaults(func=cmd_plot)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
@@ -630,14 +634,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flowrl.apps.inference import export_format, export_policy
+    from flowrl.apps.inference import default_export_file, export_format, export_policy
     from flowrl.run import checkpoints
 
-    check_output_file(args.out)
-    fmt = export_format(args.out, args.format)  # before the checkpoint loads
+    out = args.out or default_export_file(args.format, args.policy_id)
+    check_output_file(out)
+    fmt = export_format(out, args.format)  # before the checkpoint loads
     ckpt = checkpoints.resolve(args.checkpoint)
     _warn_skipped(ckpt)
-    out = export_policy(ckpt, args.out, format=fmt, policy_id=args.policy_id)
+    out = export_policy(ckpt, out, format=fmt, policy_id=args.policy_id)
     which = f"policy {args.policy_id!r}" if args.policy_id else "greedy policy"
     print(f"flowrl: wrote the {which} of {ckpt.path} to {out} ({fmt})")
     return 0

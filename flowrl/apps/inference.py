@@ -247,6 +247,17 @@ def export_policy(
     return out
 
 
+def default_export_file(format: str | None = None, policy_id: str | None = None) -> str:
+    """Where ``flowrl export`` writes without ``--out``: ``policy.onnx`` in the current
+    directory (``.pt`` for TorchScript), named after the policy when one is named.
+
+    Examples:
+        >>> default_export_file(), default_export_file("torchscript", "dqn")
+        ('policy.onnx', 'dqn.pt')
+    """
+    return f"{policy_id or 'policy'}{'.pt' if format == 'torchscript' else '.onnx'}"
+
+
 def export_format(out: str | os.PathLike[str], format: str | None = None) -> str:
     """The format to write ``out`` in: ``format``, which must agree with what the file's
     suffix names (``.onnx``: ONNX; ``.pt``, ``.pth``, ``.ts``: TorchScript), or else the

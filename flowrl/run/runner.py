@@ -427,12 +427,16 @@ def _log_unlogged(
     return result
 
 
+#: the progress bar shows each agent's return in runs of at most this many agents
+MAX_AGENTS_SHOWN = 4
+
+
 def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: dict) -> None:
     """Move the progress bar to the result's env steps or iterations (what it counts; at
     most its total) and show the return against the reward to reach, when there is one,
     and what ``shown`` keeps from earlier results: the last evaluation's return and, in
     self-play, the last win rate against a random player (a zero-sum game's return says
-    nothing)."""
+    nothing); the return of each agent, when there are few (a game's players)."""
     done = result[bar.counts] if bar.total is None else min(result[bar.counts], bar.total)
     bar.update(max(0, done - bar.n))  # (results made before the bar began: behind it)
     target = f"/{stop.reward:g}" if stop.reward is not None else ""
@@ -441,6 +445,9 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
     # (an offline run's training return is always NaN: its evaluation's says it all)
     quiet = "win" in shown or ("eval" in shown and not math.isfinite(ret))
     postfix = {} if quiet else {"ret": f"{ret:.1f}"}
+    agents = {} if quiet else agent_returns(result)
+    if len(agents) <= MAX_AGENTS_SHOWN:  # a game's players (its summed return is 0)
+        postfix |= {agent: f"{value:.1f}" for agent, value in agents.items()}
     postfix |= {k: f"{v:.2f}" if k == "win" else f"{v:.1f}" for k, v in shown.items()}
     where = "eval" if stop.on_evaluation else "ret"
     if where in postfix:
