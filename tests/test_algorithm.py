@@ -289,16 +289,25 @@ def test_ppo_trains_on_continuous_actions():
 
 
 class TextInside(gym.Env):
-    observation_space = gym.spaces.Dict({"note": gym.spaces.Text(5)})
+    observation_space = gym.spaces.Dict({"note": gym.spaces.Text(5), "x": gym.spaces.Discrete(3)})
     action_space = gym.spaces.Discrete(2)
+
+
+class TextAlone(TextInside):
+    observation_space = gym.spaces.Dict({"note": gym.spaces.Text(5)})
 
 
 def test_tuple_observations_train_and_unsupported_spaces_are_rejected_clearly():
     with Algorithm("ppo", env="Blackjack-v1", **FAST) as algo:  # Tuple of Discretes
         assert algo.train()["env_steps_trained"] > 0
-    register_env("text-inside", TextInside)
-    with pytest.raises(ConfigError, match="text-inside has observation space Dict"):
+    register_env("text-inside", TextInside)  # the entry named, and how to drop it
+    with pytest.raises(ConfigError) as refused:
         Algorithm("ppo", env="text-inside", num_workers=0)
+    assert "text-inside's observation entry 'note' is a Text space" in str(refused.value)
+    assert str(refused.value).endswith("gymnasium.wrappers.FilterObservation(env, ['x'])")
+    register_env("text-alone", TextAlone)
+    with pytest.raises(ConfigError, match=r"'note' is a Text space.*an ObservationWrapper"):
+        Algorithm("ppo", env="text-alone", num_workers=0)
 
 
 def test_atari_frames_train_through_the_cnn_and_stay_uint8():

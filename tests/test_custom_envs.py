@@ -97,7 +97,7 @@ def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ("custom_envs:TextObservation", "observation space Dict"),
+        ("custom_envs:TextObservation", "entry 'note' is a Text space"),
         ("custom_envs:MultiDiscreteActions", "action space MultiDiscrete"),
         ("custom_envs:not_an_env", "not a gymnasium.Env"),
         ("custom_envs:NoSuchEnv", "unknown env"),
@@ -166,7 +166,7 @@ def test_the_cli_refuses_an_unsupported_space_with_exit_2_and_one_line(tmp_path)
         timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "observation space Dict" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "entry 'note' is a Text space" in proc.stderr
 
 
 def test_a_vector_env_of_your_own_is_stepped_as_it_is():

@@ -185,7 +185,7 @@ def test_algorithms_without_composite_actions_refuse_them_in_one_line(name):
             ["ppo", "--env", "custom_envs:MaskedBox"],
             "an action_mask masks Discrete or MultiDiscrete actions",
         ),
-        (["ppo", "--env", "custom_envs:TextObservation"], "observation space Dict"),
+        (["ppo", "--env", "custom_envs:TextObservation"], "entry 'note' is a Text space"),
     ],
 )
 def test_unsupported_combinations_exit_2_with_one_line(args, message, capsys, monkeypatch):

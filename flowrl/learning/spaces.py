@@ -264,17 +264,32 @@ OBS_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple of th
 def check_obs_space(space: gym.Space) -> None:
     """A ConfigError naming ``space`` unless flowrl's networks take it (every leaf of a
     Dict or Tuple, nested as deep as it likes)."""
-    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+    bad = unsupported_obs_leaf(space)
+    if bad is not None:
+        where = "" if bad[1] is space else f" (in {space})"
+        raise ConfigError(
+            f"unsupported observation space {bad[1]}{where}: flowrl's networks take "
+            f"{OBS_SPACES} observations"
+        )
+
+
+def unsupported_obs_leaf(space: gym.Space) -> tuple[Path, gym.Space] | None:
+    """The first leaf of ``space`` (its path, empty for ``space`` itself) that flowrl's
+    networks cannot take, or None.
+
+    Examples:
+        >>> unsupported_obs_leaf(gym.spaces.Dict({"a": gym.spaces.Discrete(2),
+        ...                                       "b": gym.spaces.Text(8)}))
+        (('b',), Text(1, 8, charset=...))
+    """
+    for path, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
         flat = isinstance(leaf, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
         if not (
             isinstance(leaf, gym.spaces.Box | gym.spaces.Discrete)
             or (flat and len(leaf.shape) == 1)
         ):
-            where = "" if leaf is space else f" (in {space})"
-            raise ConfigError(
-                f"unsupported observation space {leaf}{where}: flowrl's networks take "
-                f"{OBS_SPACES} observations"
-            )
+            return path, leaf
+    return None
 
 
 ACTION_SPACES = "Discrete, MultiDiscrete, MultiBinary, 1-D Box, and Tuple or Dict of them"

@@ -42,10 +42,10 @@ from flowrl.learning.spaces import (
     OBS_SPACES,
     RecordLayout,
     check_action_space,
-    check_obs_space,
     get,
     is_composite,
     leaf_spaces,
+    unsupported_obs_leaf,
 )
 
 EnvCreator = Callable[..., gym.Env]
@@ -386,19 +386,45 @@ def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> Non
     ``OBS_SPACES``, actions of
     ``ACTION_SPACES`` (an algorithm may take fewer:
     ``Policy.check_action_space``)."""
-    try:
-        check_obs_space(obs_space)
-    except ConfigError:
+    bad = unsupported_obs_leaf(obs_space)
+    if bad is not None and bad[0]:  # one entry of a Dict or Tuple: name it, not the whole
+        raise ConfigError(unsupported_entry(env, obs_space, *bad))
+    if bad is not None:
         raise ConfigError(
             f"env {env} has observation space {obs_space}: flowrl takes {OBS_SPACES} "
             "observations (flatten others with a gymnasium wrapper)"
-        ) from None
+        )
     try:
         check_action_space(action_space)
     except ConfigError:
         raise ConfigError(
             f"env {env} has action space {action_space}: flowrl takes {ACTION_SPACES} actions"
         ) from None
+
+
+def unsupported_entry(env: str, space: gym.Space, path: tuple, leaf: gym.Space) -> str:
+    """What to tell of observation entry ``path`` (a ``leaf`` flowrl cannot take) of
+    ``env``'s composite ``space``: which it is and, for a Dict's top-level entry, the
+    gymnasium wrapper that keeps the others.
+
+    Examples:
+        >>> space = gym.spaces.Dict({"image": gym.spaces.Box(0, 1, (2,)),
+        ...                          "mission": gym.spaces.Text(8)})
+        >>> unsupported_entry("grid", space, ("mission",), space["mission"])  # doctest: +ELLIPSIS
+        "env grid's observation entry 'mission' is a Text space, which flowrl's networks ...
+    """
+    name, kind = ".".join(map(str, path)), type(leaf).__name__
+    kind += "" if kind.endswith("Space") else " space"  # Text space, MissionSpace
+    text = (
+        f"env {env}'s observation entry {name!r} is a {kind}, which flowrl's networks "
+        f"cannot take (they take {OBS_SPACES})"
+    )
+    keep = [key for key in getattr(space, "spaces", {}) if key != path[0]]
+    if not isinstance(space, gym.spaces.Dict) or len(path) > 1 or not keep:
+        return f"{text}: turn it into one of those in your env's creator (an ObservationWrapper)"
+    return (
+        f"{text}: drop it in your env's creator: gymnasium.wrappers.FilterObservation(env, {keep})"
+    )
 
 
 def _make_registered(
