@@ -131,6 +131,24 @@ def test_load_policy_from_a_run_directory_acts_on_one_observation(tmp_path):
     assert action.shape == (1,) and -2.0 <= action[0] <= 2.0  # Pendulum's bounds
 
 
+def test_load_policy_of_an_algorithm_is_its_policy_as_it_was(tmp_path):
+    algo = Algorithm("dqn", env="CartPole-v1", num_workers=0, seed=0)
+    algo.train()
+    then = load_policy(algo)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    before = then.compute_actions(obs)
+    live = algo.workers.local_worker.policy
+    np.testing.assert_array_equal(live.act(obs, explore=False).env_actions, before)
+    weights = then.policy.get_weights()
+    for _ in range(3):
+        algo.train()
+    trained = live.get_weights()
+    assert any(not np.array_equal(trained[k], v) for k, v in weights.items())
+    np.testing.assert_array_equal(then.compute_actions(obs), before)  # a copy: unchanged
+    assert repr(then) == "LoadedPolicy(dqn on CartPole-v1)"
+    algo.stop()
+
+
 def test_export_command_writes_the_model(tmp_path, capsys):
     path = checkpoint(tmp_path, "dqn", CASES["dqn"][1], train=False)
     out = tmp_path / "models" / "dqn.onnx"

@@ -438,12 +438,15 @@ def test_a_multi_agent_checkpoint_loads_and_exports_each_policy(tmp_path):
     algo = Algorithm("ppo", env=TICTACTOE, num_workers=0, policy_mapping="independent")
     algo.train()
     path = algo.save(str(tmp_path / "run"))
+    current = load_policy(algo, policy_id="player_1")  # a notebook's, without a checkpoint
+    with pytest.raises(ConfigError, match=r"the algorithm holds policies \['player_1'"):
+        load_policy(algo)
     algo.stop()
     env = tictactoe_v3.env()
     env.reset(seed=0)
     obs = env.observe("player_1")
     move = load_policy(path, policy_id="player_1").compute_action(obs)
-    assert obs["action_mask"][move] == 1
+    assert obs["action_mask"][move] == 1 and current.compute_action(obs) == move
     names = r"holds policies \['player_1', 'player_2'\]: name one \(--policy-id"
     with pytest.raises(ConfigError, match=names):
         load_policy(path)

@@ -40,6 +40,7 @@ def test_quickstart_notebook_executes(tmp_path):
     nb = execute("quickstart.ipynb", tmp_path)
     outputs = printed(nb)
     assert "ParallelRollouts" in outputs and "episode_return_mean" in outputs
+    assert "one greedy episode by hand: return" in outputs  # load_policy(algo)
     assert len(rich_outputs(nb, "image/png")) == 2, "the learning curve and the plan's graph"
     assert "Dequeue(learner)" in outputs and "learner: busy" in outputs  # the profile
     assert any(line.split(":")[0].endswith("-bound") for line in outputs.splitlines())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
 from flowrl.run.tracking import quiet_loggers
+
+if TYPE_CHECKING:
+    from flowrl.run.algorithm import Algorithm
 
 FORMATS = ("onnx", "torchscript")
 # the file names each format writes (a suffix names its format)
@@ -92,20 +95,28 @@ class LoadedPolicy:
 
 
 def load_policy(
-    path: str | os.PathLike[str] | Checkpoint, *, policy_id: str | None = None
+    path: str | os.PathLike[str] | Checkpoint | Algorithm, *, policy_id: str | None = None
 ) -> LoadedPolicy:
     """The policy of a checkpoint directory, of a run directory's newest checkpoint that
     loads, or of a loaded Checkpoint; builds one env to learn the spaces, and nothing else
     (no Ray). A multi-agent run's checkpoint holds every policy: ``policy_id`` names the
-    one (it may be left out when there is one).
+    one (it may be left out when there is one). Given an ``Algorithm`` (a notebook's), a
+    copy of its policy as it is now, which later training leaves as it is.
 
     Examples:
         >>> policy = load_policy("runs/ppo_CartPole-v1_20261121-130000")  # doctest: +SKIP
         >>> policy.compute_action(obs)  # doctest: +SKIP
         1
+        >>> from flowrl import Algorithm
+        >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+        >>> load_policy(algo).compute_action(np.zeros(4, np.float32)) in (0, 1)
+        True
+        >>> algo.stop()
     """
-    from flowrl.run.algorithm import build_config, get_algorithm
+    from flowrl.run.algorithm import Algorithm, build_config, get_algorithm
 
+    if isinstance(path, Algorithm):
+        return _current_policy(path, policy_id)
     ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
     spec = get_algorithm(ckpt.meta["algo"])
     config = build_config(spec, {"preset": False, **ckpt.meta["config"], "num_workers": 0})
@@ -140,19 +151,40 @@ def _agent_policy(
     from flowrl.rollout.multi_agent import Lanes, policy_mapping
     from flowrl.run.spec import policy_specs
 
-    if policy_id is None and len(saved) != 1:
-        raise ConfigError(
-            f"the checkpoint holds policies {saved}: name one (--policy-id; policy_id= in Python)"
-        )
-    policy_id = policy_id or saved[0]
-    if policy_id not in saved:
-        raise ConfigError(f"the checkpoint has no policy {policy_id!r}; it has {saved}")
+    policy_id = pick_policy(policy_id, saved, "the checkpoint")
     policy_of = policy_mapping(config.policy_mapping, list(config.policies))
     lanes = Lanes(make_env, num_envs=2, policy_of=policy_of)  # 2: self_play's seats
     lanes.close()
     own = policy_specs(spec, config).get(policy_id)
     policy_cls, config = (own.policy_cls, own.config) if own else (spec.classes(config)[0], config)
     return policy_cls, config, lanes.observation_spaces[policy_id], lanes.action_spaces[policy_id]
+
+
+def pick_policy(policy_id: str | None, policy_ids: list[str], holder: str) -> str:
+    """``policy_id``, or the one id of ``policy_ids`` when it is None; a ConfigError naming
+    ``holder`` (a checkpoint, an algorithm) when that is not one of its policies."""
+    if policy_id is None and len(policy_ids) != 1:
+        raise ConfigError(
+            f"{holder} holds policies {policy_ids}: name one (--policy-id; policy_id= in Python)"
+        )
+    policy_id = policy_id or policy_ids[0]
+    if policy_id not in policy_ids:
+        raise ConfigError(f"{holder} has no policy {policy_id!r}; it has {policy_ids}")
+    return policy_id
+
+
+def _current_policy(algo: Any, policy_id: str | None) -> LoadedPolicy:
+    """A copy of ``algo``'s policy ``policy_id`` as it is now (on the CPU, its weights read
+    whole: a learner thread may be updating them)."""
+    worker = algo.workers.local_worker
+    policy_id = pick_policy(policy_id, list(worker.policies), "the algorithm")
+    live, spec = worker.policies[policy_id], worker.policy_spec(policy_id)
+    with worker.lock:
+        weights = live.get_weights()
+    policy = spec.policy_cls(live.observation_space, live.action_space, spec.config, device="cpu")
+    policy.set_weights(weights)
+    policy.module.eval()
+    return LoadedPolicy(policy, algo.spec.name, algo.config.env)
 
 
 class GreedyPolicy(nn.Module):
