@@ -145,9 +145,14 @@ def test_an_env_that_renders_no_frames_cannot_be_recorded(tmp_path):
     algo.stop()
 
 
-def test_a_video_dir_without_evaluation_is_a_config_error():
+def test_a_video_dir_without_evaluation_is_a_config_error(tmp_path, capsys):
     with pytest.raises(ConfigError, match="set evaluation_interval too"):
         Algorithm("ppo", num_workers=0, evaluation_video_dir="videos")
+    output = tmp_path / "runs" / "refused"
+    train = ["train", "ppo", "--num-workers", "0", "--video", "--output", str(output)]
+    assert main(train) == 2
+    assert "--set evaluation_interval=N" in capsys.readouterr().err  # in the CLI's words
+    assert not (tmp_path / "runs").exists(), "a refused run leaves no folder behind"
 
 
 @pytest.mark.parametrize(

@@ -393,7 +393,9 @@ class Config:
         check_policies(self.policies, self.policy_mapping)
         if self.evaluation_video_dir and not self.evaluation_interval:
             raise ConfigError(
-                "evaluation_video_dir records the evaluation episodes: set evaluation_interval too"
+                "evaluation_video_dir (flowrl train --video) records the evaluation episodes, "
+                "and there are none: set evaluation_interval too (--set evaluation_interval=N "
+                "evaluates every N iterations)"
             )
 
     @classmethod

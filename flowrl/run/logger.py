@@ -42,7 +42,7 @@ def _jsonable(value: Any) -> Any:
 
 def check_new_run_dir(output_dir: Path) -> None:
     """A new run's directory must be absent or empty, and writable; a ConfigError names
-    the problem and the way out."""
+    the problem and the way out. The folders made to try are removed again."""
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(f"output {output_dir} is a file, not a directory")
@@ -51,10 +51,13 @@ def check_new_run_dir(output_dir: Path) -> None:
             f"output directory {output_dir} is not empty: continue that run with "
             f"--resume {output_dir}, or choose another --output"
         )
+    missing = [d for d in (output_dir, *output_dir.parents) if not d.exists()]
     try:
         probe_writable(output_dir)
     except OSError as e:
         raise ConfigError(f"cannot write to output directory {output_dir}: {e.strerror}") from None
+    for made in missing:  # the run makes them when it starts: a refused one leaves none
+        made.rmdir()
 
 
 def check_output_file(path: str | Path) -> Path:
@@ -149,8 +152,7 @@ class RunLogger:
         self.output_dir = Path(output_dir)
         if resume_iteration == 0:
             check_new_run_dir(self.output_dir)
-        else:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
         self._lock = hold_run_dir(self.output_dir)  # before any file is rewritten
         if (self.output_dir / "checkpoints").is_dir():
             remove_leftovers(self.output_dir / "checkpoints")
