@@ -286,8 +286,8 @@ def sweep(
         ),
     )
     # Tune's own report of a failed trial is its whole traceback (trial_error says it in a
-    # line), and "wrote the results to <path>" at the end
-    with quiet_loggers("ray.tune", "ray.train", level=logging.CRITICAL):
+    # line), "wrote the results to <path>" at the end, and Optuna's "A new study created"
+    with quiet_loggers("ray.tune", "ray.train", "optuna", level=logging.CRITICAL):
         return tuner.fit()
 
 
