@@ -294,6 +294,22 @@ def test_dead_worker_is_replaced_with_current_weights(ray_session):
         workers.stop()
 
 
+def test_workers_this_process_holds_the_cpus_of_are_one_line_not_a_wait(ray_session):
+    """A notebook cell that built an algorithm again while the last one still held its
+    workers waited forever: Ray had no free CPU to place the new ones."""
+    from flowrl.core.config import ConfigError
+
+    cfg = PPOConfig(num_workers=2, num_envs_per_worker=2)  # the session's 2 CPUs
+    first = WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    try:
+        held = r"Ray has 0 free: the workers of ppo on CartPole-v1 \(built earlier in this"
+        with pytest.raises(ConfigError, match=held):
+            WorkerSet(policy_cls=PPOPolicy, config=cfg)
+    finally:
+        first.stop()
+    WorkerSet(policy_cls=PPOPolicy, config=cfg).stop()  # once stopped, the CPUs are free
+
+
 def test_the_learner_takes_only_the_loss_columns_and_names_a_missing_one():
     worker = local_worker()
     batch = worker.sample()[SINGLE]

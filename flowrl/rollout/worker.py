@@ -28,6 +28,7 @@ import logging
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -36,7 +37,7 @@ import numpy as np
 
 from flowrl.core.callbacks import Callbacks, load_callbacks
 from flowrl.core.channels import Ticket, taking_turns
-from flowrl.core.config import Config
+from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S, PlanContext
 from flowrl.core.iter import (
     Carry,
@@ -561,6 +562,33 @@ def weights_carry(payload: Any) -> Carry:
     return Carry("set_weights", payload)
 
 
+#: this process's WorkerSets whose remote workers hold Ray's CPUs (until ``stop``)
+_HOLDING: weakref.WeakSet[WorkerSet] = weakref.WeakSet()
+
+
+def check_cpus_free(config: Config) -> None:
+    """A ConfigError when Ray has too few free CPUs for ``config``'s remote workers because
+    WorkerSets of this process, not stopped, hold them: Ray would wait for them forever (a
+    notebook cell that builds an algorithm again while the last one still holds its
+    workers). CPUs held elsewhere (another job on a cluster) are waited for, as Ray does."""
+    import ray
+
+    if not _HOLDING or ray.util.get_current_placement_group() is not None:  # Tune's trials
+        return
+    need = config.num_workers * config.num_cpus_per_worker
+    if need <= (free := ray.available_resources().get("CPU", 0.0)):
+        return
+    gc.collect()  # an algorithm let go without stop(): its workers go with it
+    held = {f"{ws.config.algo_name or 'an algorithm'} on {ws.config.env}":
+            len(ws.remote_workers) * ws.config.num_cpus_per_worker for ws in _HOLDING}  # fmt: skip
+    if held:
+        raise ConfigError(
+            f"{config.num_workers} rollout workers need {need:g} CPUs and Ray has {free:g} free: "
+            f"the workers of {', '.join(held)} (built earlier in this process and not stopped) "
+            f"hold {sum(held.values()):g}; stop that first (algo.stop()), or use num_workers=0"
+        )
+
+
 def _wait_until_up(actors: list[Any]) -> None:
     """Block until ``actors`` are constructed (env and policy built), so a request timeout
     (``sample_timeout_s``) measures sampling, not a worker's start."""
@@ -610,9 +638,11 @@ class WorkerSet:
         if config.num_workers > 0:
             import ray
 
+            check_cpus_free(config)
             remote_cls = ray.remote(num_cpus=config.num_cpus_per_worker)
             self._remote_cls = remote_cls(taking_turns(RolloutWorker))
             self.remote_workers = [self._make_remote(i) for i in range(1, config.num_workers + 1)]
+            _HOLDING.add(self)
             # the learner's optimisers, built while they start: nothing is left for the
             # first update to build
             if learner_cls is not None:
@@ -765,6 +795,7 @@ class WorkerSet:
 
     def stop(self) -> None:
         """Close the local env and kill the remote actors; drop what plans kept."""
+        _HOLDING.discard(self)
         self.local_worker.close()
         self._kept.clear()
         if self.remote_workers:
