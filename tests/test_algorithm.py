@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from flowrl import Algorithm, ConfigError, register_env
 from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep
@@ -62,6 +63,39 @@ def test_training_a_stopped_algorithm_says_it_was_stopped():
     algo.stop()
     with pytest.raises(RuntimeError, match=r"^this algorithm was stopped: build another"):
         algo.train()
+
+
+class CrashOnce(CartPoleEnv):
+    crashed = False  # the first env of the process to take 100 steps raises, once
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= 100 and not CrashOnce.crashed:
+            CrashOnce.crashed = True
+            raise ValueError("the simulator crashed")
+        return super().step(action)
+
+
+def test_training_after_the_plan_failed_says_why_and_a_restore_goes_on(tmp_path):
+    """After an error in the plan (a notebook's env that raised), train() said 'the execution
+    plan ParallelRollouts(...)... ended': six lines of plan, and not why."""
+    from flowrl.rollout.envs import EnvError
+
+    register_env("crash-once", CrashOnce)
+    algo = Algorithm("ppo", env="crash-once", **FAST)
+    path = algo.save(tmp_path / "start")
+    with pytest.raises(EnvError):
+        for _ in range(10):
+            algo.train()
+    with pytest.raises(RuntimeError, match=r"^this algorithm ended with EnvError: env crash-once"):
+        algo.train()
+    algo.restore(path)  # a new plan from the checkpoint: it goes on
+    assert algo.train()["iteration"] == 1
+    algo.stop()
 
 
 def test_a_checkpoint_restored_into_a_running_plan_iterates_and_rates_from_the_restore(tmp_path):

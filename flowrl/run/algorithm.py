@@ -43,7 +43,7 @@ from flowrl.rollout.worker import WorkerSet, one_torch_thread
 from flowrl.run.evaluation import Evaluation, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
-from flowrl.run.runner import StopCriteria, run
+from flowrl.run.runner import StopCriteria, describe_error, run
 from flowrl.run.saving import Checkpointing
 from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm, policy_specs
 
@@ -301,7 +301,8 @@ class Algorithm(Checkpointing):
                                      policy_specs=policy_specs(self.spec, self.config))  # fmt: skip
         self._plan_fn = plan or self.spec.execution_plan
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
-        self._ended: str | None = None  # "interrupted" (Ctrl-C, a notebook's) or "stopped"
+        #: "interrupted" (Ctrl-C, a notebook's), "was stopped", or the error that ended the plan
+        self._ended: str | None = None
         if self.config.profile:  # before the first pull builds the plan
             self.plan.context.profiler = Profiler()
         self.evaluation = Evaluation(
@@ -357,8 +358,8 @@ class Algorithm(Checkpointing):
         """Run the plan until it produces its next result, and return that result. After
         an interrupt (a notebook's, say) the next call goes on with a new plan on the same
         counters, weights and kept state; the interrupted iteration's samples are lost."""
-        if self._ended == "stopped":
-            raise RuntimeError("this algorithm was stopped: build another (or from_checkpoint)")
+        if self._ended not in (None, "interrupted"):
+            raise RuntimeError(f"this algorithm {self._ended}: build another (or from_checkpoint)")
         if self._ended == "interrupted":
             self._ended = None
             self._restart_plan()
@@ -370,6 +371,9 @@ class Algorithm(Checkpointing):
                 raise RuntimeError(f"the execution plan {self.plan} ended") from None
             except KeyboardInterrupt:  # the plan's generators are closed by it
                 self._ended = "interrupted"
+                raise
+            except Exception as e:  # and by this: a new plan (a restore, a rebuild) goes on
+                self._ended = f"ended with {describe_error(e)}"
                 raise
             if result is not NotReady:
                 result.update(self.evaluation.step(self.iteration))
@@ -457,7 +461,7 @@ class Algorithm(Checkpointing):
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
         itself stays up for the next algorithm)."""
-        self._ended = "stopped"
+        self._ended = "was stopped"
         self.plan.close()
         self.evaluation.stop()
         self.workers.stop()

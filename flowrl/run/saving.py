@@ -42,6 +42,7 @@ class Checkpointing:
     plan: Any
     iteration: int
     _build_plan: Any
+    _ended: str | None
 
     def _restart_plan(self, state: dict[str, Any] | None = None) -> None:
         """A new plan on the same context: counters and what its operators kept, or
@@ -54,6 +55,8 @@ class Checkpointing:
             context.set_state(state)
         self.plan = self._build_plan()
         self.plan.context = context
+        if self._ended != "was stopped":  # the last plan's end (its error) is behind it
+            self._ended = None
 
     def save(
         self, path: str | os.PathLike[str], *, weights: dict[str, Weights] | None = None
