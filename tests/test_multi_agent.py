@@ -177,7 +177,7 @@ def test_policy_settings_and_mappings_are_checked_in_one_line():
     assert policy_mapping("shared", ["main"])("anyone") == "main"
     assert policy_mapping("test_multi_agent:team_of")("cartpole_1") == "odd"
     # a typo in a mapping trained a policy nobody configured; None trained a policy "None"
-    two = {"ppo": {}, "dqn": {"algorithm": "dqn"}}
+    two = {"ppo": {}, "dqn": {"lr": 1e-4}}
     with pytest.raises(ConfigError, match="policy 'DQN', which policies does not configure"):
         Algorithm("ppo", env=POLES, num_workers=0, policies=two,
                   policy_mapping={"cartpole_0": "ppo", "cartpole_1": "DQN"})  # fmt: skip
@@ -205,6 +205,13 @@ def test_a_policy_of_another_algorithm_keeps_its_own_defaults_and_the_run_s_samp
     assert specs["p"].config.lr == config.lr and specs["p"].learner_cls.__name__ == "PPOLearner"
     with pytest.raises(ConfigError, match=r"policies\['q'\]: unknown config key 'clip_param'"):
         policy_specs(ALGORITHM, PPOConfig(policies={"q": {"algorithm": "dqn", "clip_param": 1}}))
+    # PPO's own plan trained a DQN policy as PPO's: no replay, its target never copied
+    mixed = {"p": {}, "q": {"algorithm": "dqn"}}
+    with pytest.raises(ConfigError, match=r"policies\['q'\] learns with dqn, but ppo's plan"):
+        Algorithm("ppo", env=POLES, num_workers=0, policies=mixed, policy_mapping="independent")
+    frozen = {"p": {}, "q": {"algorithm": "dqn", "trainable": False}}  # acts, never trained
+    Algorithm("ppo", env=POLES, num_workers=0, policies=frozen,
+              policy_mapping={"cartpole_0": "p", "cartpole_1": "q"}).stop()  # fmt: skip
 
 
 def test_a_policy_buffer_per_policy_samples_what_is_ready():

@@ -45,7 +45,13 @@ from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
 from flowrl.run.runner import StopCriteria, describe_error, run
 from flowrl.run.saving import Checkpointing
-from flowrl.run.spec import AlgorithmSpec, Plan, get_algorithm, policy_specs
+from flowrl.run.spec import (
+    AlgorithmSpec,
+    Plan,
+    check_plan_trains_its_policies,
+    get_algorithm,
+    policy_specs,
+)
 
 
 def check_env(spec: AlgorithmSpec, config: Config) -> None:
@@ -169,11 +175,16 @@ def preset_values(spec: AlgorithmSpec, values: Mapping[str, Any]) -> dict[str, A
     return {k: v for k, v in preset.values.items() if k in fields}
 
 
-def check_and_start_ray(spec: AlgorithmSpec, config: Config, address: str | None) -> None:
+def check_and_start_ray(
+    spec: AlgorithmSpec, config: Config, address: str | None, *, own_plan: bool = True
+) -> None:
     """What a config must pass before anything starts, one line each (its env id, its
-    video settings, an address for a run that has no workers, the env and the CPUs before
-    Ray starts), then Ray started or joined when the config uses it."""
+    policies' algorithms when the algorithm's ``own_plan`` trains them, its video settings,
+    an address for a run that has no workers, the env and the CPUs before Ray starts), then
+    Ray started or joined when the config uses it."""
     check_env_id(config.env)
+    if own_plan:
+        check_plan_trains_its_policies(spec, config)
     if config.evaluation_video_dir:  # before training, not at the first evaluation
         check_video_extra(config.env)
         check_video_dir(config.evaluation_video_dir)
@@ -292,7 +303,7 @@ class Algorithm(Checkpointing):
             self.callbacks = load_callbacks(self.config.callbacks)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        check_and_start_ray(self.spec, self.config, address)
+        check_and_start_ray(self.spec, self.config, address, own_plan=plan is None)
         torch.manual_seed(self.config.seed)
         policy_cls, learner_cls = self.spec.classes(self.config)
         with one_torch_thread():  # the weights start alike whatever threads the process has

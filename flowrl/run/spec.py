@@ -114,6 +114,33 @@ def policy_specs(spec: AlgorithmSpec, config: Config) -> dict[str, PolicySpec]:
     return specs
 
 
+def check_plan_trains_its_policies(spec: AlgorithmSpec, config: Config) -> None:
+    """A ConfigError when a shipped algorithm's own plan is to train a policy of another
+    algorithm: it trains every policy as its own (PPO's plan has no replay and no target
+    copies for a DQN policy). A plan of your own trains them side by side.
+
+    Examples:
+        >>> from flowrl.algorithms.ppo import ALGORITHM, PPOConfig
+        >>> two = PPOConfig(policies={"p": {}, "q": {"algorithm": "dqn"}})
+        >>> check_plan_trains_its_policies(ALGORITHM, two)
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: policies['q'] learns with dqn, but ppo's plan trains ...
+    """
+    from flowrl.algorithms import NAMES
+
+    if spec.name not in NAMES or get_algorithm(spec.name).execution_plan is not spec.execution_plan:
+        return
+    for pid, entry in config.policies.items():
+        other = entry.get("algorithm") or spec.name
+        if other != spec.name and entry.get("trainable", True):
+            raise ConfigError(
+                f"policies[{pid!r}] learns with {other}, but {spec.name}'s plan trains every "
+                f"policy as {spec.name} does: train them side by side in a plan of your own "
+                "(examples/ppo_and_dqn.py), or set its trainable: false"
+            )
+
+
 def list_algorithms() -> list[AlgorithmSpec]:
     """The algorithms that ship with flowrl."""
     from flowrl.algorithms import NAMES
