@@ -209,9 +209,11 @@ def test_a_run_directory_has_one_writer_at_a_time(run_dir, tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
-    assert main(["train", "ppo", "--resume", str(copy), "--stop-iters", "3", *QUICK]) == 0
+    assert main(["train", "--resume", str(copy), "--stop-iters", "3", *QUICK]) == 0  # its algo
     rows = [json.loads(line) for line in (copy / "result.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert main(["train"]) == 2  # neither an algorithm nor a run to resume
+    assert "name the algorithm (flowrl list shows them), or --resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("algo", ["impala", "appo", "apex"])

@@ -54,9 +54,14 @@ def _num_workers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """What ``train``, ``tune`` and ``plan`` share: the algorithm, env and config flags."""
-    parser.add_argument("algo", help="algorithm name (flowrl list) or path/to/file.py:plan")
+def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False) -> None:
+    """What ``train``, ``tune`` and ``plan`` share: the algorithm (which a command that
+    ``resumes`` may leave to the run it continues), env and config flags."""
+    help = "algorithm name (flowrl list) or path/to/file.py:plan"
+    if resumes:
+        parser.add_argument("algo", nargs="?", help=f"{help}; with --resume, the run's")
+    else:
+        parser.add_argument("algo", help=help)
     parser.add_argument(
         "--env",
         help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
@@ -88,9 +93,9 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_run_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False) -> None:
     """What ``train`` and ``tune`` share: the config flags and the stop flags."""
-    _add_config_arguments(parser)
+    _add_config_arguments(parser, resumes=resumes)
     parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
     parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
     parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
@@ -158,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_train_parser(sub: Any) -> None:
     train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
-    _add_run_arguments(train)
+    _add_run_arguments(train, resumes=True)
     train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
     train.add_argument(
@@ -326,7 +331,7 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     ckpt = checkpoints.latest(output)
     hold_run_dir(output).close()  # another process writing it: say so before loading
     saved_algo, saved_env = ckpt.meta["algo"], ckpt.meta["config"].get("env")
-    if get_algorithm(args.algo).name != saved_algo:
+    if args.algo and get_algorithm(args.algo).name != saved_algo:
         raise ConfigError(f"--resume {output} holds a {saved_algo} run, not {args.algo}")
     if args.env and args.env != saved_env:
         raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
@@ -407,6 +412,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
     if args.resume:
         algo, output = _resume(args)
+    elif not args.algo:
+        raise ConfigError("name the algorithm (flowrl list shows them), or --resume RUN_DIR")
     else:
         if args.output:
             output = Path(args.output)
