@@ -79,7 +79,7 @@ def test_list():
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),
         (["train", "ppo", "--resume", "/no/such/run"], "run directory not found"),
         (["train", "missing.py:plan"], "plan file not found"),
-        (["train"], "the following arguments are required: algo"),
+        (["train"], "name the algorithm (flowrl list shows them), or --resume RUN_DIR"),
         (["evaluate", "/no/such/checkpoint"], "checkpoint not found"),
         (["evaluate", ".", "--episodes", "0"], "--episodes must be >= 1"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),

@@ -145,6 +145,16 @@ def test_an_env_that_renders_no_frames_cannot_be_recorded(tmp_path):
     algo.stop()
 
 
+def test_train_with_video_writes_each_evaluation_in_its_run_directory(tmp_path):
+    """Checking OUTPUT/videos made it, so the run then refused its own directory as not
+    empty: flowrl train --video never ran."""
+    out = tmp_path / "run"
+    train = ["train", "ppo", "--num-workers", "0", "--video", "--stop-iters", "1", "--output"]
+    quick = ["evaluation_interval=1", "evaluation_episodes=1", "train_batch_size=256"]
+    assert main([*train, str(out), "--no-progress", "--set", *quick]) == 0
+    assert (out / "videos" / "iteration_000001" / "eval-episode-0.mp4").stat().st_size > 0
+
+
 def test_a_video_dir_without_evaluation_is_a_config_error(tmp_path, capsys):
     with pytest.raises(ConfigError, match="set evaluation_interval too"):
         Algorithm("ppo", num_workers=0, evaluation_video_dir="videos")

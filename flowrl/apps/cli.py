@@ -401,6 +401,8 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if not (args.algo or args.resume):  # before torch loads: a usage error answers at once
+        raise ConfigError("name the algorithm (flowrl list shows them), or --resume RUN_DIR")
     from flowrl.run.algorithm import get_algorithm
     from flowrl.run.logger import ERROR_FILE, check_new_run_dir
     from flowrl.run.presets import preset_for
@@ -412,8 +414,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
     if args.resume:
         algo, output = _resume(args)
-    elif not args.algo:
-        raise ConfigError("name the algorithm (flowrl list shows them), or --resume RUN_DIR")
     else:
         if args.output:
             output = Path(args.output)

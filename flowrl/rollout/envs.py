@@ -273,14 +273,18 @@ def as_records(vec: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
     return RecordObservations(vec) if is_composite(vec.single_observation_space) else vec
 
 
-def probe_writable(directory: str | os.PathLike[str]) -> None:
-    """Make ``directory`` where missing and write (and remove) a file in it: OSError
-    when that cannot be done."""
+def probe_writable(directory: str | os.PathLike[str], *, keep: bool = False) -> None:
+    """Write (and remove) a file in ``directory``, made where missing: OSError when that
+    cannot be done. The folders made for it are removed again unless ``keep``: a check
+    leaves nothing behind (a run's directory must be empty when it starts)."""
     directory = Path(directory)
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     probe = directory / ".flowrl-write-test"
     probe.write_text("")
     probe.unlink()
+    for made in [] if keep else missing:  # the innermost first
+        made.rmdir()
 
 
 def check_video_dir(video_dir: str | os.PathLike[str]) -> None:

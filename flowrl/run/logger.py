@@ -42,7 +42,7 @@ def _jsonable(value: Any) -> Any:
 
 def check_new_run_dir(output_dir: Path) -> None:
     """A new run's directory must be absent or empty, and writable; a ConfigError names
-    the problem and the way out. The folders made to try are removed again."""
+    the problem and the way out. A refused run leaves no folder behind."""
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(f"output {output_dir} is a file, not a directory")
@@ -51,13 +51,10 @@ def check_new_run_dir(output_dir: Path) -> None:
             f"output directory {output_dir} is not empty: continue that run with "
             f"--resume {output_dir}, or choose another --output"
         )
-    missing = [d for d in (output_dir, *output_dir.parents) if not d.exists()]
     try:
-        probe_writable(output_dir)
+        probe_writable(output_dir)  # (and removes what it made: the run makes it)
     except OSError as e:
         raise ConfigError(f"cannot write to output directory {output_dir}: {e.strerror}") from None
-    for made in missing:  # the run makes them when it starts: a refused one leaves none
-        made.rmdir()
 
 
 def check_output_file(path: str | Path) -> Path:
@@ -74,7 +71,7 @@ def check_output_file(path: str | Path) -> Path:
     if out.is_dir():
         raise ConfigError(f"cannot write {out}: it is a directory; name a file")
     try:
-        probe_writable(out.parent)
+        probe_writable(out.parent, keep=True)
     except OSError as e:
         raise ConfigError(f"cannot write {out}: {e.strerror or e}") from None
     return out
