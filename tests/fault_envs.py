@@ -187,6 +187,15 @@ class ShortMask(MaskedChoice):
         return obs
 
 
+class ShortMaskAtReset(MaskedChoice):
+    """MaskedChoice whose mask is one entry short from its first observation, reset's."""
+
+    def _draw(self):
+        obs = super()._draw()
+        obs["action_mask"] = obs["action_mask"][:-1]
+        return obs
+
+
 class OutOfBounds(MaskedChoice):
     """MaskedChoice whose target feature reads 2 (its space allows [0, 1])."""
 

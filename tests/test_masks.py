@@ -174,6 +174,8 @@ def test_a_multidiscrete_mask_holds_each_sub_action_to_its_own_choices():
         ("HalfAllowed", "gave an action_mask holding 0.5: a mask entry is 0"),
         ("NothingAllowed", "gave an action_mask that allows no action at a step whose"),
         ("ShortMask", "(env 0's action_mask has shape (5,) where its space declares (6,))"),
+        ("ShortMaskAtReset", "in reset(), raised ValueError: "),  # misshapen in reset too
+        ("ShortMaskAtReset", "(env 0's action_mask has shape (5,) where its space declares"),
         ("TicTacToeShortMask", "action_mask has shape (8,), where its space declares (9,)"),
     ],
 )

@@ -111,7 +111,10 @@ class VectorLanes:
         self._copies: list[int] = []
 
     def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
-        obs, _ = self.env.reset(seed=seed)
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as e:  # the env's fault, as in a step (a misshapen observation named)
+            raise EnvError(env_fault(e, self.env), -1) from e
         self._ended, self._active, self._ends, self._game_over = None, None, [], None
         self._done[:], self._last_done[:], self._last_end[:] = False, False, False
         self._return[:], self._length[:] = 0.0, 0

@@ -132,7 +132,11 @@ class RolloutWorker(ParallelIteratorWorker):
                 worker_index=worker_index,
             )
         writer = experience_writer(config, self.env, worker_index)
-        self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where, writer=writer)
+        try:  # (the first reset)
+            self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where,
+                                   writer=writer)  # fmt: skip
+        except EnvError as e:
+            raise self._fault(e, ", in reset(),") from e.__cause__
         if worker_index > 0:  # what a remote worker started with lives as long as it does
             freeze_start_up()
 
@@ -158,6 +162,13 @@ class RolloutWorker(ParallelIteratorWorker):
     def _where(self) -> str:
         return f"env {self.config.env} (worker {self.worker_index})"
 
+    def _fault(self, e: EnvError, during: str = "") -> EnvError:
+        """``e`` naming this worker's env, with the env's traceback: the error's last frame
+        is the env's line."""
+        trace = getattr(e.__cause__, "__traceback__", None) or e.__traceback__
+        fault = EnvError(f"{self._where}{during} raised {e.message}", self.worker_index)
+        return fault.with_traceback(trace)
+
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self) -> Iterator[MultiAgentBatch]:
         count = fragments_per_call(self.config)  # per request, as one batch
@@ -173,11 +184,7 @@ class RolloutWorker(ParallelIteratorWorker):
         try:
             fragments = self.sampler.sample(steps)
         except EnvError as e:  # the env's own fault: this worker is replaced
-            # (with the env's traceback, so the error's last frame is the env's line)
-            cause = e.__cause__
-            trace = getattr(cause, "__traceback__", None) or e.__traceback__
-            fault = EnvError(f"{self._where} raised {e.message}", self.worker_index)
-            raise fault.with_traceback(trace) from cause
+            raise self._fault(e) from e.__cause__
         batch = self.policies.postprocess(fragments, steps * self.env.num_envs)
         if self.callbacks is not None:
             self.callbacks.on_fragment_postprocessed(batch=batch, worker_index=self.worker_index)
