@@ -83,7 +83,8 @@ class Layout:
     rollout_fragment_length: int
     steps_per_s: float
     reason: str = ""
-    candidates: list[dict[str, Any]] = field(default_factory=list)  # every layout predicted
+    #: every layout predicted (left out of the repr: a notebook shows the reason)
+    candidates: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def report(self) -> dict[str, Any]:
         """What a run's summary says of the layout: the choice, its prediction, why."""
