@@ -87,6 +87,21 @@ def test_remote_evaluation_runs_on_its_own_worker_and_survives_its_death(ray_ses
     algo.stop()
 
 
+def test_a_run_with_an_evaluation_worker_reports_the_evaluation_of_its_final_weights(
+    ray_session,
+):
+    """The last iteration started an evaluation on the evaluation worker, and the run
+    dropped it at once: with Ray workers the final weights were never scored."""
+    from flowrl.run.runner import StopCriteria, run
+
+    algo = Algorithm("ppo", num_workers=1, evaluation_interval=2, evaluation_episodes=2,
+                     train_batch_size=512)  # fmt: skip
+    summary = run(algo, stop=StopCriteria(iters=2))
+    assert algo.last_result["evaluation/iteration"] == 2  # started in the run's last iteration
+    assert summary["best_evaluation_episode_return_mean"] == algo.last_result[EVAL_RETURN_MEAN]
+    algo.stop()
+
+
 # -- videos ----------------------------------------------------------------------------------
 def read_frames(path):
     import imageio.v2 as imageio

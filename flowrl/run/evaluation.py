@@ -109,6 +109,17 @@ class Evaluation:
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
         return {**stats, PREFIX + ITERATION: iteration}
 
+    def finish(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """The results of the evaluation still running on the evaluation worker, waited for
+        up to ``timeout_s`` (empty when none runs, or it takes longer): a run's last
+        iteration started one on its final weights."""
+        if self._pending is None or not self.workers.remote_workers:
+            return {}
+        import ray
+
+        ray.wait([self._pending[0]], timeout=timeout_s)
+        return self._collect()
+
     def stop(self) -> None:
         if self._actor is not None:
             import ray

@@ -361,14 +361,14 @@ def run(
     error: Exception | None = None
     try:
         while stopped_by is None or pending:  # every result made is logged
-            result = pending.pop(0) if pending else _train_with_recovery(algo, budget)
+            result = _next_result(algo, pending, budget, stop)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
             for tracker in trackers:
                 tracker.log(result)
             if log is not None:
                 log.log(result)
-                kept.checkpoint(algo, result, output_dir, checkpoint_every)
+            kept.checkpoint(algo, result, output_dir, checkpoint_every)
             _show_progress(bar, stop, result, shown)
             stopped_by = stopped_by or stop.reason(result)
     except KeyboardInterrupt:
@@ -399,8 +399,12 @@ class _Kept:
     last: Path | None = None
     best_eval: float = -math.inf
 
-    def checkpoint(self, algo: Trainable, result: dict, output_dir: Path, every: int) -> None:
-        if every and result[ITERATION] % every == 0:
+    def checkpoint(
+        self, algo: Trainable, result: dict, output_dir: Path | None, every: int
+    ) -> None:
+        """The checkpoints ``result`` is due for, where the run writes (``output_dir``), and
+        the best evaluation return so far (which a summary gives whether or not it does)."""
+        if output_dir is not None and every and result[ITERATION] % every == 0:
             self.last = algo.save(checkpoint_dir(output_dir, result[ITERATION]))
             if self.keep:  # the older ones go once the new one is written whole
                 older = sorted(self.last.parent.glob("checkpoint_*"))[: -self.keep]
@@ -408,8 +412,9 @@ class _Kept:
                     shutil.rmtree(path, ignore_errors=True)
         if result.get(EVAL_RETURN_MEAN, -math.inf) > self.best_eval:
             self.best_eval = result[EVAL_RETURN_MEAN]
-            scored = algo.evaluation.scored_weights
-            algo.save(output_dir / "checkpoints" / BEST, weights=scored)
+            if output_dir is not None:
+                scored = algo.evaluation.scored_weights
+                algo.save(output_dir / "checkpoints" / BEST, weights=scored)
 
 
 def _log_unlogged(
@@ -453,6 +458,20 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
     if where in postfix:
         postfix[where] += target
     bar.set_postfix(postfix)
+
+
+def _next_result(
+    algo: Trainable, pending: list[dict[str, Any]], budget: FailureBudget, stop: StopCriteria
+) -> dict[str, Any]:
+    """The next result to log: one made before the loop (``Algorithm.auto``'s), or a new
+    one; the last (a stop criterion holds), when it holds no evaluation, with the one still
+    running on the evaluation worker waited for: it scores the final weights."""
+    if pending:
+        return pending.pop(0)
+    result = _train_with_recovery(algo, budget)
+    if stop.reason(result) and EVAL_RETURN_MEAN not in result:
+        result.update(algo.evaluation.finish())
+    return result
 
 
 def run_meta(algo: Trainable) -> dict[str, Any]:
