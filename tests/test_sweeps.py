@@ -50,6 +50,24 @@ def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, t
     assert [checkpoints.resolve(trial).meta["algo"] for trial in trials] == ["ppo", "ppo"]
 
 
+def test_a_sweep_in_python_fits_its_trials_or_says_what_holds_the_cpus(ray_session, tmp_path):
+    """sweep() from a notebook waited forever, silently, for trials that could not be
+    placed: the config's 2 workers per trial on 2 CPUs, or CPUs this process's algorithm
+    held. flowrl tune checked the first; sweep() now checks both, as flowrl tune does."""
+    from flowrl.algorithms.ppo import PPOConfig, PPOPolicy
+    from flowrl.rollout.worker import WorkerSet
+
+    holder = WorkerSet(policy_cls=PPOPolicy, config=PPOConfig(num_workers=2))  # both CPUs
+    try:
+        with pytest.raises(ConfigError, match=r"workers of ppo on CartPole-v1 .* hold 2: stop"):
+            sweep("ppo", {"lr": [1e-3]}, fixed=FAST, stop={"training_iteration": 1},
+                  storage=tmp_path)  # fmt: skip
+    finally:
+        holder.stop()
+    with pytest.raises(ConfigError, match="each trial reserves 5 CPUs"):
+        sweep("ppo", {"lr": [1e-3]}, fixed={"num_workers": 4}, storage=tmp_path)
+
+
 @pytest.mark.slow
 def test_pbt_restores_one_trials_checkpoint_into_the_other(ray_session, tmp_path):
     results = sweep(

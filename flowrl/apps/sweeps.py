@@ -27,6 +27,8 @@ from ray import tune
 
 from flowrl.core.config import ConfigError
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.diagnostics.autotune import cluster_cpus
+from flowrl.rollout.worker import cpus_held_here
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import RunLogger
@@ -169,13 +171,15 @@ def check_trials(
     grid: Mapping[str, list[Any]],
     space: Mapping[str, tuple[str, list[Any]]],
     cpus: float,
+    held: Mapping[str, float] | None = None,
 ) -> str | None:
     """Before Ray starts: every grid value and both ends of every range must be values the
     config takes (a float range for a whole-number key is refused: ``randint`` or ``choice``
     draws those), and every trial must fit on ``cpus`` (one CPU for the trial and its
-    workers'). Where nothing chose the workers, trials run in-process (``fixed`` gets
-    ``num_workers=0``) and the returned line says so; a trial that cannot fit is a
-    ConfigError, not a sweep Ray waits on forever.
+    workers'), less those ``held`` by this process's algorithms not stopped. Where nothing
+    chose the workers, trials run in-process (``fixed`` gets ``num_workers=0``) and the
+    returned line says so; a trial that cannot fit is a ConfigError, not a sweep Ray waits
+    on forever.
 
     Examples:
         >>> from flowrl.algorithms.ppo import ALGORITHM
@@ -209,7 +213,13 @@ def check_trials(
         said = "trials run in-process, one CPU each (--num-workers N gives each N workers)"
     config = spec.config_cls.from_dict(fixed)
     workers = max(grid.get("num_workers", [config.num_workers]))
-    need = 1 + workers * config.num_cpus_per_worker
+    need, taken = 1 + workers * config.num_cpus_per_worker, sum((held or {}).values())
+    if need > cpus - taken and taken:
+        raise ConfigError(
+            f"each trial reserves {need:g} CPUs, but of this machine's {cpus:g} the workers "
+            f"of {', '.join(held)} (built in this process and not stopped) hold {taken:g}: "
+            "stop that first (algo.stop())"
+        )
     if need > cpus:
         fit = int((cpus - 1) // config.num_cpus_per_worker)
         raise ConfigError(
@@ -255,9 +265,12 @@ def sweep(
     ``space`` holds ranges (``parse_space``) that each trial draws from: at random,
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
-    space = dict(space or {})
-    check_sweep(algo, grid, space, fixed or {}, search, scheduler)
-    params = {**{k: _absolute(k, v) for k, v in (fixed or {}).items()}, ALGO_KEY: algo}
+    space, fixed = dict(space or {}), dict(fixed or {})
+    check_sweep(algo, grid, space, fixed, search, scheduler)
+    said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
+    if said:  # (flowrl tune has said it: its fixed values name the workers)
+        print(f"flowrl: {said}")
+    params = {**{k: _absolute(k, v) for k, v in fixed.items()}, ALGO_KEY: algo}
     grid = {key: [_absolute(key, v) for v in values] for key, values in grid.items()}
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
     params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})

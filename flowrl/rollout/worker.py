@@ -585,15 +585,22 @@ def check_cpus_free(config: Config) -> None:
     need = config.num_workers * config.num_cpus_per_worker
     if need <= (free := ray.available_resources().get("CPU", 0.0)):
         return
-    gc.collect()  # an algorithm let go without stop(): its workers go with it
-    held = {f"{ws.config.algo_name or 'an algorithm'} on {ws.config.env}":
-            len(ws.remote_workers) * ws.config.num_cpus_per_worker for ws in _HOLDING}  # fmt: skip
-    if held:
+    if held := cpus_held_here():
         raise ConfigError(
             f"{config.num_workers} rollout workers need {need:g} CPUs and Ray has {free:g} free: "
             f"the workers of {', '.join(held)} (built earlier in this process and not stopped) "
             f"hold {sum(held.values()):g}; stop that first (algo.stop()), or use num_workers=0"
         )
+
+
+def cpus_held_here() -> dict[str, float]:
+    """The Ray CPUs that this process's WorkerSets, not stopped, hold with their remote
+    workers, by algorithm and env (one let go without ``stop()`` is collected first: its
+    workers go with it)."""
+    if _HOLDING:
+        gc.collect()
+    return {f"{ws.config.algo_name or 'an algorithm'} on {ws.config.env}":
+            len(ws.remote_workers) * ws.config.num_cpus_per_worker for ws in _HOLDING}  # fmt: skip
 
 
 def _wait_until_up(actors: list[Any]) -> None:
