@@ -488,8 +488,9 @@ def final_line(summary: dict[str, Any]) -> str:
             f"best evaluation return {summary['best_evaluation_episode_return_mean']:.1f}"
         )
     reached = ", ".join(returns) or "no episode finished"
+    why = summary["stopped_by"]
     return (
-        f"flowrl: stopped by {summary['stopped_by']} after {done}, "
+        f"flowrl: {why if why == 'interrupted' else f'stopped by {why}'} after {done}, "
         f"{summary['time_total_s']:.1f} s: {reached}; checkpoint {summary['checkpoint']}"
     )
 

@@ -162,6 +162,8 @@ class RunLogger:
         self._csv_writer: csv.DictWriter[str] | None = None
         self._rewrite_csv([json.loads(line) for line in kept])
         self._tb: Any = None
+        #: the iteration of the last row written (a resumed run's: its checkpoint's)
+        self.last_iteration = resume_iteration
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
         (self.output_dir / name).write_text(json_text(data))
@@ -170,6 +172,7 @@ class RunLogger:
         clean = {k: _jsonable(v) for k, v in result.items()}
         self._jsonl.write(json.dumps(clean) + "\n")  # one write per whole line
         self._jsonl.flush()
+        self.last_iteration = result.get(ITERATION, self.last_iteration)
         self._write_csv(clean)
         self._tensorboard(result)
 

@@ -371,11 +371,9 @@ def run(
             kept.checkpoint(algo, result, output_dir, checkpoint_every)
             _show_progress(bar, stop, result, shown)
             stopped_by = stopped_by or stop.reason(result)
-    except KeyboardInterrupt:
-        stopped_by = "interrupted"
-    except Exception as e:  # keep what was learned, then let the caller see the error
-        stopped_by, error = "error", e
-        result = _log_unlogged(algo, result, log, trackers)
+    except (KeyboardInterrupt, Exception) as e:  # keep what was made; the caller sees an error
+        stopped_by, error = ("error", e) if isinstance(e, Exception) else ("interrupted", None)
+        result, best = _log_unlogged(algo, result, pending, log, trackers, best)
     finally:
         bar.close()
     with sigint_ignored():
@@ -418,18 +416,30 @@ class _Kept:
 
 
 def _log_unlogged(
-    algo: Trainable, logged: dict[str, Any] | None, log: RunLogger | None, trackers: Sequence
-) -> dict[str, Any] | None:
-    """After an error: the algorithm's last result when it is not ``logged`` (it was made,
-    then a hook raised), logged so the run's rows match its iterations; returns it."""
-    result = algo.last_result
-    if result is None or result is logged:
-        return logged
-    for tracker in trackers:
-        tracker.log(result)
-    if log is not None:
-        log.log(result)
-    return result
+    algo: Trainable,
+    current: dict[str, Any] | None,
+    pending: list[dict[str, Any]],
+    log: RunLogger | None,
+    trackers: Sequence,
+    best: float,
+) -> tuple[dict[str, Any] | None, float]:
+    """After an error or Ctrl-C: the results made and not logged yet, logged so the run's
+    rows match its iterations: the one being logged (``current``, unless its row was
+    written), those made before the loop (``pending``: ``Algorithm.auto``'s) and the
+    algorithm's last (made, then a hook raised). Returns the last result and the best
+    return, with theirs."""
+    done = log.last_iteration if log is not None else (current or {}).get(ITERATION, 0)
+    unlogged = [current, *pending, algo.last_result]
+    pending.clear()
+    last = current
+    for result in {id(r): r for r in unlogged if r is not None and r[ITERATION] > done}.values():
+        for tracker in trackers:
+            tracker.log(result)
+        if log is not None:
+            log.log(result)
+        ret, last = result[EPISODE_RETURN_MEAN], result
+        best = max(best, ret) if math.isfinite(ret) else best
+    return last, best
 
 
 #: the progress bar shows each agent's return in runs of at most this many agents
