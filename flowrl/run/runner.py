@@ -432,13 +432,14 @@ def _log_unlogged(
     unlogged = [current, *pending, algo.last_result]
     pending.clear()
     last = current
-    for result in {id(r): r for r in unlogged if r is not None and r[ITERATION] > done}.values():
-        for tracker in trackers:
-            tracker.log(result)
-        if log is not None:
-            log.log(result)
-        ret, last = result[EPISODE_RETURN_MEAN], result
-        best = max(best, ret) if math.isfinite(ret) else best
+    with sigint_ignored():  # a second Ctrl-C waits for the rows, as for the last checkpoint
+        for result in {id(r): r for r in unlogged if r and r[ITERATION] > done}.values():
+            for tracker in trackers:
+                tracker.log(result)
+            if log is not None:
+                log.log(result)
+            ret, last = result[EPISODE_RETURN_MEAN], result
+            best = max(best, ret) if math.isfinite(ret) else best
     return last, best
 
 
