@@ -57,11 +57,11 @@ def _num_workers(text: str) -> int | str:
 def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False) -> None:
     """What ``train``, ``tune`` and ``plan`` share: the algorithm (which a command that
     ``resumes`` may leave to the run it continues), env and config flags."""
-    help = "algorithm name (flowrl list) or path/to/file.py:plan"
+    what = "algorithm name (flowrl list) or path/to/file.py:plan"
     if resumes:
-        parser.add_argument("algo", nargs="?", help=f"{help}; with --resume, the run's")
+        parser.add_argument("algo", nargs="?", help=f"{what}; with --resume, the run's")
     else:
-        parser.add_argument("algo", help=help)
+        parser.add_argument("algo", help=what)
     parser.add_argument(
         "--env",
         help="gymnasium id or module:ClassOrFactory, imported from the current directory too "
