@@ -212,7 +212,15 @@ def check_trials(
         fixed["num_workers"] = 0
         said = "trials run in-process, one CPU each (--num-workers N gives each N workers)"
     config = spec.config_cls.from_dict(fixed)
-    workers = max(grid.get("num_workers", [config.num_workers]))
+    _check_trial_fits(config, max(grid.get("num_workers", [config.num_workers])), cpus, held)
+    return said
+
+
+def _check_trial_fits(
+    config: Any, workers: int, cpus: float, held: Mapping[str, float] | None
+) -> None:
+    """A ConfigError unless a trial of ``workers`` workers fits on ``cpus``, less those
+    ``held`` by this process's algorithms (naming them)."""
     need, taken = 1 + workers * config.num_cpus_per_worker, sum((held or {}).values())
     if need > cpus - taken and taken:
         raise ConfigError(
@@ -227,7 +235,6 @@ def check_trials(
             f"{config.num_cpus_per_worker:g}), but this machine has {cpus:g}: set "
             f"--num-workers {fit} or fewer (0: trials in-process)"
         )
-    return said
 
 
 def metric(spec: AlgorithmSpec) -> str:
