@@ -65,6 +65,9 @@ class WithWeights(Operator):
 
 def test_gather_async_yields_in_completion_order(ray_session, channels):
     fast, slow = actors_of(ray_session, Sleeper, channels, ("fast", 0.01), ("slow", 1.0))
+    # both up first: on a loaded host the fast one's process started a second late, and the
+    # slow one's first item came before the fast one's third (seen once in a whole suite)
+    ray_session.get([actor.__ray_ready__.remote() for actor in (fast, slow)])
     it = over([slow, fast], channels).for_each(WithWeights()).gather_async()
     names = [name for name, _, _ in it.take(4)]
     assert names[:3] == ["fast", "fast", "fast"] and names[3] == "slow"
