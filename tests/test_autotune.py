@@ -65,6 +65,7 @@ def test_every_candidate_is_reported():
     assert {(c["num_workers"], c["num_envs_per_worker"]) for c in layout.candidates} == {
         (w, n) for w in (0, 1, 2) for n in (4, 8, 16)
     }
+    assert "candidates" not in repr(layout)  # a notebook's print(algo.layout): the choice
 
 
 def test_auto_measures_the_plan_and_trains_with_its_choice():
