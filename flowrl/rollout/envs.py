@@ -391,13 +391,10 @@ def check_spaces(env: str, obs_space: gym.Space, action_space: gym.Space) -> Non
     ``ACTION_SPACES`` (an algorithm may take fewer:
     ``Policy.check_action_space``)."""
     bad = unsupported_obs_leaf(obs_space)
-    if bad is not None and bad[0]:  # one entry of a Dict or Tuple: name it, not the whole
-        raise ConfigError(unsupported_entry(env, obs_space, *bad))
-    if bad is not None:
-        raise ConfigError(
-            f"env {env} has observation space {obs_space}: flowrl takes {OBS_SPACES} "
-            "observations (flatten others with a gymnasium wrapper)"
-        )
+    if bad is not None:  # one entry of a Dict or Tuple is named, not the whole
+        whole = (f"env {env} has observation space {obs_space}: flowrl takes {OBS_SPACES} "
+                 "observations (flatten others with a gymnasium wrapper)")  # fmt: skip
+        raise ConfigError(unsupported_entry(env, obs_space, *bad) if bad[0] else whole)
     try:
         check_action_space(action_space)
     except ConfigError:
