@@ -110,6 +110,14 @@ def test_envs_flowrl_cannot_use_are_refused_with_one_line(env, message):
         Algorithm("ppo", env=env, num_workers=0)
 
 
+def test_an_env_instance_is_refused_naming_what_to_pass_instead():
+    env = gym.make("CartPole-v1")  # as Stable-Baselines3 takes it
+    with pytest.raises(ConfigError, match=r"env instance .* its id \(env='CartPole-v1'\)"):
+        Algorithm("ppo", env=env, num_workers=0)
+    with pytest.raises(ConfigError, match=r"env instance .* pass its class"):
+        Algorithm("ppo", env=env.unwrapped.__class__(), num_workers=0)
+
+
 def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_and_records(tmp_path):
     vec = make_vector_env("custom_envs:rllib_corridor", num_envs=2, seed=0, env_config={})
     assert vec.num_envs == 2  # no env_config: an empty dict

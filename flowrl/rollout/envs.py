@@ -152,13 +152,26 @@ def env_name(env: str | EnvCreator) -> str:
     if isinstance(env, str):
         return env
     if not callable(env):
-        raise ConfigError(f"env must be an id, an env class or a function, got {env!r}")
+        raise ConfigError(_not_a_creator(env))
     module, name = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
     if module and module != "__main__" and name.isidentifier():
         with contextlib.suppress(ImportError):
             if getattr(importlib.import_module(module), name, None) is env:
                 return register_env(f"{module}:{name}", env)
     return register_env(getattr(env, "__name__", None) or type(env).__name__, env)
+
+
+def _not_a_creator(env: Any) -> str:
+    """Why ``env`` cannot be a config's env: an env already made (flowrl makes its own,
+    one per lane on every worker) is told what to pass instead."""
+    if not (hasattr(env, "step") and hasattr(env, "reset")):
+        return f"env must be an id, an env class or a function, got {env!r}"
+    spec = getattr(env, "spec", None)
+    instead = f"its id (env={spec.id!r}), " if getattr(spec, "id", None) else ""
+    return (
+        f"env is an env instance ({env}); flowrl makes its own envs, one per lane on every "
+        f"worker: pass {instead}its class, or a function that makes one (env=lambda: ...)"
+    )
 
 
 def is_atari(env_id: str) -> bool:
