@@ -124,7 +124,7 @@ def test_every_algorithm_draws_its_plan_without_an_env(algo, capsys):
     assert capsys.readouterr().out.startswith(f"{algo} on {env}\n")
 
 
-def test_cli_prints_and_draws_a_plan(tmp_path, capsys):
+def test_cli_prints_and_draws_a_plan(tmp_path, capsys, monkeypatch):
     assert main(["plan", "dqn", "--num-workers", "0"]) == 0
     text = capsys.readouterr().out
     assert BUFFER in text and "<- " in text
@@ -133,8 +133,16 @@ def test_cli_prints_and_draws_a_plan(tmp_path, capsys):
     out = tmp_path / "ppo.png"
     assert main(["plan", "ppo", "--num-workers", "0", "--format", "png", "--out", str(out)]) == 0
     assert out.read_bytes().startswith(PNG_MAGIC)
-    assert main(["plan", "ppo", "--num-workers", "0", "--format", "png"]) == 2
-    assert "add --out" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "ppo", "--num-workers", "0", "--format", "png"]) == 0
+    assert (tmp_path / "plan.png").read_bytes().startswith(PNG_MAGIC)  # its default file
+    assert main(["plan", "ppo", "--num-workers", "0", "--out", "drawn.png"]) == 0
+    assert (tmp_path / "drawn.png").read_bytes().startswith(PNG_MAGIC)  # the suffix says png
+    assert main(["plan", "ppo", "--num-workers", "0", "--out", "drawn.dot"]) == 0
+    assert (tmp_path / "drawn.dot").read_text().startswith("digraph")
+    capsys.readouterr()
+    assert main(["plan", "ppo", "--num-workers", "0", "--format", "dot", "--out", "x.png"]) == 2
+    assert "--out x.png names a png file, but --format is dot" in capsys.readouterr().err
 
 
 PLAN_FILE = '''

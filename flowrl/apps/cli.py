@@ -89,7 +89,8 @@ def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = Fa
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="config values (repeatable)",
+        help="config values, parsed as JSON (repeatable); a dotted key sets one entry of a "
+        "mapping: env_config.size=8",
     )
 
 
@@ -118,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show the operator graph of ALGO's plan (or a file.py:plan) for an env.",
     )
     _add_config_arguments(plan)
-    plan.add_argument("--format", choices=FORMATS, default="text")
-    plan.add_argument("--out", help="write to this file (needed for png)")
+    plan.add_argument(
+        "--format", choices=FORMATS, help="default: the one --out's suffix names, else text"
+    )
+    plan.add_argument("--out", help="write to this file (default for png: plan.png here)")
     plan.set_defaults(func=cmd_plan)
 
     evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
@@ -267,10 +270,7 @@ def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict
     """The config values of the command line; ``output`` is where ``--video`` records."""
     values = read_config_file(args.config) if args.config else {}
     for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
-        values[key.strip()] = parse_set_value(value)
+        _set_value(values, item)
     flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
     flags["callbacks"] = args.callbacks
     flags["num_envs_per_worker"] = args.num_envs_per_worker
@@ -283,6 +283,22 @@ def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict
         if getattr(args, key, None):
             values[key] = getattr(args, key)
     return values
+
+
+def _set_value(values: dict[str, Any], item: str) -> None:
+    """``--set KEY=VALUE`` into ``values``; a dotted key (``env_config.size=8``) sets one
+    entry of a mapping, over what the config file gave it."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
+    *path, last = key.strip().split(".")
+    for i, name in enumerate(path):
+        inner = values.setdefault(name, {})
+        if not isinstance(inner, dict):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(f"--set {item}: {where} is {inner!r}, not a mapping")
+        values = inner
+    values[last] = parse_set_value(value)
 
 
 def _stop_criteria(args: argparse.Namespace) -> Any:
@@ -615,9 +631,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from flowrl.run.algorithm import Algorithm, get_algorithm
 
-    if args.format == "png" and not args.out:
-        raise ConfigError("--format png writes an image: add --out FILE.png")
-    out = check_output_file(args.out) if args.out else None
+    fmt, out = _plan_format(args.format, args.out)
+    out = check_output_file(out) if out else None
     values = _config_values(args)
     if _layout_is_unset(args, values):  # the fewest workers train may pick: in-process
         values["num_workers"] = get_algorithm(args.algo).config_cls.auto_min_workers
@@ -627,7 +642,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
               "another layout)", file=sys.stderr)  # fmt: skip
     algo = Algorithm(args.algo, values)
     try:
-        shown = algo.graph().format(args.format)
+        shown = algo.graph().format(fmt)
     finally:
         algo.stop()
     if out is not None:
@@ -635,10 +650,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
             out.write_bytes(shown)
         else:
             out.write_text(shown + "\n")
-        print(f"flowrl: wrote the plan of {algo.spec.name} to {out} ({args.format})")
+        print(f"flowrl: wrote the plan of {algo.spec.name} to {out} ({fmt})")
     else:
         print(shown)
     return 0
+
+
+#: the plan format a file's suffix names
+PLAN_SUFFIXES = {".png": "png", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid", ".txt": "text"}
+
+
+def _plan_format(fmt: str | None, out: str | None) -> tuple[str, str | None]:
+    """``flowrl plan``'s format and file: ``--format``, else what ``--out``'s suffix
+    names, else text; a png goes to ``plan.png`` unless ``--out`` names another file. A
+    format the suffix contradicts is a ConfigError."""
+    named = PLAN_SUFFIXES.get(Path(out).suffix.lower()) if out else None
+    if fmt is not None and named is not None and named != fmt:
+        raise ConfigError(f"--out {out} names a {named} file, but --format is {fmt}")
+    fmt = fmt or named or "text"
+    return fmt, out or ("plan.png" if fmt == "png" else None)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
