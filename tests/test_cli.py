@@ -76,6 +76,7 @@ def test_list():
         (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),
         (["train", "ppo", "--num-workers", "two"], "expected a number or auto, got 'two'"),
         (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
+        (["train", "ppo", "--set", "gamma=0.9", "gamma.x=1"], "gamma is 0.9, not a mapping"),
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),
         (["train", "ppo", "--resume", "/no/such/run"], "run directory not found"),
         (["train", "missing.py:plan"], "plan file not found"),
@@ -103,6 +104,19 @@ def test_bad_input_exits_2_with_one_line(args, message, capsys):
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
     assert out == "", out  # not even the layout measuring's announcement
+
+
+def test_set_with_a_dotted_key_sets_one_entry_of_a_mapping_over_the_config_file(tmp_path):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('[env_config]\nmax_episode_steps = 50\nrender_mode = "rgb_array"\n')
+    out = tmp_path / "run"
+    code = main(["train", "ppo", "--stop-iters", "1", "--config", str(cfg), "--output", str(out),
+                 *QUICK, "env_config.max_episode_steps=20"])  # fmt: skip
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["env_config"] == {"max_episode_steps": 20, "render_mode": "rgb_array"}
+    rows = [json.loads(line) for line in (out / "result.jsonl").read_text().splitlines()]
+    assert rows[-1]["episode_return_max"] <= 20  # the env's own limit arrived
 
 
 def test_a_bad_input_exits_the_process_with_2_and_no_traceback():
