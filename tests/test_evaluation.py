@@ -102,6 +102,20 @@ def test_a_run_with_an_evaluation_worker_reports_the_evaluation_of_its_final_wei
     algo.stop()
 
 
+def test_the_progress_bar_says_when_a_run_waits_for_its_final_evaluation(ray_session, capsys):
+    """The wait for the last evaluation (up to two minutes of Atari episodes) was silent."""
+    algo = Algorithm("ppo", env="custom_envs:SlowCorridor", env_config={"delay_s": 0.05},
+                     num_workers=1, num_envs_per_worker=1, rollout_fragment_length=32,
+                     train_batch_size=32, sgd_minibatch_size=32, evaluation_interval=2,
+                     evaluation_episodes=10)  # fmt: skip
+    try:  # 10 episodes of at least 4 steps of 0.05 s: 2 s at least
+        run(algo, stop=StopCriteria(iters=2), progress=True)
+    finally:
+        algo.stop()
+    assert "waiting for the evaluation of iteration 2 (10 episodes)" in capsys.readouterr().err
+    assert algo.last_result["evaluation/iteration"] == 2
+
+
 # -- videos ----------------------------------------------------------------------------------
 def read_frames(path):
     import imageio.v2 as imageio

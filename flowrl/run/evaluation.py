@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from flowrl.core.context import EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN, ITERATION
@@ -109,15 +110,21 @@ class Evaluation:
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
         return {**stats, PREFIX + ITERATION: iteration}
 
-    def finish(self, timeout_s: float = 120.0) -> dict[str, Any]:
+    def finish(
+        self, timeout_s: float = 120.0, *, waiting: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
         """The results of the evaluation still running on the evaluation worker, waited for
         up to ``timeout_s`` (empty when none runs, or it takes longer): a run's last
-        iteration started one on its final weights."""
+        iteration started one on its final weights. ``waiting`` is told what is awaited
+        when it is not done within a second."""
         if self._pending is None or not self.workers.remote_workers:
             return {}
         import ray
 
-        ray.wait([self._pending[0]], timeout=timeout_s)
+        ref, iteration = self._pending[0], self._pending[1]
+        if not ray.wait([ref], timeout=min(1.0, timeout_s))[0] and waiting is not None:
+            waiting(f"the evaluation of iteration {iteration} ({self.episodes} episodes)")
+        ray.wait([ref], timeout=max(0.0, timeout_s - 1.0))
         return self._collect()
 
     def stop(self) -> None:

@@ -361,7 +361,7 @@ def run(
     error: Exception | None = None
     try:
         while stopped_by is None or pending:  # every result made is logged
-            result = _next_result(algo, pending, budget, stop)
+            result = _next_result(algo, pending, budget, stop, bar)
             ret = result[EPISODE_RETURN_MEAN]
             best = max(best, ret) if math.isfinite(ret) else best
             for tracker in trackers:
@@ -472,17 +472,26 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
 
 
 def _next_result(
-    algo: Trainable, pending: list[dict[str, Any]], budget: FailureBudget, stop: StopCriteria
+    algo: Trainable,
+    pending: list[dict[str, Any]],
+    budget: FailureBudget,
+    stop: StopCriteria,
+    bar: Any,
 ) -> dict[str, Any]:
     """The next result to log: one made before the loop (``Algorithm.auto``'s), or a new
     one; the last (a stop criterion holds), when it holds no evaluation, with the one still
-    running on the evaluation worker waited for: it scores the final weights."""
+    running on the evaluation worker waited for, as the progress bar says: it scores the
+    final weights."""
     if pending:
         return pending.pop(0)
     result = _train_with_recovery(algo, budget)
     if stop.reason(result) and EVAL_RETURN_MEAN not in result:
-        result.update(algo.evaluation.finish())
+        result.update(algo.evaluation.finish(waiting=lambda what: _waiting_for(bar, what)))
     return result
+
+
+def _waiting_for(bar: Any, what: str) -> None:
+    bar.set_postfix_str(f"waiting for {what}", refresh=True)
 
 
 def run_meta(algo: Trainable) -> dict[str, Any]:
