@@ -31,7 +31,7 @@ from torch import nn
 from flowrl.core.config import ConfigError
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
-from flowrl.learning.spaces import field
+from flowrl.learning.spaces import field, get
 from flowrl.rollout.envs import make_vector_env
 from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
@@ -87,8 +87,16 @@ class LoadedPolicy:
         states = None if state is None else np.asarray(state)[None]
         out = self.compute_actions(batch, explore=explore, state=states)
         if self.policy.module.recurrent:
-            return _item(out[0][0]), out[1][0]
-        return _item(out[0])
+            return self._first(out[0]), out[1][0]
+        return self._first(out)
+
+    def _first(self, actions: Any) -> Any:
+        """The first of a batch's env actions: an int for Discrete; a nest for a Tuple
+        or Dict action space."""
+        layout = self.policy.action_layout
+        if layout is None:
+            return _item(actions[0])
+        return layout.build([_item(get(actions, x.path)[0]) for x in layout.leaves])
 
     def __repr__(self) -> str:
         return f"LoadedPolicy({self.algo} on {self.env})"
