@@ -171,6 +171,39 @@ class ChooseAndAim(gym.Env):
         return self._draw(), hit + close, False, self.t >= self.length, {}
 
 
+class OffsetActions(gym.Env):
+    """Actions numbered from other than 0 (gymnasium's ``start``): ``Discrete(3,
+    start=-1)``, which earns 1 for the sign (-1, 0 or 1) the observation shows; with
+    ``composite``, a Dict with a ``MultiDiscrete([2, 2], start=[1, 1])`` part beside it,
+    which earns 1 for (2, 2) too. An action outside the space raises."""
+
+    def __init__(self, composite: bool = False, length: int = 20) -> None:
+        self.composite, self.length = composite, length
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        sign = gym.spaces.Discrete(3, start=-1)
+        gears = gym.spaces.MultiDiscrete([2, 2], start=[1, 1])
+        self.action_space = gym.spaces.Dict({"sign": sign, "gears": gears}) if composite else sign
+
+    def _draw(self) -> np.ndarray:
+        self.sign = int(self.np_random.integers(-1, 2))
+        return np.array([self.sign], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"{action!r} is not an action of {self.action_space}")
+        sign = action["sign"] if self.composite else action
+        reward = float(sign == self.sign)
+        if self.composite:
+            reward += float(np.all(action["gears"] == 2))
+        self.t += 1
+        return self._draw(), reward, False, self.t >= self.length, {}
+
+
 class MaskedBox(Corridor):
     """An action mask beside Box actions, which no mask can mask."""
 

@@ -118,6 +118,36 @@ def test_an_env_instance_is_refused_naming_what_to_pass_instead():
         Algorithm("ppo", env=env.unwrapped.__class__(), num_workers=0)
 
 
+@pytest.mark.parametrize("composite", [False, True])
+def test_actions_numbered_from_other_than_0_reach_the_env_in_its_numbers(composite, tmp_path):
+    """Discrete(3, start=-1) takes -1, 0 and 1: flowrl sent 0, 1 and 2 (and the env's
+    check raised), from workers, evaluation, load_policy and exports alike."""
+    import onnxruntime
+
+    from flowrl import load_policy
+    from flowrl.apps.inference import export_policy
+
+    algo = Algorithm("ppo", env="custom_envs:OffsetActions", env_config={"composite": composite},
+                     num_workers=0, seed=0)  # fmt: skip
+    try:
+        for _ in range(5):
+            algo.train()  # the env raises on an action outside its space
+        # the best returns are 40 and 20; random play's about 12 and 7
+        assert algo.evaluate(5)["episode_return_mean"] >= (30 if composite else 18)
+        policy, obs = load_policy(algo), np.array([[-1.0], [0.0], [1.0]], np.float32)
+        actions = [policy.compute_action(o) for o in obs]
+        path = export_policy(algo.save(tmp_path / "ckpt"), tmp_path / "policy.onnx")
+    finally:
+        algo.stop()
+    exported = onnxruntime.InferenceSession(str(path)).run(None, {"obs": obs})
+    if composite:  # in the env's numbers, and the same from the export
+        signs, gears = [a["sign"] for a in actions], [a["gears"].tolist() for a in actions]
+        assert set(signs) <= {-1, 0, 1} and signs == exported[1].tolist()
+        assert gears == [[2, 2]] * 3 == exported[0].tolist()
+    else:
+        assert actions == [-1, 0, 1] == exported[0].tolist()
+
+
 def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_and_records(tmp_path):
     vec = make_vector_env("custom_envs:rllib_corridor", num_envs=2, seed=0, env_config={})
     assert vec.num_envs == 2  # no env_config: an empty dict

@@ -373,6 +373,24 @@ def test_readers_each_serve_whole_episodes_of_their_share(tmp_path, ray_session)
 
 
 @pytest.mark.slow  # (the quick tier has test_minari_datasets_both_ways)
+def test_minari_datasets_hold_actions_in_the_env_s_numbers(tmp_path, monkeypatch):
+    """A recording numbers Discrete(3, start=-1)'s actions from 0, as policies do; a
+    Minari dataset holds what the env took (-1, 0, 1), both ways."""
+    import minari
+
+    from flowrl.rollout.minari_datasets import read_minari, write_minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    out, _ = record(tmp_path, "custom_envs:OffsetActions")
+    write_minari(out, "offset/flowrl-ppo-v0")
+    rows = read_experiences(out)["default"]
+    assert set(np.unique(rows["actions"]).tolist()) == {0, 1, 2}
+    episode = next(minari.load_dataset("offset/flowrl-ppo-v0").iterate_episodes())
+    assert set(np.unique(episode.actions).tolist()) == {-1, 0, 1}
+    back, _ = read_minari("offset/flowrl-ppo-v0")
+    assert set(np.unique(back["default"]["actions"]).tolist()) == {0, 1, 2}
+
+
 def test_minari_datasets_with_dict_observations_both_ways(tmp_path, monkeypatch):
     """A Dict observation (with its action mask) is a recording's record column and
     Minari's dict of arrays: written, read in Minari and read back as it was recorded; a

@@ -14,6 +14,7 @@ from flowrl.learning.spaces import field, get
 from flowrl.run.checkpoints import CheckpointError
 
 MASKED = "flowrl.rollout.toy_envs:MaskedChoice"
+OFFSET = "custom_envs:OffsetActions"
 IMAGE_AND_VECTOR = "flowrl.rollout.toy_envs:ImageAndVector"
 STATELESS = "flowrl.rollout.toy_envs:StatelessCartPole"
 CASES = {
@@ -40,6 +41,10 @@ CASES = {
     "ppo-lstm": ("ppo", {"env": STATELESS, "use_lstm": True, "train_batch_size": 256}),
     "appo-lstm-masked": ("appo", {"env": MASKED, "use_lstm": True, "train_batch_size": 256}),
     "ppo-dict-actions": ("ppo", {"env": "custom_envs:ChooseAndAim", "train_batch_size": 256}),
+    "ppo-offset-actions": (  # Discrete and MultiDiscrete actions that do not start at 0
+        "ppo",
+        {"env": OFFSET, "env_config": {"composite": True}, "train_batch_size": 256},
+    ),
     "dqn": ("dqn", {"env": "CartPole-v1"}),
     "dqn-masked": ("dqn", {"env": MASKED}),
     "sac": ("sac", {"env": "Pendulum-v1", "min_env_steps_per_iteration": 300}),

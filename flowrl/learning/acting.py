@@ -105,6 +105,36 @@ def clip_to_box(space: gym.Space, actions: np.ndarray) -> np.ndarray:
     return actions
 
 
+def action_start(space: gym.Space) -> Any:
+    """The env's first action of a Discrete or MultiDiscrete space whose actions do not
+    start at 0 (gymnasium's ``start``: Discrete(3, start=-1) takes -1, 0, 1), which
+    policies number from 0; None for any other space."""
+    if isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete) and np.any(space.start):
+        return space.start
+    return None
+
+
+def shift_actions(space: gym.Space, actions: np.ndarray, sign: int) -> np.ndarray:
+    """``actions`` of ``space`` (records for a Tuple or Dict) with the ``action_start`` of
+    each part added (``sign`` 1: as the env takes them) or taken off (-1: as policies
+    number them, from 0); the same array when no part has one.
+
+    Examples:
+        >>> shift_actions(gym.spaces.Discrete(3, start=-1), np.array([0, 2]), 1).tolist()
+        [-1, 1]
+    """
+    leaves = RecordLayout(space).leaves if is_composite(space) else ()
+    parts = [(x.path, x.space) for x in leaves] if leaves else [((), space)]
+    starts = [(path, start) for path, s in parts if (start := action_start(s)) is not None]
+    if not starts:
+        return actions
+    out = np.array(actions, copy=True)
+    for path, start in starts:
+        part = field(out, path) if path else out
+        part += sign * start  # in place: a record's field is a view
+    return out
+
+
 class BasePolicy:
     """The torch-free half of a policy: spaces, layouts, mask, normaliser, ``act`` and
     post-processing. A subclass computes the actions (``compute_actions``), the
@@ -195,15 +225,17 @@ class BasePolicy:
         return Acted(self.env_actions(actions), row, next_state)
 
     def env_actions(self, actions: np.ndarray) -> Any:
-        """What the env receives: ``action_array``; a Tuple or Dict's records as its nest."""
+        """What the env receives: ``action_array`` with each part's ``action_start``
+        added; a Tuple or Dict's records as its nest."""
         layout = self.action_layout
         if layout is None:
-            return self.action_array(actions)
-        return layout.build([clip_to_box(x.space, field(actions, x.path)) for x in layout.leaves])
+            return shift_actions(self.action_space, self.action_array(actions), 1)
+        leaves = [(x.space, clip_to_box(x.space, field(actions, x.path))) for x in layout.leaves]
+        return layout.build([shift_actions(space, part, 1) for space, part in leaves])
 
     def action_array(self, actions: np.ndarray) -> np.ndarray:
-        """The sampled actions in the action space's own units, as one array (what a
-        recording keeps): Box actions clipped to their bounds; others as they are."""
+        """The sampled actions as one array (what a recording keeps): Box actions clipped
+        to their bounds; others as policies number them, from 0 (see ``action_start``)."""
         return clip_to_box(self.action_space, actions) if self.box_actions else actions
 
     def metrics(self) -> dict[str, float]:

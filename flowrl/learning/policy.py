@@ -34,7 +34,7 @@ from flowrl.core.sample_batch import (
     STATE_OUT,
     VF_PREDS,
 )
-from flowrl.learning.acting import BasePolicy, Weights, without_mask
+from flowrl.learning.acting import BasePolicy, Weights, action_start, without_mask
 from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
 from flowrl.learning.models import ActorCritic, RecurrentActorCritic, is_image_space
 from flowrl.learning.module import ActingModule, ActingOutput
@@ -298,17 +298,19 @@ def greedy_actions(dist: Distribution, space: gym.Space) -> Any:
     """The mode of ``dist`` clipped to ``space``'s Box bounds, in torch: a Tuple or Dict
     space's as one tensor per leaf (not records' bytes), for exports to trace."""
     if not is_composite(space):
-        return clip_box(space, dist.mode())
+        return in_env_units(space, dist.mode())
     leaves = zip(RecordLayout(space).leaves, dist.parts, strict=True)
-    return tuple(clip_box(leaf.space, part.mode()) for leaf, part in leaves)
+    return tuple(in_env_units(leaf.space, part.mode()) for leaf, part in leaves)
 
 
-def clip_box(space: gym.Space, actions: torch.Tensor) -> torch.Tensor:
-    """Box actions clipped to their bounds; others as they are."""
-    if not isinstance(space, gym.spaces.Box):
-        return actions
-    low, high = bounds(space, actions)
-    return torch.minimum(torch.maximum(actions, low), high)
+def in_env_units(space: gym.Space, actions: torch.Tensor) -> torch.Tensor:
+    """Actions as the env takes them: Box actions clipped to their bounds, Discrete and
+    MultiDiscrete ones from their ``action_start``; others as they are."""
+    if isinstance(space, gym.spaces.Box):
+        low, high = bounds(space, actions)
+        return torch.minimum(torch.maximum(actions, low), high)
+    start = action_start(space)
+    return actions if start is None else actions + torch.as_tensor(start, device=actions.device)
 
 
 def bounds(space: gym.spaces.Box, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,6 +28,7 @@ from flowrl.core.sample_batch import (
     TRUNCATEDS,
     SampleBatch,
 )
+from flowrl.learning.acting import shift_actions
 from flowrl.learning.spaces import RecordLayout, field, is_composite
 from flowrl.rollout.experiences import (
     AGENT_ID,
@@ -103,7 +104,7 @@ def read_minari(dataset_id: str) -> tuple[dict[str, SampleBatch], dict[str, tupl
     parts: dict[str, list[np.ndarray]] = {}
     for episode in dataset.iterate_episodes():
         obs = _column(episode.observations, obs_space)
-        actions = _column(episode.actions, action_space)
+        actions = shift_actions(action_space, _column(episode.actions, action_space), -1)
         n = len(actions)
         steps = {
             OBS: obs[:-1], NEXT_OBS: obs[1:], ACTIONS: actions,
@@ -141,7 +142,7 @@ def write_minari(
         observations = np.concatenate([rows[OBS][steps], rows[NEXT_OBS][steps][-1:]])
         buffers.append(EpisodeBuffer(
             id=len(buffers), observations=_nest(observations, obs_space),
-            actions=_nest(rows[ACTIONS][steps], action_space),
+            actions=_nest(shift_actions(action_space, rows[ACTIONS][steps], 1), action_space),
             rewards=rows[REWARDS][steps].tolist(), terminations=rows[TERMINATEDS][steps].tolist(),
             truncations=rows[TRUNCATEDS][steps].tolist(),
         ))  # fmt: skip
