@@ -28,9 +28,8 @@ def test_parse_grid_reads_json_lists_and_names_a_bad_item():
 @pytest.mark.slow
 def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, tmp_path):
     fixed = {**FAST, "record_experiences": str(tmp_path / "recorded")}  # side by side
-    results = sweep(
-        "ppo", {"lr": [1e-3, 3e-4]}, fixed=fixed, stop={"training_iteration": 2}, storage=tmp_path
-    )
+    grid = {"lr": [1e-3, 3e-4], "env_config.max_episode_steps": [30]}  # one entry of a mapping
+    results = sweep("ppo", grid, fixed=fixed, stop={"training_iteration": 2}, storage=tmp_path)
     assert sorted(r.config["lr"] for r in results) == [3e-4, 1e-3]
     # each trial records to a directory of its own (they wrote each other's files over)
     recorded = sorted(p.parent.name for p in (tmp_path / "recorded").glob("*/manifest.json"))
@@ -40,6 +39,7 @@ def test_a_grid_runs_a_trial_per_value_with_flowrls_own_run_files(ray_session, t
         run_dir = tmp_path / "tune" / result.path.rsplit("/", 1)[-1] / "flowrl"
         rows = [json.loads(line) for line in (run_dir / "result.jsonl").open()]
         assert [r["iteration"] for r in rows] == [1, 2]
+        assert max(r["episode_return_max"] for r in rows) <= 30  # the dotted key arrived
         assert (run_dir / "progress.csv").exists() and list(run_dir.glob("events.out.tfevents.*"))
         assert (
             json.loads((run_dir / "config.json").read_text())["config"]["lr"] == result.config["lr"]
@@ -108,6 +108,8 @@ def test_tune_command_refuses_bad_input_in_one_line(capsys):
         (["tune", "ppo"], "needs at least one --grid"),
         (["tune", "ppo", "--grid", "lr=0.1"], "--grid expects KEY="),
         (["tune", "ppo", "--grid", "lrr=[0.1]"], "unknown config key 'lrr'"),
+        (["tune", "ppo", "--grid", "lrr.x=[0.1]"], "unknown config key 'lrr.x'"),
+        (["tune", "ppo", "--grid", "gamma.x=[1]"], "gamma expects float, got {'x': 1}"),
         (["tune", "ppo", "--grid", "lr=[0.1]", "--num-samples", "0"], "--num-samples"),
         (["tune", "ppo", "--space", "lr=lognormal(1,2)"], "--space expects KEY=DIST(ARGS)"),
         (["tune", "ppo", "--space", "lr=uniform(0.1)"], "uniform takes LOW, HIGH"),

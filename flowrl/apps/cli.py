@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import flowrl
-from flowrl.core.config import ConfigError, parse_set_value
+from flowrl.core.config import ConfigError, parse_set_value, set_dotted, with_dotted
 from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
@@ -291,14 +291,7 @@ def _set_value(values: dict[str, Any], item: str) -> None:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects KEY=VALUE, got '{item}'")
-    *path, last = key.strip().split(".")
-    for i, name in enumerate(path):
-        inner = values.setdefault(name, {})
-        if not isinstance(inner, dict):
-            where = ".".join(path[: i + 1])
-            raise ConfigError(f"--set {item}: {where} is {inner!r}, not a mapping")
-        values = inner
-    values[last] = parse_set_value(value)
+    set_dotted(values, key.strip(), parse_set_value(value))
 
 
 def _stop_criteria(args: argparse.Namespace) -> Any:
@@ -547,7 +540,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     check_sweep(args.algo, grid, space, fixed, args.search, args.scheduler)  # before Ray
     said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)
     # the first trial's, as a trial builds it (an offline algorithm's env: its recording's)
-    config = build_config(spec, {**fixed, **{k: v[0] for k, v in grid.items()}})
+    config = build_config(spec, with_dotted({**fixed, **{k: v[0] for k, v in grid.items()}}))
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
     print(

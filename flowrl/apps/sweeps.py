@@ -25,7 +25,7 @@ from typing import Any
 
 from ray import tune
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ConfigError, with_dotted
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.diagnostics.autotune import cluster_cpus
 from flowrl.rollout.worker import cpus_held_here
@@ -57,7 +57,7 @@ class FlowrlTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         # Ray Train logs a line with the absolute path of every checkpoint it persists
         logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
-        values = {k: v for k, v in config.items() if k != ALGO_KEY}
+        values = with_dotted({k: v for k, v in config.items() if k != ALGO_KEY})
         for key in OUTPUT_KEYS:  # trials run side by side:
             if values.get(key):  # a directory of its own for each, under the one named
                 values[key] = str(Path(values[key]) / self.trial_id)
@@ -191,7 +191,7 @@ def check_trials(
     defaults = spec.config_cls()
     for key, values in grid.items():
         for value in values:
-            spec.config_cls.from_dict({**fixed, key: value})
+            spec.config_cls.from_dict(with_dotted({**fixed, key: value}))
     intervals = {fixed.get("evaluation_interval", 1), *grid.get("evaluation_interval", [])}
     if spec.offline and intervals != {1}:  # Tune needs the evaluation in every result
         raise ConfigError(
@@ -199,14 +199,14 @@ def check_trials(
             "result must have: evaluation_interval=1"
         )
     for key, (dist, bounds) in space.items():
-        default = getattr(defaults, key)
+        default = getattr(defaults, key, None)  # (a dotted key's entry has none)
         if isinstance(default, int) and not isinstance(default, bool) and "uniform" in dist:
             raise ConfigError(
                 f"--space {key}={dist}(...) draws fractions, but {key} takes whole numbers: "
                 f"use randint({', '.join(map(str, bounds))}) or choice(...)"
             )
         for value in bounds if dist != "randint" else [bounds[0], bounds[1] - 1]:
-            spec.config_cls.from_dict({**fixed, key: value})
+            spec.config_cls.from_dict(with_dotted({**fixed, key: value}))
     said = None
     if "num_workers" not in {*fixed, *grid, *space, *preset_values(spec, fixed)}:
         fixed["num_workers"] = 0
@@ -341,7 +341,7 @@ def check_sweep(
     spec = get_algorithm(algo)
     known = spec.config_cls.__dataclass_fields__
     for key in [*grid, *space, *fixed]:
-        if key not in known:
+        if key.split(".")[0] not in known:  # (a dotted key sets an entry of a mapping)
             raise ConfigError(f"unknown config key '{key}' for {spec.name}")
     if search not in SEARCHES:
         raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")

@@ -540,3 +540,33 @@ def parse_set_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def set_dotted(values: dict[str, Any], key: str, value: Any) -> None:
+    """``values[key] = value``, where a dotted key (``env_config.size``) sets one entry of
+    a mapping in ``values``: made where missing, copied where there (the mapping given is
+    left as it was). A ConfigError names a part that is not a mapping.
+
+    Examples:
+        >>> values = {"env_config": {"size": 4, "walls": True}}
+        >>> set_dotted(values, "env_config.size", 8)
+        >>> values
+        {'env_config': {'size': 8, 'walls': True}}
+    """
+    *path, last = key.split(".")
+    for i, name in enumerate(path):
+        inner = values.get(name, {})
+        if not isinstance(inner, Mapping):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(f"cannot set {key}: {where} is {inner!r}, not a mapping")
+        values[name] = values = dict(inner)
+    values[last] = value
+
+
+def with_dotted(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each dotted key set as ``set_dotted`` sets it, after the others."""
+    out = {key: value for key, value in values.items() if "." not in key}
+    for key, value in values.items():
+        if "." in key:
+            set_dotted(out, key, value)
+    return out
