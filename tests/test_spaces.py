@@ -107,6 +107,11 @@ def test_discrete_observations_become_one_hot_features():
     assert Flatten(binary)(torch.tensor([[1, 0, 1]], dtype=torch.int8)).dtype == torch.float32
     offset = gym.spaces.Discrete(3, start=-1)
     assert Flatten(offset)(torch.tensor([-1, 1])).tolist() == [[1, 0, 0], [0, 0, 1]]
+    offsets = gym.spaces.MultiDiscrete([2, 3], start=[1, -1])  # one-hot raised on -1
+    assert Flatten(offsets)(torch.tensor([[2, -1], [1, 1]])).tolist() == [
+        [0, 1, 1, 0, 0],
+        [1, 0, 0, 0, 1],
+    ]
 
 
 @pytest.mark.slow

@@ -487,25 +487,31 @@ def vector_obs_size(space: gym.Space) -> int:
 
 class Flatten:
     """Observations ``[B, ...]`` as float features ``[B, vector_obs_size]``: Box and
-    MultiBinary flattened, Discrete one-hot, MultiDiscrete one one-hot per entry.
+    MultiBinary flattened, Discrete one-hot, MultiDiscrete one one-hot per entry (each
+    counted from its space's ``start``).
 
     Examples:
         >>> Flatten(gym.spaces.Discrete(3))(torch.tensor([2, 0])).tolist()
         [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+        >>> Flatten(gym.spaces.MultiDiscrete([2, 2], start=[1, -1]))(torch.tensor([[2, -1]]))
+        tensor([[0., 1., 1., 0.]])
     """
 
     def __init__(self, space: gym.Space) -> None:
         self.out_features = vector_obs_size(space)
         self.sizes: list[int] = []
-        self.start = 0
+        self.start: int | torch.Tensor = 0
         if isinstance(space, gym.spaces.Discrete):
             self.sizes, self.start = [int(space.n)], int(space.start)
         elif isinstance(space, gym.spaces.MultiDiscrete):
-            self.sizes = [int(n) for n in space.nvec]
+            self.sizes = [int(n) for n in space.nvec.reshape(-1)]
+            if np.any(space.start):
+                self.start = torch.as_tensor(space.start.reshape(-1), dtype=torch.long)
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.sizes:  # Box, MultiBinary
             return obs.reshape(obs.shape[0], -1).float()
-        columns = (obs.reshape(obs.shape[0], -1).long() - self.start).unbind(-1)
+        start = self.start if isinstance(self.start, int) else self.start.to(obs.device)
+        columns = (obs.reshape(obs.shape[0], -1).long() - start).unbind(-1)
         one_hots = [F.one_hot(c, n) for c, n in zip(columns, self.sizes, strict=True)]
         return torch.cat(one_hots, dim=-1).float()
