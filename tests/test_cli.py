@@ -203,6 +203,34 @@ def test_resume_continues_the_run(run_dir, tmp_path):
     assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
 
 
+def test_resume_takes_the_newest_checkpoint_of_a_run_and_says_why_not_another(
+    run_dir, tmp_path, capsys
+):
+    """--resume RUN/checkpoints/checkpoint_N said "no checkpoint in .../checkpoint_N/
+    checkpoints". The newest goes on with its run; another is one line saying why not."""
+    import shutil
+
+    copy = tmp_path / "resumed"
+    shutil.copytree(run_dir, copy)
+    newest = copy / "checkpoints" / "checkpoint_000002"
+    shutil.copytree(newest, copy / "checkpoints" / "checkpoint_000001")
+    shutil.copytree(newest, tmp_path / "alone")
+    for path, message in (
+        ("checkpoint_000001", "goes on from its newest checkpoint (checkpoint_000002), not "
+                              "checkpoint_000001 (delete the newer ones to go on from it)"),
+        ("best", "(checkpoint_000002), not best"),
+        (tmp_path / "alone", "is a checkpoint, not a run directory"),
+    ):  # fmt: skip
+        (copy / "checkpoints" / "best").mkdir(exist_ok=True)
+        (copy / "checkpoints" / "best" / "checkpoint.json").write_text("{}")
+        assert main(["train", "--resume", str(copy / "checkpoints" / path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert main(["train", "--resume", str(newest), "--stop-iters", "3", *QUICK]) == 0
+    rows = [json.loads(line) for line in (copy / "result.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+
+
 def test_a_run_directory_has_one_writer_at_a_time(run_dir, tmp_path, capsys):
     """Two --resume of one directory at once lost rows; the second is now refused in one
     line while another process holds the directory, and goes on once it is free."""

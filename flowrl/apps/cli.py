@@ -334,7 +334,7 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     from flowrl.run.algorithm import Algorithm, get_algorithm
     from flowrl.run.logger import hold_run_dir
 
-    output = Path(args.resume)
+    output = _resumed_run(Path(args.resume))
     if args.output and Path(args.output).resolve() != output.resolve():
         raise ConfigError(f"--resume continues the run in {output}; drop --output {args.output}")
     ckpt = checkpoints.latest(output)
@@ -349,6 +349,30 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     algo = Algorithm.from_checkpoint(ckpt, address=args.address, **values)
     print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
     return algo, output
+
+
+def _resumed_run(path: Path) -> Path:
+    """The run directory ``--resume`` continues: ``path``, or the run whose newest
+    checkpoint ``path`` is; a ConfigError for another checkpoint, saying what to do."""
+    from flowrl.run.checkpoints import META_FILE
+
+    if not (path / META_FILE).exists():
+        return path
+    run, numbered = path.parent.parent, sorted(path.parent.glob("checkpoint_*"))
+    if path.parent.name != "checkpoints" or not (run / "config.json").exists():
+        raise ConfigError(
+            f"{path} is a checkpoint, not a run directory: --resume continues a run that "
+            "flowrl train wrote"
+        )
+    if numbered and numbered[-1].resolve() == path.resolve():
+        return run
+    numbered_one = path.name.startswith("checkpoint_")
+    hint = " (delete the newer ones to go on from it)" if numbered_one else ""
+    newest = numbered[-1].name if numbered else "none"
+    raise ConfigError(
+        f"--resume takes a run directory ({run}) and goes on from its newest checkpoint "
+        f"({newest}), not {path.name}{hint}"
+    )
 
 
 def _layout_is_unset(args: argparse.Namespace, values: dict[str, Any]) -> bool:
