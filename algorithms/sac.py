@@ -167,6 +167,11 @@ class SACPolicy(SoftActorPolicy):
             )
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"SAC needs 1-D Box actions, got {space}")
+        if not np.isfinite([space.low, space.high]).all():  # rescaled into them: NaN
+            raise ConfigError(
+                f"SAC squashes its actions into the action space's bounds, and {space} has "
+                "infinite ones: give the env finite bounds (the range its actions act in)"
+            )
 
     def distribution_class(self) -> type[Distribution]:
         return SquashedGaussian

@@ -80,6 +80,17 @@ class MultiDiscreteActions(Corridor):
         self.action_space = gym.spaces.MultiDiscrete([[2, 2], [2, 2]])  # a 2-D nvec
 
 
+class UnboundedActions(Corridor):
+    """Box actions without bounds, which PPO's Gaussian takes and SAC cannot squash into."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def step(self, action):
+        return super().step(int(np.asarray(action).reshape(-1)[0] > 0))
+
+
 class MatchTargets(gym.Env):
     """Each step shows one target per sub-action (one-hot, concatenated); the reward is the
     share of sub-actions that hit theirs, so the best return is ``length`` (20). Actions

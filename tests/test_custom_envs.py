@@ -163,6 +163,16 @@ def test_a_creator_taking_env_config_as_one_dict_as_in_rllib_trains_and_records(
         algo.stop()
 
 
+def test_unbounded_box_actions_train_ppo_and_are_refused_by_sac():
+    """SAC rescales its squashed actions into the bounds: infinite ones gave NaN actions."""
+    algo = Algorithm("ppo", env="custom_envs:UnboundedActions", num_workers=0,
+                     train_batch_size=256)  # fmt: skip
+    assert algo.train()["episodes_this_iter"] > 0
+    algo.stop()
+    with pytest.raises(ConfigError, match=r"Box\(-inf, inf, \(1,\), float32\) has infinite"):
+        Algorithm("sac", env="custom_envs:UnboundedActions", num_workers=0)
+
+
 def test_env_config_the_creator_does_not_take_is_refused():
     with pytest.raises(ConfigError, match="does not take env_config"):
         Algorithm("ppo", env="custom_envs:Corridor", env_config={"size": 3}, num_workers=0)
