@@ -98,3 +98,22 @@ def test_a_schedule_is_piecewise_linear_and_held_at_its_ends():
     assert [scheduled(points, s) for s in (0, 100, 150, 200, 250, 300, 1e9)] == [
         1.0, 1.0, 0.5, 0.0, 0.25, 0.5, 0.5
     ]  # fmt: skip
+
+
+def test_an_algorithms_config_is_fixed_and_the_one_it_was_given_is_not():
+    """``algo.config.lr = 1e-4`` in a notebook did nothing (the optimiser was built) and
+    said nothing; it is now refused, as RLlib's frozen configs refuse it."""
+    from flowrl import Algorithm
+
+    given = PPOConfig(num_workers=0, lr=1e-3)
+    algo = Algorithm("ppo", given)
+    try:
+        with pytest.raises(ConfigError, match=r"fixed once built: lr .* or one whose lr is a sch"):
+            algo.config.lr = 1e-4
+        with pytest.raises(ConfigError, match=r"build another with gamma=\.\.\.$"):
+            algo.config.gamma = 0.9
+        assert algo.config.lr == 1e-3 and algo.train()["env_steps_trained"] > 0
+    finally:
+        algo.stop()
+    given.lr = 1e-4  # the caller's own stays theirs to change
+    assert given.lr == 1e-4 and algo.config == given.replace(lr=1e-3)

@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -413,6 +414,11 @@ class Config:
         """A validated copy with ``changes`` applied."""
         return type(self).from_dict({**self.to_dict(), **changes})
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_fixed"):  # (see ``fixed``)
+            raise ConfigError(_fixed_message(self, name))
+        super().__setattr__(name, value)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
         out = dataclasses.asdict(self)
@@ -427,6 +433,31 @@ class Config:
     def doc(cls, name: str) -> str:
         """The one-line doc of field ``name``."""
         return cls.__dataclass_fields__[name].metadata.get("doc", "")
+
+
+def fixed(config: C) -> C:
+    """A copy of ``config`` whose fields cannot be set: what an ``Algorithm`` holds, since
+    its networks, optimisers and workers were built from it and would not see a change.
+
+    Examples:
+        >>> fixed(Config()).lr = 0.1
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: an algorithm's config is fixed once built: lr ...
+    """
+    copy_ = copy.copy(config)
+    object.__setattr__(copy_, "_fixed", True)
+    return copy_
+
+
+def _fixed_message(config: Config, name: str) -> str:
+    field = config.__dataclass_fields__.get(name)
+    timed = field is not None and field.metadata.get("schedule")
+    instead = f", or one whose {name} is a schedule" if timed else ""
+    return (
+        f"an algorithm's config is fixed once built: {name} cannot change now; build another "
+        f"with {name}=...{instead}"
+    )
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from flowrl.core.callbacks import load_callbacks, run_hook
-from flowrl.core.config import Config, ConfigError
+from flowrl.core.config import Config, ConfigError, fixed
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.core.schedules import is_schedule, scheduled
@@ -298,7 +298,7 @@ class Algorithm(Checkpointing):
             )
         #: the layout ``auto`` chose, and why (None: the config's own)
         self.layout: Layout | None = None
-        self.config = build_config(self.spec, config, **overrides)
+        self.config = fixed(build_config(self.spec, config, **overrides))
         try:  # the driver's own instance: train results and checkpoints
             self.callbacks = load_callbacks(self.config.callbacks)
         except ValueError as e:
