@@ -141,6 +141,17 @@ def test_a_run_says_when_its_lr_schedule_reaches_0_before_its_step_budget(tmp_pa
     assert "lr reaches 0 at 4,000 env steps, before this run's stop at 50,000" in caplog.text
 
 
+def test_run_takes_its_stop_criteria_as_a_dict_too():
+    """algo.run(stop={"iters": 2}), as Tune's stop is written, raised AttributeError."""
+    algo = Algorithm("ppo", num_workers=0, train_batch_size=256)
+    try:
+        assert algo.run(stop={"iters": 2})["iterations"] == 2
+        with pytest.raises(ConfigError, match="unknown stop criterion 'training_iteration'"):
+            algo.run(stop={"training_iteration": 3})
+    finally:
+        algo.stop()
+
+
 def test_lr_and_entropy_coeff_follow_their_schedules_across_a_resume(tmp_path):
     from flowrl.core.schedules import scheduled
 

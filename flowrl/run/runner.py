@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from flowrl.core.callbacks import CallbackError
-from flowrl.core.config import Config
+from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import (
     EPISODE_RETURN_MEAN,
     ITERATION,
@@ -102,6 +102,24 @@ class StopCriteria:
     time_s: float | None = None
     iters: int | None = None
     on_evaluation: bool = False
+
+    @classmethod
+    def of(cls, stop: StopCriteria | Mapping[str, float] | None) -> StopCriteria:
+        """``stop`` as criteria: criteria, a mapping of their names, or None (none set).
+
+        Examples:
+            >>> StopCriteria.of({"timesteps": 50_000, "reward": 450})
+            StopCriteria(reward=450, timesteps=50000, time_s=None, iters=None, on_evaluation=False)
+        """
+        if stop is None or isinstance(stop, StopCriteria):
+            return stop or cls()
+        names = ("reward", "timesteps", "time_s", "iters")
+        if not isinstance(stop, Mapping):
+            raise ConfigError(f"stop takes StopCriteria(...) or a dict of {names}, got {stop!r}")
+        for key in stop:
+            if key not in names:
+                raise ConfigError(f"unknown stop criterion {key!r}; the criteria: {names}")
+        return cls(**stop)
 
     @classmethod
     def default_for(cls, config: Config) -> StopCriteria:
@@ -330,7 +348,7 @@ def describe_error(error: BaseException) -> str:
 def run(
     algo: Trainable,
     *,
-    stop: StopCriteria | None = None,
+    stop: StopCriteria | Mapping[str, float] | None = None,
     output_dir: Path | None = None,
     checkpoint_every: int = 0,
     keep_checkpoints: int = 0,
@@ -338,7 +356,8 @@ def run(
     failure_budget: FailureBudget | None = None,
     trackers: Sequence[Tracker] = (),
 ) -> dict[str, Any]:
-    """Train until a stop criterion holds (default: ``StopCriteria.default_for``).
+    """Train until a stop criterion of ``stop`` holds (``StopCriteria``, or a dict of its
+    names: ``{"timesteps": 100_000}``; default: ``StopCriteria.default_for``).
 
     With ``output_dir`` (empty, unless ``algo`` was restored: the run goes on there, its
     logs cut back to the checkpoint), writes the run's files and checkpoints (every
@@ -350,7 +369,7 @@ def run(
     evaluation return, and keeps ``checkpoints/best``: the weights of the best evaluation.
     ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
     ``progress`` draws a progress bar on stderr (default: when stderr is a terminal)."""
-    stop = (stop or StopCriteria()).for_config(algo.config)
+    stop = StopCriteria.of(stop).for_config(algo.config)
     _warn_if_learning_stops(algo.config, stop)
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
