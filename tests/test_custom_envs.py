@@ -176,6 +176,9 @@ def test_unbounded_box_actions_train_ppo_and_are_refused_by_sac():
 def test_env_config_the_creator_does_not_take_is_refused():
     with pytest.raises(ConfigError, match="does not take env_config"):
         Algorithm("ppo", env="custom_envs:Corridor", env_config={"size": 3}, num_workers=0)
+    # ale-py's vector env: a TypeError from inside it, exit 1, before
+    with pytest.raises(ConfigError, match=r"ALE/Pong-v5 does not take env_config \{'bogus': 1\}"):
+        Algorithm("ppo", env="ALE/Pong-v5", env_config={"bogus": 1}, num_workers=0)
     with pytest.raises(ConfigError, match="env_config expects a mapping"):
         Algorithm("ppo", env_config="[1, 2]", num_workers=0)
 

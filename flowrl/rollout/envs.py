@@ -451,8 +451,13 @@ def _make_registered(
     if is_atari(env):
         from ale_py.vector_env import AtariVectorEnv
 
-        kwargs = {"reward_clipping": False, **kwargs}
+        kwargs = dict(kwargs)
         life_loss = kwargs.pop("life_loss_info", False)  # flowrl's own, below
+        try:  # as a creator's env_config is checked: in one line, before the env starts
+            inspect.signature(AtariVectorEnv).bind_partial(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
+        kwargs = {"reward_clipping": False, **kwargs}
         vec = AtariVectorEnv(
             game=_ale_game(env), num_envs=num_envs, num_threads=num_threads, **kwargs
         )
