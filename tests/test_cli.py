@@ -17,6 +17,7 @@ from flowrl.apps.cli import main
 
 FLOWRL = str(Path(sys.executable).parent / "flowrl")
 QUICK = ["--num-workers", "0", "--no-progress", "--set", "train_batch_size=256"]
+SLOW = pytest.mark.slow
 
 
 def flowrl(*args, cwd=None, timeout=180, env=None):
@@ -298,10 +299,19 @@ def test_user_plan_file(tmp_path):
     assert "import PPOConfig as Config" in unnamed.stderr
 
 
-def test_ctrl_c_stops_cleanly_and_checkpoints(tmp_path):
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGINT, 0), (signal.SIGTERM, 0), pytest.param(signal.SIGTERM, 2, marks=SLOW)],
+    ids=["ctrl-c", "sigterm", "sigterm-with-ray"],
+)
+def test_ctrl_c_and_sigterm_stop_cleanly_and_checkpoint(tmp_path, sig, workers):
+    """SIGTERM (kill, docker stop, a scheduler's preemption) ended the run at once, with no
+    checkpoint and no summary (with Ray, after a stack dump of ray.init's own handler): it
+    is now a Ctrl-C."""
     out_dir = tmp_path / "interrupted"
+    quick = [*QUICK[:1], str(workers), *QUICK[2:]]
     proc = subprocess.Popen(
-        [FLOWRL, "train", "ppo", "--stop-timesteps", "100000000", "--output", out_dir, *QUICK],
+        [FLOWRL, "train", "ppo", "--stop-timesteps", "100000000", "--output", out_dir, *quick],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -314,7 +324,7 @@ def test_ctrl_c_stops_cleanly_and_checkpoints(tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not (results.exists() and results.read_text().count("\n")):
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()  # never leave a training run behind to slow the rest of the suite

@@ -12,12 +12,16 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -467,15 +471,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     try:
         trackers = make_trackers(args.logger, run_dir=output, mlflow_uri=args.mlflow_uri)
-        summary = run(
-            algo,
-            stop=stop,
-            output_dir=output,
-            checkpoint_every=args.checkpoint_every,
-            keep_checkpoints=args.keep_checkpoints,
-            progress=not args.no_progress,
-            trackers=trackers,
-        )
+        with sigterm_as_interrupt():  # again: ray.init set its own, which ends the process
+            summary = run(algo, stop=stop, output_dir=output, trackers=trackers,
+                          checkpoint_every=args.checkpoint_every,
+                          keep_checkpoints=args.keep_checkpoints,
+                          progress=not args.no_progress)  # fmt: skip
         if args.profile:
             print(f"flowrl: where the time went\n{algo.profile()}")
     except ConfigError:
@@ -754,7 +754,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:
-        return args.func(args)
+        with sigterm_as_interrupt():
+            return args.func(args)
     except ConfigError as e:
         print(f"flowrl: error: {e}", file=sys.stderr)
         return 2
@@ -772,6 +773,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not ray_was_up:
             _shutdown_ray()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``docker stop``, a scheduler's preemption) inside is a Ctrl-C: a
+    run writes its last checkpoint and summary, where the signal's default ended the
+    process at once. (Signals are set in the main thread only.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def console_main() -> int:
