@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from flowrl.apps.cli import main
@@ -73,6 +75,15 @@ def test_plot_without_out_writes_curves_png_here(tmp_path, capsys, monkeypatch):
     assert main(["plot", str(run)]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert "to curves.png" in capsys.readouterr().out
+
+
+def test_plot_without_the_plot_extra_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """It was "ModuleNotFoundError: No module named 'matplotlib'" with exit 1."""
+    run = fake_run(tmp_path / "s0", 0)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed, as import sees it
+    assert main(["plot", str(run), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["flowrl: error: drawing curves needs matplotlib: pip install 'flowrl-ray[plot]'"]
 
 
 def test_plot_of_what_holds_runs_draws_them_and_counts_runs_of_one_seed(tmp_path, capsys):

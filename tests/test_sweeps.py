@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -101,6 +102,18 @@ def test_tune_counts_iterations_from_the_first_that_trained(ray_session, tmp_pat
     # the table counts the trial's iterations as its run files and --stop-iters do: it
     # showed Tune's, 2 for a run of 3
     assert trial_rows([result], ["lr"])[0]["iterations"] == len(rows)
+
+
+def test_tune_without_the_tune_extra_is_one_line_naming_it(capsys, monkeypatch):
+    """Ray without its tune extra: Ray's ImportError, raised at ray/tune/__init__.py, exit 1."""
+    import ray
+
+    monkeypatch.setitem(sys.modules, "ray.tune", None)  # not installed, as import sees it
+    monkeypatch.delattr(ray, "tune", raising=False)  # (an import earlier in the suite set it)
+    monkeypatch.delitem(sys.modules, "flowrl.apps.sweeps")  # imported again, without it
+    assert main(["tune", "ppo", "--grid", "lr=[0.001]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["flowrl: error: sweeps need Ray Tune: pip install 'flowrl-ray[tune]'"]
 
 
 def test_tune_command_refuses_bad_input_in_one_line(capsys):

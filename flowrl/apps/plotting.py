@@ -18,6 +18,7 @@ import numpy as np
 
 from flowrl.core.config import ConfigError
 from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED, TIME_TOTAL_S
+from flowrl.diagnostics.graph import pyplot
 
 X_AXES = ((STEPS_SAMPLED, "env steps"), (TIME_TOTAL_S, "wall-clock (s)"))
 Y = EPISODE_RETURN_MEAN
@@ -160,10 +161,7 @@ def t_95(df: int) -> float:
 def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
     """Draw the returns of ``run_dirs`` (``find_runs``: runs, or what holds them) against
     env steps and wall-clock into the PNG ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("drawing curves")
 
     runs, rows = {}, {}
     for run_dir in find_runs(run_dirs):

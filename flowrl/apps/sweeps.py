@@ -23,9 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ray import tune
-
 from flowrl.core.config import ConfigError, with_dotted
+
+try:
+    from ray import tune
+except ImportError:  # Ray installed without its tune extra
+    raise ConfigError("sweeps need Ray Tune: pip install 'flowrl-ray[tune]'") from None
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.diagnostics.autotune import cluster_cpus
 from flowrl.rollout.worker import cpus_held_here

@@ -205,17 +205,23 @@ def _dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _draw(graph: PlanGraph) -> bytes:
-    """Layers by longest path from a source, boxes spread across each layer in the order
-    of their inputs, arrows between them (dashed through queues)."""
+def pyplot(what: str) -> Any:
+    """matplotlib's pyplot, drawing to files (Agg); a ConfigError naming ``what`` needs it
+    and the extra that installs it when it is missing."""
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError(
-            "drawing a plan needs matplotlib: pip install 'flowrl-ray[plot]'"
-        ) from None
+        raise ConfigError(f"{what} needs matplotlib: pip install 'flowrl-ray[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _draw(graph: PlanGraph) -> bytes:
+    """Layers by longest path from a source, boxes spread across each layer in the order
+    of their inputs, arrows between them (dashed through queues)."""
+    plt = pyplot("drawing a plan")
 
     layer: dict[str, int] = {}
     for n in graph.nodes:  # topological: inputs are placed first
