@@ -110,6 +110,13 @@ def test_envs_flowrl_cannot_use_are_refused_with_one_line(env, message):
         Algorithm("ppo", env=env, num_workers=0)
 
 
+def test_an_env_module_missing_an_extras_package_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pettingzoo", None)  # not installed, as import sees it
+    monkeypatch.delitem(sys.modules, "flowrl.rollout.toy_multi_agent", raising=False)
+    with pytest.raises(ConfigError, match=r"pettingzoo.*pip install 'flowrl-ray\[multiagent\]'"):
+        Algorithm("ppo", env="flowrl.rollout.toy_multi_agent:RememberCues", num_workers=0)
+
+
 def test_an_env_instance_is_refused_naming_what_to_pass_instead():
     env = gym.make("CartPole-v1")  # as Stable-Baselines3 takes it
     with pytest.raises(ConfigError, match=r"env instance .* its id \(env='CartPole-v1'\)"):

@@ -178,6 +178,10 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/")
 
 
+#: the flowrl extra that installs a package an env module may import
+EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco"}
+
+
 def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
     """What ``env`` names: a creator (registered, or ``module:ClassOrFactory``) or a
     gymnasium spec; a ConfigError that names the env otherwise."""
@@ -193,7 +197,9 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
-            raise ConfigError(f"cannot import {module_name} for env {env}: {e}") from None
+            extra = EXTRAS.get((e.name or "").split(".")[0])
+            hint = f" (pip install 'flowrl-ray[{extra}]')" if extra else ""
+            raise ConfigError(f"cannot import {module_name} for env {env}: {e}{hint}") from None
         attr = getattr(module, name, None) if name.isidentifier() else None
         if attr is not None:
             if not callable(attr):
