@@ -232,8 +232,15 @@ def test_checkpoints_load_without_unpickling_code(tmp_path):
 
 
 def test_a_checkpoint_of_another_model_size_is_a_clear_error(ppo_run):
-    with pytest.raises(CheckpointError, match="does not fit this config"):
+    """The reason was torch's heading alone: "Error(s) in loading state_dict for ActorCritic:"."""
+    with pytest.raises(CheckpointError, match=r"does not fit .*ActorCritic: Unexpected key"):
         Algorithm.from_checkpoint(ppo_run, model_hiddens=[32])
+    acrobot = Algorithm("ppo", env="Acrobot-v1", num_workers=0)
+    try:  # (another env's observations: the likeliest cause, named)
+        with pytest.raises(CheckpointError, match="trained on CartPole-v1, not Acrobot-v1: "):
+            acrobot.restore(ppo_run / "checkpoints" / "checkpoint_000002")
+    finally:
+        acrobot.stop()
 
 
 def test_checkpoint_round_trip_keeps_the_prioritized_replay_buffer(tmp_path):

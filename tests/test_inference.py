@@ -131,6 +131,9 @@ def test_load_policy_from_a_run_directory_acts_on_one_observation(tmp_path):
     action = policy.compute_action(np.zeros(4, dtype=np.float32))
     assert isinstance(action, int) and action in (0, 1)
     assert repr(policy) == "LoadedPolicy(ppo on CartPole-v1)"
+    # another shape was numpy's matmul error, which names neither shape
+    with pytest.raises(ValueError, match=r"shape \(2, 4\) .* CartPole-v1, whose are \(4,\)"):
+        policy.compute_action(np.zeros((2, 4), np.float32))  # a batch: compute_actions'
     box = load_policy(checkpoint(tmp_path / "b", "sac", CASES["sac"][1], train=False))
     action = box.compute_action(np.zeros(3, dtype=np.float32), explore=True)
     assert action.shape == (1,) and -2.0 <= action[0] <= 2.0  # Pendulum's bounds

@@ -64,6 +64,7 @@ class LoadedPolicy:
         env's state (None: fresh episodes) and returns ``(actions, next_states)``."""
         policy = self.policy
         obs = np.asarray(obs) if policy.obs_layout is None else policy.obs_layout.pack(obs)
+        self._check_shape(obs.shape[1:])
         if not policy.module.recurrent:
             return policy.act(obs, explore=explore).env_actions
         if state is None:
@@ -89,6 +90,16 @@ class LoadedPolicy:
         if self.policy.module.recurrent:
             return self._first(out[0]), out[1][0]
         return self._first(out)
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        """A ValueError, naming both shapes, for observations not of the env's shape
+        (matmul's own error names neither)."""
+        space = self.policy.observation_space
+        if self.policy.obs_layout is None and space.shape is not None and shape != space.shape:
+            raise ValueError(
+                f"observations of shape {shape} for a policy of {self.env}, whose are "
+                f"{space.shape}: compute_action takes one, compute_actions a batch of them"
+            )
 
     def _first(self, actions: Any) -> Any:
         """The first of a batch's env actions: an int for Discrete; a nest for a Tuple

@@ -99,10 +99,19 @@ def _decode(value: Any) -> Any:
 
 
 def error_reason(error: BaseException) -> str:
-    """An error's message cut to its first sentence (torch's run on for lines), or its
-    type when it has none."""
+    """An error's message cut to its first sentence (torch's run on for lines; a heading
+    that ends in ":" keeps the line after it), or its type when it has none.
+
+    Examples:
+        >>> error_reason(RuntimeError("Error(s) in loading:\\n\\tsize mismatch for w. More"))
+        'Error(s) in loading: size mismatch for w'
+    """
     text = str(error).strip()
-    return text.splitlines()[0].split(". ")[0][:200] if text else type(error).__name__
+    if not text:
+        return type(error).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return first.split(". ")[0][:200]
 
 
 def _fsync_file(path: Path) -> None:

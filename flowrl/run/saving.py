@@ -111,7 +111,9 @@ class Checkpointing:
                 self.plan.context.set_state(plan)
             torch.set_rng_state(state["torch_rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            reason = checkpoints.error_reason(e)
+            reason, env = checkpoints.error_reason(e), checkpoint.meta["config"].get("env")
+            if env is not None and env != self.config.env:  # most likely other spaces
+                reason = f"it was trained on {env}, not {self.config.env}: {reason}"
             raise CheckpointError(
                 f"checkpoint {checkpoint.path} does not fit this config ({reason})"
             ) from None
