@@ -168,6 +168,20 @@ def test_train_writes_the_run_files(run_dir):
     assert (run_dir / "checkpoints" / "checkpoint_000002").is_dir()
 
 
+def test_a_runs_config_json_repeats_it_as_config(run_dir, tmp_path, capsys):
+    """--config RUN/config.json was "unknown config key 'algo'": it now repeats the run."""
+    again = tmp_path / "again"
+    args = ["--config", str(run_dir / "config.json"), "--stop-iters", "2", "--no-progress"]
+    assert main(["train", "ppo", *args, "--output", str(again)]) == 0
+
+    def returns(run):
+        return [json.loads(r)["episode_return_mean"] for r in open(run / "result.jsonl")]
+
+    assert returns(again) == returns(run_dir)  # the seed, the layout and the values
+    assert main(["train", "dqn", *args]) == 2
+    assert "config.json is the config of a ppo run, not dqn" in capsys.readouterr().err
+
+
 def test_evaluate_a_run_dir(run_dir):
     out = flowrl("evaluate", run_dir, "--episodes", 3)
     assert out.returncode == 0, out.stderr

@@ -270,9 +270,27 @@ def read_config_file(path: str) -> dict[str, Any]:
     return data
 
 
+#: what a run's config.json names that belongs to that run alone: where it wrote
+RUN_OWN_KEYS = ("evaluation_video_dir", "record_experiences")
+
+
+def _config_file_values(path: str, algo: str | None) -> dict[str, Any]:
+    """``--config``'s values: a JSON or TOML file of them, or a run's ``config.json`` (its
+    whole config, so the run repeats exactly: seed, layout and all, but for where it
+    wrote), which must be ``algo``'s."""
+    data = read_config_file(path)
+    if not (set(data) >= {"algo", "config"} and isinstance(data["config"], dict)):
+        return data
+    from flowrl.run.algorithm import get_algorithm
+
+    if algo and ":" not in algo and get_algorithm(algo).name != data["algo"]:
+        raise ConfigError(f"{path} is the config of a {data['algo']} run, not {algo}")
+    return {k: v for k, v in data["config"].items() if k not in RUN_OWN_KEYS}
+
+
 def _config_values(args: argparse.Namespace, output: Path | None = None) -> dict[str, Any]:
     """The config values of the command line; ``output`` is where ``--video`` records."""
-    values = read_config_file(args.config) if args.config else {}
+    values = _config_file_values(args.config, args.algo) if args.config else {}
     for item in args.set:
         _set_value(values, item)
     flags = {"env": args.env, "num_workers": args.num_workers, "seed": args.seed}
