@@ -280,12 +280,14 @@ class RolloutWorker(ParallelIteratorWorker):
         explore: bool = False,
         seed: int = 12345,
         video_dir: str | None = None,
+        after_step: Callable[[list[Episode]], None] | None = None,
     ) -> list[Episode]:
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
-        with ``video_dir``, one at a time, each written there as an MP4."""
+        with ``video_dir``, one at a time, each written there as an MP4. ``after_step``
+        hears of every step, with the episodes it ended (a progress bar's)."""
         return evaluate_policies(
             self.config, self.policies, episodes, explore=explore, seed=seed,
-            video_dir=video_dir, where=self._where,
+            video_dir=video_dir, where=self._where, after_step=after_step,
         )  # fmt: skip
 
     def evaluate_with(
@@ -341,10 +343,11 @@ def evaluate_policies(
     seed: int,
     video_dir: str | None,
     where: str,
+    after_step: Callable[[list[Episode]], None] | None = None,
 ) -> list[Episode]:
     """Exactly ``episodes`` episodes of ``policies`` on fresh envs of ``cfg``'s env (a
     multi-agent env's copies with every policy acting as mapped); with ``video_dir``, one
-    env whose episodes are written there."""
+    env whose episodes are written there. ``after_step`` as ``Sampler.episodes`` has it."""
     with contextlib.ExitStack() as stack:
         if video_dir:
             stack.enter_context(headless_rendering())
@@ -352,10 +355,15 @@ def evaluate_policies(
         lanes = make_lanes(cfg, copies, seed=seed, video_dir=video_dir)
         stack.callback(lanes.close)  # before the rendering variables go (videos are written)
         sampler = Sampler(lanes, policies, seed=seed, where=where)  # resets the lanes
-        frames = None  # a multi-agent env's frames (a recording vector env writes its own)
-        if video_dir and not isinstance(lanes, VectorLanes):
-            frames = EpisodeFrames(lanes.envs[0], video_dir)
-        return sampler.episodes(episodes, explore=explore, after_step=frames)
+        hooks = [after_step] if after_step is not None else []
+        if video_dir and not isinstance(lanes, VectorLanes):  # (a vector env records itself)
+            hooks.append(EpisodeFrames(lanes.envs[0], video_dir))  # a multi-agent env's
+
+        def step(finished: list[Episode]) -> None:
+            for hook in hooks:
+                hook(finished)
+
+        return sampler.episodes(episodes, explore=explore, after_step=step if hooks else None)
 
 
 def fragments_per_call(config: Config) -> int:
