@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import fault_envs
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -813,3 +814,38 @@ def test_a_multi_agent_env_that_raises_on_a_remote_worker_is_replaced(env, ray_s
         assert summary["stopped_by"] == "iterations"
         assert algo.last_result["num_worker_restarts"] == 1
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
+
+
+class Endless(gym.Env):
+    """Episodes that never end: no terminal state, no time limit."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+def test_an_evaluation_names_an_env_that_raised_and_one_whose_episodes_never_end(monkeypatch):
+    """An env's fault while evaluating read "ValueError: ..." alone and passed for a remote
+    worker's (replaced nothing, three times over); an env whose episodes never end kept
+    the evaluation, and an in-process run with it, waiting forever."""
+    from flowrl.rollout import sampler
+    from flowrl.rollout.envs import EndlessEpisodes, EnvError
+
+    class CrashesAt5(fault_envs.RaiseAfter):
+        LIMIT = 5
+
+    monkeypatch.setattr(sampler, "MAX_EPISODE_STEPS", 500)
+    with Algorithm("ppo", env=CrashesAt5, **QUICK) as algo:
+        crashed = r"env CrashesAt5 \(worker 0\), evaluating, raised ValueError: the simulator"
+        with pytest.raises(EnvError, match=crashed):
+            algo.evaluate(1)
+    with Algorithm("ppo", env=Endless, evaluation_interval=1, **QUICK) as algo:
+        endless = r"Endless \(worker 0\), evaluating: no episode ended in 500 steps: .*TimeLimit"
+        with pytest.raises(EndlessEpisodes, match=endless):
+            run(algo, stop=StopCriteria(iters=2))

@@ -71,6 +71,27 @@ class EnvError(RuntimeError):
         return self.message
 
 
+class EndlessEpisodes(EnvError):
+    """No episode of the env ended for longer than any time limit runs: the env has none,
+    and evaluation, which plays whole episodes, would wait forever."""
+
+
+def located(e: EnvError, where: str, worker_index: int, during: str = "") -> EnvError:
+    """``e`` naming ``where`` it happened (an env on worker ``worker_index``), with the
+    env's traceback: the error's last frame is the env's line.
+
+    Examples:
+        >>> str(located(EnvError("ValueError: boom", -1), "env X (worker 0)", 0, ", in reset(),"))
+        'env X (worker 0), in reset(), raised ValueError: boom'
+    """
+    trace = getattr(e.__cause__, "__traceback__", None) or e.__traceback__
+    if isinstance(e, EndlessEpisodes):  # nothing raised: the episodes go on
+        where, during = f"{where}{during.rstrip(',')}:", ""
+    else:
+        during += " raised"
+    return type(e)(f"{where}{during} {e.message}", worker_index).with_traceback(trace)
+
+
 def step_env(env: Any, actions: Any) -> Any:
     """``env.step(actions)``; what the env raises comes back as an EnvError (its cause the
     env's own exception, its message ``env_fault``'s) whose env and worker the rollout

@@ -64,7 +64,7 @@ from flowrl.core.sample_batch import (
 )
 from flowrl.learning.acting import Acted, inference_mode
 from flowrl.learning.multi import PolicyMap
-from flowrl.rollout.envs import EPISODE_ENDS, EnvError, env_fault
+from flowrl.rollout.envs import EPISODE_ENDS, EndlessEpisodes, EnvError, env_fault
 from flowrl.rollout.episodes import Episode, EpisodeHooks
 from flowrl.rollout.experiences import ExperienceWriter
 from flowrl.rollout.fragments import finish_fragment, write_row
@@ -254,6 +254,17 @@ class LaneMemory:
         return lanes.reshape(-1, *[1] * (self.state.ndim - 1))
 
 
+#: steps an evaluation takes without any episode ending before it gives up: longer than
+#: any time limit in use (Atari's is 27,000), so only an env whose episodes never end
+#: (no time limit, no terminal state) reaches it, where the evaluation waited forever
+MAX_EPISODE_STEPS = 1_000_000
+NO_END = (
+    "no episode ended in {:,} steps: evaluation plays whole episodes, so give the env a "
+    "time limit (gymnasium.wrappers.TimeLimit(env, max_episode_steps=N), or "
+    "env_config.max_episode_steps=N for a registered id)"
+)
+
+
 class Sampler:
     """Steps ``lanes`` with ``policies`` (a policy per id of the lanes): fragments for
     training, whole episodes for evaluation; see the module's docstring."""
@@ -364,8 +375,12 @@ class Sampler:
         n = self.lanes.num_envs
         quota = [len(range(i, count, n)) for i in range(n)]
         done: list[Any] = []
+        stalled = 0  # steps since an episode of any copy last ended
         with inference_mode():
             while len(done) < count:
+                stalled += 1
+                if stalled > MAX_EPISODE_STEPS:
+                    raise EndlessEpisodes(NO_END.format(MAX_EPISODE_STEPS), -1)
                 present = self.lanes.present if self.in_turns else None
                 actions, _ = self._act(explore, self.lanes.active, present)
                 self.obs, rewards, terminated, truncated = self.lanes.step(actions)
@@ -375,6 +390,7 @@ class Sampler:
                 copies = self.lanes.episode_copies[:]
                 finished = []
                 for episode, copy in zip(self.lanes.take_episodes(), copies, strict=True):
+                    stalled = 0
                     if quota[copy] > 0:
                         quota[copy] -= 1
                         finished.append(episode)

@@ -56,6 +56,7 @@ from flowrl.learning.numpy_policy import NumpyPolicy
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
+    located,
     make_recording_env,
     make_vector_env,
     register_env,
@@ -136,7 +137,7 @@ class RolloutWorker(ParallelIteratorWorker):
             self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where,
                                    writer=writer)  # fmt: skip
         except EnvError as e:
-            raise self._fault(e, ", in reset(),") from e.__cause__
+            raise located(e, self._where, worker_index, ", in reset(),") from e.__cause__
         if worker_index > 0:  # what a remote worker started with lives as long as it does
             freeze_start_up()
 
@@ -162,13 +163,6 @@ class RolloutWorker(ParallelIteratorWorker):
     def _where(self) -> str:
         return f"env {self.config.env} (worker {self.worker_index})"
 
-    def _fault(self, e: EnvError, during: str = "") -> EnvError:
-        """``e`` naming this worker's env, with the env's traceback: the error's last frame
-        is the env's line."""
-        trace = getattr(e.__cause__, "__traceback__", None) or e.__traceback__
-        fault = EnvError(f"{self._where}{during} raised {e.message}", self.worker_index)
-        return fault.with_traceback(trace)
-
     # -- sampling ------------------------------------------------------------------------
     def _fragments(self) -> Iterator[MultiAgentBatch]:
         count = fragments_per_call(self.config)  # per request, as one batch
@@ -184,7 +178,7 @@ class RolloutWorker(ParallelIteratorWorker):
         try:
             fragments = self.sampler.sample(steps)
         except EnvError as e:  # the env's own fault: this worker is replaced
-            raise self._fault(e) from e.__cause__
+            raise located(e, self._where, self.worker_index) from e.__cause__
         batch = self.policies.postprocess(fragments, steps * self.env.num_envs)
         if self.callbacks is not None:
             self.callbacks.on_fragment_postprocessed(batch=batch, worker_index=self.worker_index)
@@ -285,10 +279,13 @@ class RolloutWorker(ParallelIteratorWorker):
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
         with ``video_dir``, one at a time, each written there as an MP4. ``after_step``
         hears of every step, with the episodes it ended (a progress bar's)."""
-        return evaluate_policies(
-            self.config, self.policies, episodes, explore=explore, seed=seed,
-            video_dir=video_dir, where=self._where, after_step=after_step,
-        )  # fmt: skip
+        try:
+            return evaluate_policies(
+                self.config, self.policies, episodes, explore=explore, seed=seed,
+                video_dir=video_dir, where=self._where, after_step=after_step,
+            )  # fmt: skip
+        except EnvError as e:  # the env's fault, or episodes that never end: this worker's
+            raise located(e, self._where, self.worker_index, ", evaluating,") from e.__cause__
 
     def evaluate_with(
         self, weights: dict[str, Weights], episodes: int, video_dir: str | None = None

@@ -40,7 +40,7 @@ from flowrl.core.context import (
 from flowrl.core.sample_batch import NonFiniteError
 from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.learning.acting import Weights
-from flowrl.rollout.envs import EnvError, env_name, reward_threshold
+from flowrl.rollout.envs import EndlessEpisodes, EnvError, env_name, reward_threshold
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
 from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
@@ -246,7 +246,7 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
             result = _train_watched(algo)
         except (*_ray_actor_errors(), EnvError) as e:
             broken = [e.worker_index] if isinstance(e, EnvError) else []
-            if 0 in broken:  # the local worker's env: nothing can replace it
+            if 0 in broken or isinstance(e, EndlessEpisodes):  # no new worker would help
                 raise
             if not budget.spend():
                 raise RuntimeError(
