@@ -183,6 +183,10 @@ def test_policy_settings_and_mappings_are_checked_in_one_line():
                   policy_mapping={"cartpole_0": "ppo", "cartpole_1": "DQN"})  # fmt: skip
     with pytest.raises(ConfigError, match=r"from test_multi_agent:no_team\) gave agent"):
         Algorithm("ppo", env=POLES, num_workers=0, policy_mapping="test_multi_agent:no_team")
+    # and a typo in policies: settings of a policy no agent acts with went unused, silently
+    with pytest.raises(ConfigError, match=r"'agent_1', which no agent .* cartpole_0, cartpole_1"):
+        Algorithm("ppo", env=POLES, num_workers=0, policy_mapping="independent",
+                  policies={"agent_1": {"lr": 1e-4}})  # fmt: skip
 
 
 def no_team(agent):

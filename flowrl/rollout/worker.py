@@ -608,6 +608,18 @@ def cpus_held_here() -> dict[str, float]:
             len(ws.remote_workers) * ws.config.num_cpus_per_worker for ws in _HOLDING}  # fmt: skip
 
 
+def check_policy_ids(config: Config, policy_ids: Sequence[str]) -> None:
+    """A ConfigError for an entry of ``config.policies`` that no agent of the env maps to
+    (a misspelt id: its settings went unused, and said nothing)."""
+    for pid in config.policies:
+        if pid not in policy_ids:
+            raise ConfigError(
+                f"policies names {pid!r}, which no agent of env {config.env} maps to "
+                f"(policy_mapping {config.policy_mapping!r}); its policies: "
+                f"{', '.join(policy_ids)}"
+            )
+
+
 def _wait_until_up(actors: list[Any]) -> None:
     """Block until ``actors`` are constructed (env and policy built), so a request timeout
     (``sample_timeout_s``) measures sampling, not a worker's start."""
@@ -645,6 +657,7 @@ class WorkerSet:
         args = dict(policy_cls=policy_cls, learner_cls=learner_cls, config=config,
                     policy_specs=dict(policy_specs or {}))  # fmt: skip
         self.local_worker = RolloutWorker(**args, device=config.device)
+        check_policy_ids(config, self.local_worker.env.policy_ids)
         light = None if workers_learn else numpy_worker_args(self.local_worker)
         #: remote workers act in numpy, without torch (``NumpyPolicy``; module docstring)
         self.numpy_workers = light is not None
