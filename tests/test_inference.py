@@ -202,7 +202,12 @@ def test_the_export_format_follows_the_file_name_and_a_mismatch_is_one_line(tmp_
     assert not (tmp_path / "p.pt").exists()
 
 
-def test_a_missing_checkpoint_is_a_clear_error(tmp_path):
+def test_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_policy(tmp_path / "nothing")
+    (tmp_path / "policy.onnx").write_bytes(b"")  # a file: it looked for file/checkpoints
+    with pytest.raises(CheckpointError, match=r"policy\.onnx is a file, not a checkpoint or run"):
+        load_policy(tmp_path / "policy.onnx")
+    assert main(["train", "--resume", str(tmp_path / "policy.onnx")]) == 2
+    assert "policy.onnx is a file, not a run directory" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.onnx")]) == 2

@@ -235,6 +235,8 @@ def latest(run_dir: str | os.PathLike[str]) -> Checkpoint:
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise CheckpointError(f"run directory not found: {run_dir}")
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir} is a file, not a run directory")
     found = sorted((run_dir / "checkpoints").glob("checkpoint_*"), reverse=True)
     if not found:
         trial = run_dir.parent if run_dir.name == "flowrl" else run_dir
@@ -258,6 +260,8 @@ def resolve(path: str | os.PathLike[str]) -> Checkpoint:
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a checkpoint or run directory")
     if (path / META_FILE).exists() or (path / STATE_FILE).exists():
         return load(path)
     return latest(path)
