@@ -388,8 +388,18 @@ def test_an_iteration_with_a_restart_counts_the_restart_time(ray_session):
     config = {**QUICK, "num_workers": 2}
     with Algorithm("ppo", env="CartPole-v1", **config) as algo:
         before = algo.train()["time_total_s"]
+        killed = algo.workers.remote_workers[0]
+        ray_session.kill(killed)
+        # dead before the round asks it: ray.kill lands when it lands, and on a loaded host
+        # the worker had answered the next round first (no restart, once in a suite)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:  # (a parked worker answers a plain call within 5 s)
+                ray_session.get(killed.__ray_ready__.remote(), timeout=10)
+            except ray_session.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
         start = time.perf_counter()
-        ray_session.kill(algo.workers.remote_workers[0])
         run(algo, stop=StopCriteria(iters=algo.iteration + 1))
         wall = time.perf_counter() - start
         result = algo.last_result
