@@ -26,7 +26,7 @@ from flowrl.core.config import Config, ConfigError
 from flowrl.core.sample_batch import ACTIONS, LOGP, OBS, RAW_OBS, STATE_OUT, Fragment, SampleBatch
 from flowrl.learning.normalization import Normalizer
 from flowrl.learning.postprocessing import add_advantages, chunk_sequences, to_sequences
-from flowrl.learning.spaces import ACTION_MASK, RecordLayout, field, is_composite, leaf_spaces
+from flowrl.learning.spaces import ACTION_MASK, RecordLayout, field, is_composite, space_parts
 
 Weights = dict[str, np.ndarray]
 
@@ -114,12 +114,6 @@ def action_start(space: gym.Space) -> Any:
     return None
 
 
-def action_parts(space: gym.Space) -> list[tuple[tuple[str, ...], gym.Space]]:
-    """A space's leaves as (path in its records, space): the space itself, at (), unless
-    it is a Tuple or Dict."""
-    return leaf_spaces(space) if is_composite(space) else [((), space)]
-
-
 def shift_actions(space: gym.Space, actions: np.ndarray, sign: int) -> np.ndarray:
     """``actions`` of ``space`` (records for a Tuple or Dict) with the ``action_start`` of
     each part added (``sign`` 1: as the env takes them) or taken off (-1: as policies
@@ -129,7 +123,7 @@ def shift_actions(space: gym.Space, actions: np.ndarray, sign: int) -> np.ndarra
         >>> shift_actions(gym.spaces.Discrete(3, start=-1), np.array([0, 2]), 1).tolist()
         [-1, 1]
     """
-    parts = action_parts(space)
+    parts = space_parts(space)
     starts = [(path, start) for path, s in parts if (start := action_start(s)) is not None]
     if not starts:
         return actions
@@ -173,7 +167,7 @@ class BasePolicy:
         self.action_layout = RecordLayout(action_space) if is_composite(action_space) else None
         self.box_actions = isinstance(action_space, gym.spaces.Box)  # clipped to bounds
         #: whether the env numbers some actions from other than 0 (``action_start``)
-        self.starts = any(action_start(s) is not None for _, s in action_parts(action_space))
+        self.starts = any(action_start(s) is not None for _, s in space_parts(action_space))
         if mask_space is not None:
             check_action_mask(mask_space, action_space)
         #: observation and reward statistics, which travel with the weights

@@ -64,6 +64,12 @@ def leaf_spaces(space: gym.Space, path: Path = ()) -> list[tuple[Path, gym.Space
     return out
 
 
+def space_parts(space: gym.Space) -> list[tuple[Path, gym.Space]]:
+    """A space's parts as (path in its records, space): a Tuple's or Dict's leaves
+    (``leaf_spaces``), or the space itself at ``()``."""
+    return leaf_spaces(space) if is_composite(space) else [((), space)]
+
+
 def record_dtype(space: gym.Space) -> np.dtype:
     """The aligned numpy record type of one sample of ``space``."""
     fields = []
@@ -282,7 +288,7 @@ def unsupported_obs_leaf(space: gym.Space) -> tuple[Path, gym.Space] | None:
         ...                                       "b": gym.spaces.Text(8)}))
         (('b',), Text(1, 8, charset=...))
     """
-    for path, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+    for path, leaf in space_parts(space):
         flat = isinstance(leaf, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary)
         if not (
             isinstance(leaf, gym.spaces.Box | gym.spaces.Discrete)
@@ -317,5 +323,5 @@ def action_kind(space: gym.Space) -> str:
 def check_action_space(space: gym.Space) -> None:
     """A ConfigError naming ``space`` unless flowrl's distributions take it (every leaf of
     a Dict or Tuple)."""
-    for _, leaf in leaf_spaces(space) if is_composite(space) else [((), space)]:
+    for _, leaf in space_parts(space):
         action_kind(leaf)

@@ -44,7 +44,7 @@ from flowrl.learning.spaces import (
     check_action_space,
     get,
     is_composite,
-    leaf_spaces,
+    space_parts,
     unsupported_obs_leaf,
 )
 
@@ -126,7 +126,7 @@ def misshapen_observation(env: Any) -> str | None:
     space = getattr(base, "single_observation_space", None)
     if observations is None or space is None:
         return None
-    parts = leaf_spaces(space) if is_composite(space) else [((), space)]
+    parts = space_parts(space)
     for i, obs in enumerate(observations):
         for path, leaf in parts:
             shape = np.shape(get(obs, path)) if obs is not None else None
