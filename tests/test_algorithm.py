@@ -152,6 +152,18 @@ def test_run_takes_its_stop_criteria_as_a_dict_too():
         algo.stop()
 
 
+def test_a_run_stops_at_its_step_budget_not_an_iteration_past_it():
+    """A3C's iterations last at least 0.5 s, DQN's 1,000 env steps: asked for 2,000 and
+    500 env steps, they sampled 21,632 and 1,008. train() after the run has whole
+    iterations again."""
+    with Algorithm("a3c", num_workers=0) as algo:
+        assert 2000 <= algo.run(stop={"timesteps": 2000})["env_steps_sampled"] < 2100
+    with Algorithm("dqn", num_workers=0) as algo:
+        steps = algo.run(stop={"timesteps": 500})["env_steps_sampled"]
+        assert 500 <= steps < 600
+        assert algo.train()["env_steps_sampled"] - steps >= 1000
+
+
 def test_lr_and_entropy_coeff_follow_their_schedules_across_a_resume(tmp_path):
     from flowrl.core.schedules import scheduled
 

@@ -21,6 +21,7 @@ from flowrl.ops import (
     StandardMetricsReporting,
     TrainOneStep,
 )
+from flowrl.ops.metrics import OncePerIteration
 from flowrl.ops.rollouts import REPORTS
 from flowrl.rollout.worker import WorkerSet
 
@@ -34,6 +35,23 @@ def test_concat_batches_emits_once_enough_steps_are_buffered():
     out = LocalIterator.from_items(batches).combine(ConcatBatches(min_batch_size=6)).take(5)
     assert [len(b) for b in out] == [6, 7]
     assert out[1][SINGLE]["x"].tolist() == [0, 1, 2, 3, 4, 0, 1]
+
+
+def test_an_iteration_ends_at_the_runs_step_budget_before_its_least_time_and_steps():
+    """A run of A3C (0.5 s iterations) asked for 2,000 env steps sampled 21,632."""
+
+    def sampled(plan: LocalIterator, steps: int) -> list[int]:
+        def sample(_):
+            plan.context.counters[STEPS_SAMPLED] += 100
+            return plan.context.counters[STEPS_SAMPLED]
+
+        return plan.for_each(sample).filter(OncePerIteration(min_time_s=60, min_env_steps=steps))
+
+    plan = LocalIterator.from_items(range(20))
+    plan.context.step_budget = 250
+    assert sampled(plan, 1000).take(2) == [300, 400]  # then every item: the run stops there
+    plan = LocalIterator.from_items(range(20))
+    assert sampled(plan, 1000).take(1) == []  # no budget: the least time holds it back
 
 
 def test_standardize_fields_on_each_policys_rows_that_have_them():

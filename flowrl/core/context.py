@@ -106,6 +106,9 @@ class PlanContext:
     carries: dict[Any, Any] = field(default_factory=dict)
     #: actor -> its ``flowrl.core.channels.Channel`` (None: it has none), once opened
     channels: dict[Any, Any] = field(default_factory=dict)
+    #: the run's env-step budget (``flowrl.run.runner.run`` sets it while it trains):
+    #: an iteration ends there, so a run stops at its budget, not up to an iteration past
+    step_budget: int | None = None
 
     def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
         """Times a piece of work inside an operator as its own row of the profile (the

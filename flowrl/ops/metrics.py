@@ -34,7 +34,8 @@ from flowrl.rollout.worker import WorkerSet
 
 
 class OncePerIteration(Operator):
-    """Passes an item through once an iteration's least time and env steps have elapsed.
+    """Passes an item through once an iteration's least time and env steps have elapsed,
+    or once the plan's env steps reach the run's budget (``PlanContext.step_budget``).
 
     Examples:
         >>> train_op.filter(OncePerIteration(min_time_s=1.0, min_env_steps=0))  # doctest: +SKIP
@@ -53,9 +54,12 @@ class OncePerIteration(Operator):
         self._last_steps = context.counters[STEPS_SAMPLED]
 
     def __call__(self, item: Any) -> bool:
-        steps = self.context.counters[STEPS_SAMPLED]
+        steps, budget = self.context.counters[STEPS_SAMPLED], self.context.step_budget
         now = time.perf_counter()
-        if now - self._last_time < self.min_time_s or steps - self._last_steps < self.min_env_steps:
+        short = (
+            now - self._last_time < self.min_time_s or steps - self._last_steps < self.min_env_steps
+        )
+        if short and (budget is None or steps < budget):
             return False
         self._last_time, self._last_steps = now, steps
         return True

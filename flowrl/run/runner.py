@@ -503,7 +503,12 @@ def _next_result(
     final weights."""
     if pending:
         return pending.pop(0)
-    result = _train_with_recovery(algo, budget)
+    context = algo.plan.context
+    context.step_budget = stop.timesteps  # the iteration ends at the budget, not past it
+    try:
+        result = _train_with_recovery(algo, budget)
+    finally:
+        context.step_budget = None  # a train() after the run has whole iterations again
     if stop.reason(result) and EVAL_RETURN_MEAN not in result:
         result.update(algo.evaluation.finish(waiting=lambda what: _waiting_for(bar, what)))
     return result
