@@ -46,6 +46,22 @@ class NanObservation(NanReward):
         return obs, reward, terminated, truncated, info
 
 
+class ArrayReward(CartPoleEnv):
+    """CartPole whose reward is an array of one number (a reward computed with numpy)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.array([reward]), terminated, truncated, info
+
+
+class OldGymStep(CartPoleEnv):
+    """CartPole with the old gym API's step: obs, reward, done, info."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or truncated, info
+
+
 class HangOnce(CartPoleEnv):
     """CartPole whose step() hangs for an hour in the first process that steps it after
     :data:`HANG_MARKER` was removed."""

@@ -469,6 +469,24 @@ def test_an_env_that_raises_in_process_is_exit_1_and_one_line(tmp_path, capsys):
     assert "fault_envs.py" in err[0], "it points at the env's own line"
 
 
+@pytest.mark.parametrize(
+    ("env", "meaning"),
+    [
+        ("ArrayReward", "an env's step returned a reward, terminated or truncated that is an"),
+        ("OldGymStep", "step returned fewer than gymnasium's 5 values (obs, reward, terminated"),
+    ],
+)
+def test_what_gymnasiums_vector_env_could_not_unpack_is_named(env, meaning, tmp_path, capsys):
+    """They read only numpy's "setting an array element with a sequence" and "not enough
+    values to unpack (expected 5, got 4)", raised in gymnasium's code."""
+    from flowrl.apps.cli import main
+
+    args = ["--env", f"fault_envs:{env}", "--num-workers", "0", "--no-progress"]
+    assert main(["train", "ppo", *args, "--output", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and meaning in err[0], err
+
+
 def test_a_train_call_that_hangs_in_the_process_is_reported(caplog):
     from types import SimpleNamespace
 

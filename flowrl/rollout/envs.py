@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,17 +104,32 @@ def step_env(env: Any, actions: Any) -> Any:
         raise EnvError(env_fault(e, env), -1) from e
 
 
+#: gymnasium's sync vector env's errors as it unpacks an env's step, and what they mean
+STEP_MISFITS = {
+    "setting an array element with a sequence": "an env's step returned a reward, "
+    "terminated or truncated that is an array, not one number",
+    "not enough values to unpack": "an env's step returned fewer than gymnasium's 5 values "
+    "(obs, reward, terminated, truncated, info): an env of the old gym API?",
+}
+
+
 def env_fault(error: Exception, env: Any = None) -> str:
     """What an env raised, in one line (``Type: its first line``); for a ValueError of
-    vector env ``env``, with the part of an observation whose shape was wrong.
+    vector env ``env``, with the part of an observation whose shape was wrong, or what
+    its env returned that gymnasium's vector env could not take (``STEP_MISFITS``).
 
     Examples:
         >>> env_fault(KeyError("left"))
         "KeyError: 'left'"
     """
-    text = str(error).strip().splitlines()
-    reason = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-    misfit = misshapen_observation(env) if isinstance(error, ValueError) else None
+    first = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    if not isinstance(error, ValueError):
+        return reason
+    frames = traceback.extract_tb(error.__traceback__)
+    unpacking = bool(frames) and frames[-1].filename.endswith("sync_vector_env.py")
+    meanings = [m for start, m in STEP_MISFITS.items() if unpacking and first.startswith(start)]
+    misfit = misshapen_observation(env) or next(iter(meanings), None)
     return f"{reason} ({misfit})" if misfit else reason
 
 
