@@ -224,3 +224,13 @@ def test_videos_to_a_place_that_cannot_be_written_are_one_line_naming_it(tmp_pat
         path = algo.save(tmp_path / "ckpt")
     assert main(["evaluate", str(path), "--episodes", "1", "--video", "/proc/videos"]) == 2
     assert "cannot write videos to /proc/videos" in capsys.readouterr().err
+
+
+def test_evaluate_in_python_draws_its_progress_when_asked(capsys):
+    """Only flowrl evaluate showed an evaluation's episodes as they ended: a notebook's
+    algo.evaluate() of long episodes was silent."""
+    with Algorithm("ppo", num_workers=0) as algo:
+        assert algo.evaluate(3, progress=True)["episodes"] == 3
+        assert "3/3 [" in capsys.readouterr().err
+        algo.evaluate(2)  # stderr is no terminal here: no bar unless asked
+        assert capsys.readouterr().err == ""

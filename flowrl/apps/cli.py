@@ -636,22 +636,13 @@ def _start_quiet_ray() -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flowrl.run import checkpoints
     from flowrl.run.algorithm import Algorithm
-    from flowrl.run.evaluation import episode_stats
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     ckpt = checkpoints.resolve(args.checkpoint)
     _warn_skipped(ckpt)
-    algo = Algorithm.from_checkpoint(ckpt, in_process=True)
-    bar = EvaluationBar(args.episodes)
-    try:  # (Algorithm.evaluate's episodes, heard of as they end)
-        episodes = algo.workers.local_worker.evaluate(
-            args.episodes, explore=args.explore, video_dir=args.video, after_step=bar
-        )
-    finally:
-        bar.close()
-        algo.stop()
-    res = episode_stats(episodes)
+    with Algorithm.from_checkpoint(ckpt, in_process=True) as algo:
+        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video)
     print(
         f"{algo.spec.name} on {algo.config.env} ({ckpt.path}): episode_return_mean "
         f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "
@@ -667,28 +658,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"flowrl: {'a video' if n == 1 else 'videos'} of {_count(n, 'episode')} in {args.video}"
         )
     return 0
-
-
-class EvaluationBar:
-    """``flowrl evaluate``'s progress, on a terminal: the episodes ended, and the steps
-    taken, which move while an episode runs long (a greedy policy that stalls until its
-    time limit: 27,000 steps of Breakout)."""
-
-    def __init__(self, episodes: int) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=episodes, unit=" episodes", disable=None, mininterval=0.5)
-        self.steps = 0
-
-    def __call__(self, finished: list[Any]) -> None:
-        self.steps += 1
-        if finished:
-            self.bar.update(len(finished))
-        if self.steps % 500 == 0:
-            self.bar.set_postfix_str(f"{self.steps:,} steps", refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -40,7 +40,7 @@ from flowrl.rollout.envs import (
 from flowrl.rollout.minari_datasets import recorded_env
 from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
 from flowrl.rollout.worker import WorkerSet, one_torch_thread
-from flowrl.run.evaluation import Evaluation, episode_stats
+from flowrl.run.evaluation import Evaluation, EvaluationBar, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
 from flowrl.run.runner import StopCriteria, describe_error, run
@@ -426,20 +426,6 @@ class Algorithm(Checkpointing):
         """
         return plan_graph(self.plan, title=f"{self.spec.name} on {self.config.env}")
 
-    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]:
-        """Replace dead remote workers, those of ``broken_workers`` (indexes of workers
-        whose env raised) and dead replay shards (recreated empty), and rebuild the plan;
-        returns what was replaced. Counters, weights and what the plan took from
-        ``WorkerSet.keep`` (a replay buffer, say) carry over."""
-        failed = self.workers.recreate_failed_workers(broken_workers)
-        new = [self.workers.remote_workers[i - 1] for i in failed]
-        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED], new)
-        replaced = [f"rollout worker {i}" for i in failed]
-        for name, indexes in self.workers.revive_kept().items():
-            replaced += [f"{name} actor {i}" for i in indexes]
-        self._restart_plan()
-        return replaced
-
     def _build_plan(self) -> LocalIterator[dict[str, Any]]:
         plan = self._plan_fn(self.workers, self.config)
         if not isinstance(plan, LocalIterator):
@@ -460,14 +446,24 @@ class Algorithm(Checkpointing):
 
     # -- evaluation and shutdown ---------------------------------------------------------
     def evaluate(
-        self, episodes: int = 10, *, explore: bool = False, video_dir: str | None = None
+        self,
+        episodes: int = 10,
+        *,
+        explore: bool = False,
+        video_dir: str | None = None,
+        progress: bool | None = None,
     ) -> dict[str, Any]:
         """Mean return and length over ``episodes`` fresh episodes of the current policy;
-        with ``video_dir``, each episode is also written there as an MP4."""
+        with ``video_dir``, each episode is also written there as an MP4. ``progress``
+        draws a bar of the episodes on stderr (default: when stderr is a terminal)."""
         if episodes < 1:
             raise ConfigError(f"episodes must be >= 1, got {episodes}")
-        local = self.workers.local_worker
-        return episode_stats(local.evaluate(episodes, explore=explore, video_dir=video_dir))
+        with EvaluationBar(episodes, progress) as bar:
+            return episode_stats(
+                self.workers.local_worker.evaluate(
+                    episodes, explore=explore, video_dir=video_dir, after_step=bar
+                )
+            )
 
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray

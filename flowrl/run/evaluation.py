@@ -48,6 +48,41 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
     }
 
 
+class EvaluationBar:
+    """An evaluation's progress on stderr (``enabled``; None: when it is a terminal, as
+    under ``flowrl evaluate``): the episodes ended, and the steps taken, which move while
+    an episode runs long (a greedy policy that stalls until its time limit: 27,000 steps
+    of Breakout). Called after every step with the episodes it ended.
+
+    Examples:
+        >>> with EvaluationBar(10, enabled=False) as bar:
+        ...     bar([])
+    """
+
+    def __init__(self, episodes: int, enabled: bool | None = None) -> None:
+        from tqdm import tqdm
+
+        disable = None if enabled is None else not enabled
+        self.bar = tqdm(total=episodes, unit=" episodes", disable=disable, mininterval=0.5)
+        self.steps = 0
+
+    def __enter__(self) -> EvaluationBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, finished: list[Any]) -> None:
+        self.steps += 1
+        if finished:
+            self.bar.update(len(finished))
+        if self.steps % 500 == 0:
+            self.bar.set_postfix_str(f"{self.steps:,} steps", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 class Evaluation:
     """Starts an evaluation every ``interval`` iterations (one at a time) and hands back
     its results; keeps the weights it scored, for a best checkpoint."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 class Checkpointing:
     """What ``Algorithm`` does with checkpoints, and with its plan's state when the plan is
-    rebuilt."""
+    rebuilt (after a restore, or a failure of its workers)."""
 
     spec: Any
     config: Any
@@ -57,6 +58,20 @@ class Checkpointing:
         self.plan.context = context
         if self._ended != "was stopped":  # the last plan's end (its error) is behind it
             self._ended = None
+
+    def rebuild_after_failure(self, broken_workers: Sequence[int] = ()) -> list[str]:
+        """Replace dead remote workers, those of ``broken_workers`` (indexes of workers
+        whose env raised) and dead replay shards (recreated empty), and rebuild the plan;
+        returns what was replaced. Counters, weights and what the plan took from
+        ``WorkerSet.keep`` (a replay buffer, say) carry over."""
+        failed = self.workers.recreate_failed_workers(broken_workers)
+        new = [self.workers.remote_workers[i - 1] for i in failed]
+        self.workers.set_env_steps_sampled(self.plan.context.counters[STEPS_SAMPLED], new)
+        replaced = [f"rollout worker {i}" for i in failed]
+        for name, indexes in self.workers.revive_kept().items():
+            replaced += [f"{name} actor {i}" for i in indexes]
+        self._restart_plan()
+        return replaced
 
     def save(
         self, path: str | os.PathLike[str], *, weights: dict[str, Weights] | None = None
