@@ -230,6 +230,19 @@ def test_resume_continues_the_run(run_dir, tmp_path):
     assert results[2]["env_steps_sampled"] > results[1]["env_steps_sampled"]
 
 
+def test_resume_past_the_runs_budget_says_so_instead_of_training(run_dir, capsys):
+    """A run of 2 iterations resumed with --stop-iters 2 (or a step budget it had used up)
+    trained one fragment more and stopped."""
+    rows = (run_dir / "result.jsonl").read_text()
+    steps = json.loads(rows.splitlines()[-1])["env_steps_sampled"]
+    for flag, value, said in (("--stop-iters", 2, "has 2 iterations already, at or past"),
+                              ("--stop-timesteps", steps, f"has {steps:,} env steps already")):  # fmt: skip
+        assert main(["train", "--resume", str(run_dir), flag, str(value)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and f"a larger {flag}" in err[0], err
+    assert (run_dir / "result.jsonl").read_text() == rows
+
+
 def test_resume_takes_the_newest_checkpoint_of_a_run_and_says_why_not_another(
     run_dir, tmp_path, capsys
 ):

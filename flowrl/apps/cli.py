@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import flowrl
 from flowrl.core.config import ConfigError, parse_set_value, set_dotted, with_dotted
-from flowrl.core.context import EPISODE_RETURN_MEAN, STEPS_SAMPLED
+from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
-from flowrl.run.runner import agent_returns, sigint_ignored
+from flowrl.run.runner import StopCriteria, agent_returns, sigint_ignored
 
 if TYPE_CHECKING:
     from flowrl.run.spec import AlgorithmSpec
@@ -317,8 +317,6 @@ def _set_value(values: dict[str, Any], item: str) -> None:
 
 
 def _stop_criteria(args: argparse.Namespace) -> Any:
-    from flowrl.run.runner import StopCriteria
-
     for name in ("stop_timesteps", "stop_iters"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -349,9 +347,10 @@ def _warn_skipped(ckpt: Any) -> None:
         print(f"flowrl: skipped a checkpoint: {reason}", file=sys.stderr)
 
 
-def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
+def _resume(args: argparse.Namespace, stop: Any) -> tuple[Any, Path]:
     """The algorithm restored from the newest loadable checkpoint of the run to continue,
-    after checking that the command names the same algorithm, env and directory."""
+    after checking that the command names the same algorithm, env and directory, and a
+    budget (``stop``'s, or the algorithm's default) the run has not used up."""
     from flowrl.run import checkpoints
     from flowrl.run.algorithm import Algorithm, get_algorithm
     from flowrl.run.logger import hold_run_dir
@@ -367,10 +366,30 @@ def _resume(args: argparse.Namespace) -> tuple[Any, Path]:
     if args.env and args.env != saved_env:
         raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
     _warn_skipped(ckpt)
+    _check_budget_left(stop, ckpt, get_algorithm(saved_algo).config_cls)
     values = _config_values(args, output)
     algo = Algorithm.from_checkpoint(ckpt, address=args.address, **values)
     print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
     return algo, output
+
+
+def _check_budget_left(stop: Any, ckpt: Any, config_cls: type) -> None:
+    """A ConfigError when checkpoint ``ckpt`` has used up the env steps or iterations of
+    ``stop`` (the algorithm's default budget when it sets none): resumed, it trained a
+    fragment more and stopped."""
+    if stop.is_empty():
+        stop = StopCriteria(timesteps=config_cls.default_stop_timesteps or None,
+                            iters=config_cls.default_stop_iters)  # fmt: skip
+    steps, iters = ckpt.meta["counters"].get(STEPS_SAMPLED, 0), ckpt.meta[ITERATION]
+    for reached, limit, what, flag in (
+        (steps, stop.timesteps, "env steps", "--stop-timesteps"),
+        (iters, stop.iters, "iterations", "--stop-iters"),
+    ):
+        if limit is not None and reached >= limit:
+            raise ConfigError(
+                f"{ckpt.path} has {reached:,} {what} already, at or past the run's budget of "
+                f"{limit:,}: resume with a larger {flag}"
+            )
 
 
 def _resumed_run(path: Path) -> Path:
@@ -468,7 +487,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.mlflow_uri and "mlflow" not in args.logger:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
     if args.resume:
-        algo, output = _resume(args)
+        algo, output = _resume(args, stop)
     else:
         if args.output:
             output = Path(args.output)
