@@ -235,8 +235,10 @@ def test_resume_past_the_runs_budget_says_so_instead_of_training(run_dir, capsys
     trained one fragment more and stopped."""
     rows = (run_dir / "result.jsonl").read_text()
     steps = json.loads(rows.splitlines()[-1])["env_steps_sampled"]
-    for flag, value, said in (("--stop-iters", 2, "has 2 iterations already, at or past"),
-                              ("--stop-timesteps", steps, f"has {steps:,} env steps already")):  # fmt: skip
+    for flag, value, said in (
+        ("--stop-iters", 2, "has 2 iterations already, at or past"),
+        ("--stop-timesteps", steps, f"has {steps:,} env steps already"),
+    ):
         assert main(["train", "--resume", str(run_dir), flag, str(value)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and f"a larger {flag}" in err[0], err

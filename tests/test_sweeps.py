@@ -104,6 +104,16 @@ def test_tune_counts_iterations_from_the_first_that_trained(ray_session, tmp_pat
     assert trial_rows([result], ["lr"])[0]["iterations"] == len(rows)
 
 
+@pytest.mark.slow
+def test_trials_stop_at_tunes_step_budget_not_an_iteration_past_it(ray_session, tmp_path):
+    """A3C's iterations last 0.5 s: trials asked for 2,000 env steps sampled ten times that,
+    as many as their speed allowed, so trials were compared at different budgets."""
+    stop = {"env_steps_sampled": 2000}
+    (result,) = sweep("a3c", {"lr": [1e-3]}, fixed={"num_workers": 0}, stop=stop,
+                      storage=tmp_path)  # fmt: skip
+    assert result.error is None and 2000 <= result.metrics["env_steps_sampled"] < 2100
+
+
 def test_tune_without_the_tune_extra_is_one_line_naming_it(capsys, monkeypatch):
     """Ray without its tune extra: Ray's ImportError, raised at ray/tune/__init__.py, exit 1."""
     import ray

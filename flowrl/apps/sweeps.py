@@ -40,6 +40,7 @@ from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
+BUDGET_KEY = "_flowrl_step_budget"  # Tune's stop in env steps: a trial's iterations end there
 METRIC = EPISODE_RETURN_MEAN  # what trials are ranked by (an offline one's: ``metric``)
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
 SCHEDULERS = ("fifo", "asha", "pbt")
@@ -60,11 +61,13 @@ class FlowrlTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         # Ray Train logs a line with the absolute path of every checkpoint it persists
         logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
-        values = with_dotted({k: v for k, v in config.items() if k != ALGO_KEY})
+        values = with_dotted({k: v for k, v in config.items() if k not in (ALGO_KEY, BUDGET_KEY)})
         for key in OUTPUT_KEYS:  # trials run side by side:
             if values.get(key):  # a directory of its own for each, under the one named
                 values[key] = str(Path(values[key]) / self.trial_id)
         self.algo = Algorithm(config[ALGO_KEY], values)
+        # trials stop at the same env steps, not an iteration past (timed ones: IMPALA's)
+        self.algo.plan.context.step_budget = config.get(BUDGET_KEY)
         self.restores = 0
         self.run_log: RunLogger | None = None
 
@@ -280,14 +283,11 @@ def sweep(
     said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
     if said:  # (flowrl tune has said it: its fixed values name the workers)
         print(f"flowrl: {said}")
-    params = {**{k: _absolute(k, v) for k, v in fixed.items()}, ALGO_KEY: algo}
     grid = {key: [_absolute(key, v) for v in values] for key, values in grid.items()}
-    params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
-    params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
     ranked_by = metric(get_algorithm(algo))
     tuner = tune.Tuner(
         FlowrlTrainable,
-        param_space=params,
+        param_space=_param_space(algo, fixed, grid, space, stop),
         tune_config=tune.TuneConfig(
             metric=ranked_by,
             mode="max",
@@ -312,6 +312,22 @@ def sweep(
     # line), "wrote the results to <path>" at the end, and Optuna's "A new study created"
     with quiet_loggers("ray.tune", "ray.train", "optuna", level=logging.CRITICAL):
         return tuner.fit()
+
+
+def _param_space(
+    algo: str,
+    fixed: Mapping[str, Any],
+    grid: Mapping[str, list[Any]],
+    space: Mapping[str, tuple[str, list[Any]]],
+    stop: Mapping[str, float] | None,
+) -> dict[str, Any]:
+    """Tune's ``param_space``: the ``fixed`` values (directories made absolute), the
+    ``grid``'s and the ``space``'s, and flowrl's own: the algorithm and ``stop``'s env steps."""
+    params = {k: _absolute(k, v) for k, v in fixed.items()}
+    params.update({ALGO_KEY: algo, BUDGET_KEY: dict(stop or {}).get(STEPS_SAMPLED)})
+    params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
+    params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
+    return params
 
 
 #: config values that name a directory a run writes to (each trial gets its own below it)
