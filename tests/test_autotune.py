@@ -185,3 +185,13 @@ def test_a_measuring_run_that_meets_its_criterion_reports_its_own_rate(tmp_path,
     (row,) = [json.loads(r) for r in (tmp_path / "run" / "result.jsonl").read_text().splitlines()]
     rate = float(reason.split("~")[1].split(" env steps/s")[0].replace(",", ""))
     assert rate <= 1.5 * row["env_steps_sampled"] / row["time_total_s"], (rate, row)
+
+
+def test_a_measuring_run_that_is_the_run_stops_at_its_step_budget(tmp_path):
+    """flowrl train a3c --stop-timesteps 2000, laid out by measuring, sampled 49,408 env
+    steps: the measuring run, which became the run, kept A3C's 0.5 s iterations."""
+    args = ["train", "a3c", "--env", "CartPole-v1", "--stop-timesteps", "2000", "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert "the run met its stop criterion" in summary["layout"]["reason"]
+    assert 2000 <= summary["env_steps_sampled"] < 2300

@@ -120,13 +120,15 @@ def choose_layout(
     seconds: float = 1.0,
     min_workers: int = 0,
     until: Callable[[dict[str, Any]], Any] | None = None,
+    step_budget: int | None = None,
 ) -> tuple[Layout, Any, list[dict[str, Any]]]:
     """Measure the costs of ``spec``'s plan (or ``plan``) with ``config`` (its layout
     aside); return the layout with the most env steps per second on ``cpus`` (default: the
     Ray cluster's when Ray runs, else this machine's), the in-process run that measured
     learning when that layout is its own (it goes on training; else, or where it began
     learning early, it is stopped and None comes back) and that run's results. ``until``
-    is the run's stop criterion: a measuring run that meets it is the run (it is done).
+    is the run's stop criterion: a measuring run that meets it is the run (it is done);
+    ``step_budget`` its env steps, where such a run's last iteration ends (as a run's does).
     ``envs``: the envs per worker to try. With ``horizon_steps``, Ray's start counts
     against the layouts that need it, spread over that many env steps; ``min_workers`` 1
     keeps every layout on Ray (a cluster was named). ``Algorithm.auto`` calls it
@@ -146,11 +148,13 @@ def choose_layout(
     measuring, keeps = _measuring_config(config, in_process, fragment, sample_s[in_process])
     until = until if keeps else None  # a run that only measures is not the run
     run = algorithm_cls(spec, measuring, plan=plan)
+    run.plan.context.step_budget = step_budget if keeps else None
     results: list[dict[str, Any]] = []
     with _stopped_on_error(run):
         learn_s, learner_thread, weight_bytes, rate = measure_learning(
             run, seconds, results=results, until=until
         )
+    run.plan.context.step_budget = None  # as the run goes on, ``run`` sets it
     cpus = cpus if cpus is not None else cluster_cpus()
     costs = Costs(sample_s, step_bytes, learn_s, learner_thread, weight_bytes, cpus,
                   ray_running(), measured=(in_process, rate),

@@ -227,6 +227,7 @@ def auto_algorithm(
         envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
         min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
         until=stop.for_config(config).reason if stop is not None else None,
+        step_budget=stop.timesteps if stop is not None else None,
     )
     if run is None:
         run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)
