@@ -114,7 +114,7 @@ def pong(rounds: int, seconds: float) -> dict:
     spec = get_algorithm("ppo")
     config = build_config(spec, {"env": env, "num_workers": 2})  # the Atari preset's round
     start = time.perf_counter()
-    layout, run = choose_layout(spec, config, algorithm_cls=Algorithm, plan=sampling_only)
+    layout, run, _ = choose_layout(spec, config, algorithm_cls=Algorithm, plan=sampling_only)
     measured_s = time.perf_counter() - start
     if run is not None:
         run.stop()
