@@ -406,10 +406,31 @@ def test_the_progress_bar_stops_at_its_total_and_shows_the_target(capsys):
     assert bar.n == 2 and "2/3" in err and "it/s" in err
 
 
-def test_the_progress_bar_of_a_game_shows_each_players_return(capsys):
+def test_a_progress_bar_in_a_log_file_writes_a_line_now_and_then(capsys, monkeypatch):
+    """flowrl train > train.log drew its bar there: every redraw, twice a second, joined
+    into one line by carriage returns (a CI job's log, a cluster scheduler's)."""
+    from flowrl.run import runner
+
+    monkeypatch.setattr(runner, "LINE_INTERVAL_S", 3600.0)
+    stop = runner.StopCriteria(timesteps=1000)
+    bar, shown = runner._progress_bar(stop, enabled=True), {}
+    for steps in (200, 400, 600):
+        result = {"env_steps_sampled": steps, "episode_return_mean": steps / 10}
+        runner._show_progress(bar, stop, result, shown)
+    runner._waiting_for(bar, "the evaluation of iteration 3")  # said at once
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "| " not in err, err  # no redraws, no bar drawn
+    lines = err.strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("0%") and "600/1.00k" in lines[2], lines
+    assert "waiting for the evaluation of iteration 3" in lines[1], lines
+
+
+def test_the_progress_bar_of_a_game_shows_each_players_return(capsys, monkeypatch):
     """A zero-sum game's summed return is 0 whoever wins: the bar read ret=0.0 alone."""
     from flowrl.run.runner import StopCriteria, _progress_bar, _show_progress
 
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a bar redrawn at each result
     stop = StopCriteria(iters=2)
     bar, shown = _progress_bar(stop, enabled=True), {}
     players = {f"agent/player_{i}/episode_return_mean": r for i, r in enumerate((0.4, -0.4))}

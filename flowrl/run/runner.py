@@ -183,25 +183,51 @@ def _progress_bar(stop: StopCriteria, enabled: bool | None, done: tuple[int, int
     nothing), else a counter of env steps; one rate (tqdm's, of what it counts). Drawn on
     stderr when ``enabled`` (None: when stderr is a terminal). It starts at what was
     ``done`` before it, as (env steps, iterations): a restored run's, or the layout
-    measurement's, whose results come to it at once; its rate counts only what follows."""
+    measurement's, whose results come to it at once; its rate counts only what follows.
+    Enabled where stderr is not redrawn (a file, a pipe), it writes a line every
+    ``LINE_INTERVAL_S``."""
     from tqdm import tqdm
 
     by_steps = stop.timesteps is not None or stop.iters is None
     total = stop.timesteps if by_steps else stop.iters
     start = done[0] if by_steps else done[1]
     counted = "{n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+    redrawn = sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")
+    lines = (enabled or False) and not redrawn  # a log file's, or a CI job's
     bar = tqdm(
         total=total,
         initial=min(start, total or start),
         unit=" steps" if by_steps else " it",
         unit_scale=by_steps,
         disable=not (sys.stderr.isatty() if enabled is None else enabled),
-        dynamic_ncols=True,
-        mininterval=0.5,
-        bar_format="{l_bar}{bar}| " + counted if total else None,
+        file=_Lines(sys.stderr) if lines else None,
+        dynamic_ncols=not lines,
+        mininterval=LINE_INTERVAL_S if lines else 0.5,
+        bar_format=("{l_bar}" if lines else "{l_bar}{bar}| ") + counted if total else None,
     )
-    bar.counts = STEPS_SAMPLED if by_steps else ITERATION
+    bar.counts, bar.lines = STEPS_SAMPLED if by_steps else ITERATION, lines
     return bar
+
+
+#: seconds between two lines of a progress bar written where it cannot be redrawn
+LINE_INTERVAL_S = 30.0
+
+
+class _Lines:
+    """Where a progress bar writes when stderr is a file or a pipe (a log, a CI job's or a
+    cluster scheduler's): each of its redraws a line of its own, where their carriage
+    returns would have joined an hour's redraws into one line."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").strip()
+        if line:
+            self.file.write(line + "\n")
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 class FailureBudget:
@@ -472,8 +498,6 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
     and what ``shown`` keeps from earlier results: the last evaluation's return and, in
     self-play, the last win rate against a random player (a zero-sum game's return says
     nothing); the return of each agent, when there are few (a game's players)."""
-    done = result[bar.counts] if bar.total is None else min(result[bar.counts], bar.total)
-    bar.update(max(0, done - bar.n))  # (results made before the bar began: behind it)
     target = f"/{stop.reward:g}" if stop.reward is not None else ""
     shown.update({k: result[key] for k, key in _SHOWN.items() if key in result})
     ret = result[EPISODE_RETURN_MEAN]
@@ -487,7 +511,11 @@ def _show_progress(bar: Any, stop: StopCriteria, result: dict[str, Any], shown: 
     where = "eval" if stop.on_evaluation else "ret"
     if where in postfix:
         postfix[where] += target
-    bar.set_postfix(postfix)
+    bar.set_postfix(postfix, refresh=False)  # (a bar of lines: drawn with its next line)
+    done = result[bar.counts] if bar.total is None else min(result[bar.counts], bar.total)
+    bar.update(max(0, done - bar.n))  # (results made before the bar began: behind it)
+    if not bar.lines:
+        bar.refresh()
 
 
 def _next_result(
