@@ -663,6 +663,23 @@ def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
     assert "plan returned NoneType, not a LocalIterator" in capsys.readouterr().err
 
 
+def test_a_plan_that_produces_no_result_dicts_is_one_line(tmp_path, capsys):
+    """A plan without StandardMetricsReporting, or one mapping its results to a number,
+    ended in "AttributeError: 'tuple' object has no attribute 'update'", raised in
+    flowrl's Algorithm.train."""
+    from flowrl.apps.cli import main
+
+    ops = "from flowrl.ops import ParallelRollouts, TrainOneStep\n    "
+    plan = _plan_file(
+        tmp_path, ops + "return ParallelRollouts(workers).for_each(TrainOneStep(workers))"
+    )
+    args = ["train", f"{plan}:plan", "--num-workers", "0", "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["flowrl: error: plan produced a tuple, not a result dict (end the plan with "
+                   "StandardMetricsReporting(...))"], err  # fmt: skip
+
+
 def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
     from flowrl.apps.cli import main
 

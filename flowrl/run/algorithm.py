@@ -388,6 +388,7 @@ class Algorithm(Checkpointing):
                 self._ended = f"ended with {describe_error(e)}"
                 raise
             if result is not NotReady:
+                check_result(result, self._plan_fn)
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
                 self.last_result = result  # the run logs it even when a hook raises
@@ -430,10 +431,9 @@ class Algorithm(Checkpointing):
     def _build_plan(self) -> LocalIterator[dict[str, Any]]:
         plan = self._plan_fn(self.workers, self.config)
         if not isinstance(plan, LocalIterator):
-            name = getattr(self._plan_fn, "__name__", "the execution plan")
             raise ConfigError(
-                f"{name} returned {type(plan).__name__}, not a LocalIterator of results "
-                "(end the plan with StandardMetricsReporting(...))"
+                f"{_plan_name(self._plan_fn)} returned {type(plan).__name__}, not a "
+                f"LocalIterator of results {END_WITH_REPORTING}"
             )
         return plan
 
@@ -481,6 +481,29 @@ class Algorithm(Checkpointing):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+END_WITH_REPORTING = "(end the plan with StandardMetricsReporting(...))"
+
+
+def _plan_name(plan_fn: Plan) -> str:
+    return getattr(plan_fn, "__name__", "the execution plan")
+
+
+def check_result(result: Any, plan_fn: Plan) -> None:
+    """A ConfigError, saying how to end a plan, unless ``result`` (what the plan of
+    ``plan_fn`` produced) is a result dict.
+
+    Examples:
+        >>> check_result((1, 2), lambda workers, config: None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        flowrl.core.config.ConfigError: <lambda> produced a tuple, not a result dict (end ...
+    """
+    if not isinstance(result, dict):
+        name = _plan_name(plan_fn)
+        raise ConfigError(
+            f"{name} produced a {type(result).__name__}, not a result dict {END_WITH_REPORTING}"
+        )
 
 
 def step_schedules(algo: Algorithm) -> dict[str, float]:
