@@ -62,6 +62,15 @@ class OldGymStep(CartPoleEnv):
         return obs, reward, terminated or truncated, info
 
 
+class RaisesWhenRendered(CartPoleEnv):
+    """CartPole whose step() raises when it renders: only where evaluation records videos."""
+
+    def step(self, action):
+        if self.render_mode is not None:
+            raise ValueError("the renderer is broken")
+        return super().step(action)
+
+
 class HangOnce(CartPoleEnv):
     """CartPole whose step() hangs for an hour in the first process that steps it after
     :data:`HANG_MARKER` was removed."""

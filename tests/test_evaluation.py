@@ -87,6 +87,28 @@ def test_remote_evaluation_runs_on_its_own_worker_and_survives_its_death(ray_ses
     algo.stop()
 
 
+@pytest.mark.slow
+def test_an_env_that_raises_on_the_evaluation_worker_is_tried_again_then_ends_the_run(
+    ray_session, tmp_path, caplog
+):
+    """The evaluation worker's env raised, and every iteration after read the same error
+    ("replaced nothing; training goes on", three times) until the failure budget ended the
+    run, an iteration's row lost with each."""
+    from flowrl.run.runner import StopCriteria, run
+
+    videos = str(tmp_path / "videos")  # (its env renders: it raises)
+    config = {"num_workers": 1, "evaluation_interval": 1, "evaluation_episodes": 1,
+              "evaluation_video_dir": videos, "train_batch_size": 512}  # fmt: skip
+    algo = Algorithm("ppo", env="fault_envs:RaisesWhenRendered", **config)
+    with algo, pytest.raises(RuntimeError, match="the env raised in two evaluations in a row: env"):
+        run(algo, stop=StopCriteria(iters=200), output_dir=tmp_path / "run")
+    tried = [r.message for r in caplog.records if "on a new evaluation worker" in r.message]
+    assert len(tried) == 1 and "evaluating, raised ValueError: the renderer is broken" in tried[0]
+    assert "replaced" not in caplog.text
+    rows = (tmp_path / "run" / "result.jsonl").read_text().splitlines()
+    assert [json.loads(r)["iteration"] for r in rows] == list(range(1, algo.iteration + 1))
+
+
 def test_a_run_with_an_evaluation_worker_reports_the_evaluation_of_its_final_weights(
     ray_session,
 ):

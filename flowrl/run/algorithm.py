@@ -389,9 +389,9 @@ class Algorithm(Checkpointing):
                 raise
             if result is not NotReady:
                 check_result(result, self._plan_fn)
+                self.last_result = result  # a run logs it even when evaluation or a hook raises
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
-                self.last_result = result  # the run logs it even when a hook raises
                 if self.callbacks is not None:
                     run_hook(self.callbacks, "on_train_result", algorithm=self, result=result)
                 return result

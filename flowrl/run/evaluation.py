@@ -5,7 +5,8 @@ With Ray, the episodes run on an evaluation worker of their own (a remote
 on meanwhile; an evaluation's results join the first training result after they arrive,
 with ``evaluation/iteration`` naming the iteration whose weights they scored. Without Ray
 the local worker runs them in place, between two iterations. A dead evaluation worker is
-replaced and its evaluation started again; training never waits for it. With
+replaced and its evaluation started again, as is one whose env raised (twice in a row: the
+run ends); training never waits for it. With
 ``evaluation_video_dir``, each evaluation's episodes are written as MP4s under
 ``DIR/iteration_N`` (on the evaluation worker's node).
 
@@ -26,6 +27,7 @@ from typing import Any
 from flowrl.core.context import EPISODE_LEN_MEAN, EPISODE_RETURN_MEAN, ITERATION
 from flowrl.learning.acting import Weights
 from flowrl.ops.metrics import agent_returns
+from flowrl.rollout.envs import EnvError
 from flowrl.rollout.worker import Episode, WorkerSet
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class Evaluation:
         )
         #: The weights the last finished evaluation scored.
         self.scored_weights: dict[str, Weights] | None = None
+        self._env_raised = False  # in the last evaluation
 
     def step(self, iteration: int) -> dict[str, Any]:
         """``evaluation/...`` results that finished since the last call (empty if none);
@@ -136,14 +139,29 @@ class Evaluation:
                 return {}
             try:
                 handle = ray.get(handle)
-            except ray.exceptions.RayActorError:
-                logger.warning("the evaluation worker died; starting a new one")
-                self._actor, self._pending = None, None
-                self._start(iteration)
+            except (ray.exceptions.RayActorError, EnvError) as e:
+                self._start_again(iteration, e)
                 return {}
-        self._pending, self.scored_weights = None, weights
+        self._pending, self.scored_weights, self._env_raised = None, weights, False
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
         return {**stats, PREFIX + ITERATION: iteration}
+
+    def _start_again(self, iteration: int, error: Exception) -> None:
+        """The evaluation of ``iteration`` started again on a new evaluation worker, where
+        the last one died or its env raised (the message read the same error at every
+        iteration since, until the run's failure budget was spent); an env that raised in
+        two evaluations in a row ends the run."""
+        self.stop()
+        self._pending = None
+        what = getattr(error, "cause", error)  # (Ray's error: the env's, with its traceback)
+        if isinstance(error, EnvError):
+            if self._env_raised:
+                raise RuntimeError(f"the env raised in two evaluations in a row: {what}")
+            self._env_raised = True
+        else:
+            what = "the evaluation worker died"
+        logger.warning("%s; starting the evaluation again on a new evaluation worker", what)
+        self._start(iteration)
 
     def finish(
         self, timeout_s: float = 120.0, *, waiting: Callable[[str], None] | None = None
