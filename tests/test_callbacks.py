@@ -171,7 +171,9 @@ def test_a_raising_driver_hook_keeps_the_row_of_its_iteration_and_the_summary(tm
     args = ["train", "ppo", *QUICK_RUN, "--stop-iters", "4"]
     hooked = [*args, "--callbacks", "custom_callbacks:RaisingResult"]
     assert main([*hooked, "--output", str(tmp_path / "result")]) == 1
-    assert "RaisingResult.on_train_result raised KeyError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "RaisingResult.on_train_result raised KeyError" in err
+    assert "(raised at " in err and "custom_callbacks.py:49)" in err  # the hook's line
     assert rows_and_checkpoints(tmp_path / "result") == ([1, 2], ["checkpoint_000002"])
     hooked = [*args, "--callbacks", "custom_callbacks:RaisingCheckpoint"]
     assert main([*hooked, "--output", str(tmp_path / "checkpoint")]) == 1

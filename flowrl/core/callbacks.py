@@ -95,13 +95,15 @@ def checked_metrics(callbacks: Callbacks, metrics: dict[str, Any]) -> dict[str, 
 
 def run_hook(callbacks: Callbacks, hook: str, **kwargs: Any) -> None:
     """``callbacks.<hook>(**kwargs)``; what it raises comes back as a CallbackError that
-    names the class and the hook (its cause the hook's own exception)."""
+    names the class and the hook (its cause the hook's own exception), with the hook's
+    traceback: its last frame is the line of yours that raised."""
     try:
         getattr(callbacks, hook)(**kwargs)
     except Exception as e:
         text = str(e).strip().splitlines()
         reason = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
-        raise CallbackError(f"{type(callbacks).__name__}.{hook} raised {reason}") from e
+        error = CallbackError(f"{type(callbacks).__name__}.{hook} raised {reason}")
+        raise error.with_traceback(e.__traceback__) from e
 
 
 def load_callbacks(spec: Any) -> Callbacks | None:
