@@ -211,6 +211,13 @@ def test_bc_without_a_recording_or_with_another_envs_is_one_line(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert "name its directory (input, --input DIR)" in err[0] and "spaces" in err[-1]
     assert not (tmp_path / "other").exists(), "refused before the run began"
+    steps = [*run, str(tmp_path / "steps"), "--input", str(out), "--stop-timesteps", "1000"]
+    assert main(steps) == 2  # it ran until interrupted: offline, no env step is sampled
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "an offline run samples no env steps" in err[0], err
+    assert not (tmp_path / "steps").exists()
+    with Algorithm("bc", input=str(out)) as algo, pytest.raises(ConfigError, match="offline"):
+        algo.run(stop={"timesteps": 1000})
 
 
 @pytest.mark.slow

@@ -460,6 +460,7 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
     config = build_config(
         spec, {k: v for k, v in values.items() if not (auto and k == "num_workers")}
     )
+    stop.for_config(config)  # a budget the run cannot meet (a step budget offline) too
     if auto or config.uses_ray:  # bad input (config, env, spaces): one line, before the news
         check_env(spec, config)
     if config.uses_ray:  # (a machine with too few CPUs for them, too)

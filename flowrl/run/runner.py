@@ -130,7 +130,14 @@ class StopCriteria:
 
     def for_config(self, config: Config) -> StopCriteria:
         """These criteria for a run of ``config``: ``default_for`` it when empty, judged
-        on the evaluation return when it evaluates."""
+        on the evaluation return when it evaluates. A step budget for a config that
+        samples nothing (an offline algorithm's: its default budget is iterations) is a
+        ConfigError: the run would never stop."""
+        if self.timesteps is not None and not config.default_stop_timesteps:
+            raise ConfigError(
+                "an offline run samples no env steps, so a step budget (--stop-timesteps) "
+                "never stops it: give it iterations (--stop-iters), a time or a reward"
+            )
         stop = StopCriteria.default_for(config) if self.is_empty() else self
         return dataclasses.replace(stop, on_evaluation=config.evaluation_interval > 0)
 
