@@ -141,6 +141,14 @@ def test_a_run_says_when_its_lr_schedule_reaches_0_before_its_step_budget(tmp_pa
     assert "lr reaches 0 at 4,000 env steps, before this run's stop at 50,000" in caplog.text
 
 
+def test_a_run_says_when_its_step_budget_ends_before_learning_starts(caplog):
+    """SAC's MuJoCo preset fills 10k steps before it learns: a run of 3,000 (a quick try)
+    learned nothing, and said nothing of it."""
+    with Algorithm("dqn", num_workers=0, learning_starts=1000) as algo:
+        algo.run(stop={"timesteps": 500})
+    assert "learning_starts is 1,000 env steps, at or past this run's stop at 500" in caplog.text
+
+
 def test_run_takes_its_stop_criteria_as_a_dict_too():
     """algo.run(stop={"iters": 2}), as Tune's stop is written, raised AttributeError."""
     algo = Algorithm("ppo", num_workers=0, train_batch_size=256)

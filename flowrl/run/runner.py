@@ -76,8 +76,17 @@ class Trainable(Protocol):
 
 
 def _warn_if_learning_stops(config: Config, stop: StopCriteria) -> None:
-    """Say so when the learning rate's schedule reaches 0 before the run's step budget
-    (a preset's annealing, say): nothing would be learned after that."""
+    """Say so when the run's step budget ends before its replay buffer reaches
+    ``learning_starts`` (a preset's 10k steps, say: nothing would be learned at all), or
+    after the learning rate's schedule reaches 0 (nothing would be learned after that)."""
+    starts = getattr(config, "learning_starts", 0)
+    if stop.timesteps is not None and starts >= stop.timesteps:
+        logger.warning(
+            "learning_starts is %s env steps, at or past this run's stop at %s: the run "
+            "fills its replay buffer and learns nothing (--set learning_starts=N)",
+            f"{starts:,}",
+            f"{stop.timesteps:,}",
+        )
     lr = getattr(config, "lr", None)
     if lr is None or not is_schedule(lr) or stop.timesteps is None:
         return
