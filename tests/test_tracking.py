@@ -96,3 +96,54 @@ def test_a_resumed_run_goes_on_in_the_runs_it_started(tmp_path, monkeypatch):
     assert only.data.tags["summary.iterations"] == "3"
     wandb_runs = sorted((out / "wandb").glob("offline-run-*"))
     assert len(wandb_runs) == 2 and len({p.name.split("-")[3] for p in wandb_runs}) == 1  # its id
+
+
+def _closed_port() -> int:
+    """A port nothing listens on: connecting to it is refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_line_before_the_run(tmp_path, capsys):
+    """--mlflow-uri naming a server that was down waited four minutes (MLflow's retries)
+    after building the run, then ended with MLflow's exception."""
+    import time
+
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    args = ["train", "ppo", "--num-workers", "0", "--stop-iters", "1", "--logger", "mlflow"]
+    began = time.perf_counter()
+    assert main([*args, "--mlflow-uri", uri, "--output", str(tmp_path / "run")]) == 2
+    assert time.perf_counter() - began < 30
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"MLflow at {uri} does not answer" in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """A tracking server gone mid-run ended the training with MLflow's error (after four
+    minutes of retries per call): its results stay in the run's files, and training on."""
+    import mlflow
+
+    from flowrl import Callbacks
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # (fails at once)
+    dead = f"http://127.0.0.1:{_closed_port()}"
+
+    class ServerGone(Callbacks):
+        def on_train_result(self, *, algorithm, result):
+            if result["iteration"] == 2:
+                mlflow.set_tracking_uri(dead)  # where the tracker's next call goes
+
+    tracker = MLflowTracker(local_store(tmp_path / "mlruns"))
+    algo = Algorithm("ppo", num_workers=0, train_batch_size=256, callbacks=ServerGone)
+    with algo:
+        summary = run(algo, stop=StopCriteria(iters=4), output_dir=tmp_path / "run",
+                      trackers=[tracker])  # fmt: skip
+    assert summary["stopped_by"] == "iterations" and summary["iterations"] == 4
+    rows = (tmp_path / "run" / "result.jsonl").read_text().splitlines()
+    assert [json.loads(r)["iteration"] for r in rows] == [1, 2, 3, 4]
+    warned = [r.message for r in caplog.records if "the run goes on without it" in r.message]
+    assert len(warned) == 1 and warned[0].startswith("MLflowTracker failed ("), warned

@@ -482,11 +482,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.run.logger import ERROR_FILE, check_new_run_dir
     from flowrl.run.presets import preset_for
     from flowrl.run.runner import describe_error, run
-    from flowrl.run.tracking import make_trackers
+    from flowrl.run.tracking import check_server, make_trackers
 
     stop = _stop_criteria(args)
     if args.mlflow_uri and "mlflow" not in args.logger:
         raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
+    if "mlflow" in args.logger:  # a server that does not answer: before anything starts
+        check_server(args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
     if args.resume:
         algo, output = _resume(args, stop)
     else:

@@ -44,7 +44,7 @@ from flowrl.rollout.envs import EndlessEpisodes, EnvError, env_name, reward_thre
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
 from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
 from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
-from flowrl.run.tracking import Tracker
+from flowrl.run.tracking import Guarded, Tracker
 
 if TYPE_CHECKING:  # (the command's --help and usage errors import no torch)
     from flowrl.run.spec import AlgorithmSpec
@@ -416,6 +416,7 @@ def run(
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
+    trackers = [Guarded(tracker) for tracker in trackers]  # a server gone: the run goes on
     bar = _progress_bar(stop, progress, ((_steps(algo) or (0, 0))[0], algo.iteration))
     best, result, stopped_by = -math.inf, algo.last_result, None
     kept, shown = _Kept(keep=keep_checkpoints), {}

@@ -33,6 +33,7 @@ from flowrl.core.config import ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 
 NAMES = ("mlflow", "wandb")
+logger = logging.getLogger(__name__)
 
 
 class Tracker(Protocol):
@@ -112,6 +113,30 @@ def remember(directory: str | os.PathLike[str] | None, tracker: str, run: dict[s
         path.write_text(json.dumps({**tracked(directory), tracker: run}, indent=1))
 
 
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """A ConfigError when ``uri``, an MLflow tracking server's address (http or https),
+    does not answer within ``timeout_s``: MLflow retries for four minutes before it says
+    so. A server that answers at all (with a proxy's 401, say) passes.
+
+    Examples:
+        >>> check_server("sqlite:///mlruns/mlflow.db")  # a local store: nothing to ask
+    """
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return
+    except OSError as e:  # (URLError and timeouts among them)
+        raise ConfigError(
+            f"MLflow at {uri} does not answer ({getattr(e, 'reason', e)}): start its server "
+            "(mlflow server), or leave out --mlflow-uri to log to ./mlruns"
+        ) from None
+
+
 class MLflowTracker:
     """One MLflow run per training run, in the experiment ``experiment``; a run resumed in
     ``directory`` (its run directory) goes on in the MLflow run it started, in the same
@@ -131,6 +156,7 @@ class MLflowTracker:
             ) from None
         self._mlflow = mlflow
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or local_store()
+        check_server(self.tracking_uri)
         self.experiment, self.directory = experiment, directory
         self.run_id: str | None = None
 
@@ -202,6 +228,42 @@ class WandbTracker:
         for key, value in summary.items():
             self.run.summary[key] = value
         self.run.finish(exit_code=1 if summary.get("stopped_by") == "error" else 0)
+
+
+class Guarded:
+    """``tracker`` whose failures after its start (its server gone, a full disk) are a
+    warning, once: the run goes on without it, and the run's own files keep every result.
+
+    Examples:
+        >>> class Broken:
+        ...     def log(self, result): raise ConnectionError("gone")
+        >>> Guarded(Broken()).log({})  # warns, and the run goes on
+    """
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker, self.failed = tracker, False
+
+    def start(self, name: str, meta: dict[str, Any]) -> None:
+        self.tracker.start(name, meta)
+
+    def log(self, result: dict[str, Any]) -> None:
+        self._call("log", result)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        self._call("finish", summary)
+
+    def _call(self, method: str, arg: dict[str, Any]) -> None:
+        if self.failed:
+            return
+        try:
+            getattr(self.tracker, method)(arg)
+        except Exception as e:
+            self.failed = True
+            reason = (str(e).strip().splitlines() or [""])[0]
+            logger.warning(
+                "%s failed (%s: %s); the run goes on without it, its files keeping every result",
+                type(self.tracker).__name__, type(e).__name__, reason,
+            )  # fmt: skip
 
 
 def make_trackers(
