@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -147,3 +148,25 @@ def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_goes_on(tmp_path, m
     assert [json.loads(r)["iteration"] for r in rows] == [1, 2, 3, 4]
     warned = [r.message for r in caplog.records if "the run goes on without it" in r.message]
     assert len(warned) == 1 and warned[0].startswith("MLflowTracker failed ("), warned
+
+
+def test_wandb_without_an_api_key_is_one_line_and_leaves_the_output_free(
+    tmp_path, monkeypatch, capsys
+):
+    """wandb online without a key ended with its UsageError after the run had written its
+    files, so the same --output was then refused as another run's."""
+    import wandb
+
+    wandb.teardown()  # its settings, offline as earlier tests left them, read afresh
+    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    args = ["train", "ppo", "--num-workers", "0", "--stop-iters", "1", "--no-progress"]
+    out = ["--output", str(tmp_path / "run")]
+    with open(os.devnull) as nobody:  # no terminal to type a key at (a job's)
+        monkeypatch.setattr("sys.stdin", nobody)
+        assert main([*args, "--logger", "wandb", *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wandb cannot start: " in err[0] and "WANDB_MODE=offline" in err[0]
+    assert main([*args, *out]) == 0  # the directory holds nothing of the first

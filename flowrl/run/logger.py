@@ -16,6 +16,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,13 @@ class RunLogger:
         for key, value in metrics(result).items():
             self._tb.add_scalar(key, value, global_step=step)
         self._tb.flush()
+
+    def discard(self) -> None:
+        """Closed, and the directory of a new run that never began emptied again (it was
+        empty or absent: ``check_new_run_dir``), so the same output takes the next try."""
+        self.close()
+        for path in self.output_dir.iterdir():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     def close(self) -> None:
         self._jsonl.close()

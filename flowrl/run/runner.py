@@ -583,8 +583,13 @@ def _start_logs(
     name = (
         Path(output_dir).name if output_dir is not None else f"{algo.spec.name}_{algo.config.env}"
     )
-    for tracker in trackers:
-        tracker.start(name, meta)
+    try:
+        for tracker in trackers:
+            tracker.start(name, meta)
+    except BaseException:  # (wandb without an API key, say)
+        if log is not None and not logged:  # the run never began: its output stays free
+            log.discard()
+        raise
     return log
 
 

@@ -211,14 +211,20 @@ class WandbTracker:
         resumed = (
             {"id": known["id"], "resume": "allow"} if known.get("project") == self.project else {}
         )
-        self.run = self._wandb.init(
-            project=self.project,
-            name=name,
-            config={"algo": meta.get("algo"), **meta.get("config", {})},
-            dir=None if self.directory is None else str(self.directory),
-            reinit="finish_previous",
-            **resumed,
-        )
+        try:
+            self.run = self._wandb.init(
+                project=self.project,
+                name=name,
+                config={"algo": meta.get("algo"), **meta.get("config", {})},
+                dir=None if self.directory is None else str(self.directory),
+                reinit="finish_previous",
+                **resumed,
+            )
+        except self._wandb.errors.UsageError as e:  # no API key, say
+            raise ConfigError(
+                f"wandb cannot start: {e} (WANDB_MODE=offline keeps the run on disk, and "
+                "wandb sync uploads it later)"
+            ) from None
         remember(self.directory, "wandb", {"id": self.run.id, "project": self.project})
 
     def log(self, result: dict[str, Any]) -> None:
