@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,7 +141,8 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
 class MLflowTracker:
     """One MLflow run per training run, in the experiment ``experiment``; a run resumed in
     ``directory`` (its run directory) goes on in the MLflow run it started, in the same
-    store."""
+    store. It talks to its store through a client of its own: MLflow's process-wide
+    tracking URI and active run (a notebook's own ``mlflow.start_run()``) stay as they were."""
 
     def __init__(
         self,
@@ -159,32 +161,45 @@ class MLflowTracker:
         check_server(self.tracking_uri)
         self.experiment, self.directory = experiment, directory
         self.run_id: str | None = None
+        self._client: Any = None
 
     def start(self, name: str, meta: dict[str, Any]) -> None:
-        mlflow = self._mlflow
-        mlflow.set_tracking_uri(self.tracking_uri)
+        from mlflow.entities import Param
+
+        client = self._client = self._mlflow.MlflowClient(self.tracking_uri)
         with quiet_loggers("mlflow", "alembic"):  # creating the store's tables, the experiment
-            experiment = mlflow.set_experiment(self.experiment)
+            experiment = client.get_experiment_by_name(self.experiment)
+            experiment_id = (
+                experiment.experiment_id
+                if experiment
+                else client.create_experiment(self.experiment)
+            )
         known = tracked(self.directory).get("mlflow", {})
         if known.get("tracking_uri") == self.tracking_uri:  # resumed: its params are there
-            with contextlib.suppress(mlflow.exceptions.MlflowException):  # (deleted since)
-                self.run_id = mlflow.start_run(run_id=known["run_id"]).info.run_id
+            with contextlib.suppress(self._mlflow.exceptions.MlflowException):  # (deleted since)
+                client.update_run(known["run_id"], status="RUNNING")
+                self.run_id = known["run_id"]
                 return
-        # this store's experiment, not one mlflow remembers from another tracking URI
-        run = mlflow.start_run(run_name=name, experiment_id=experiment.experiment_id)
-        self.run_id = run.info.run_id
-        mlflow.log_params(params(meta))
+        self.run_id = client.create_run(experiment_id, run_name=name).info.run_id
+        client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params(meta).items()])
         remember(
             self.directory, "mlflow", {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
         )
 
     def log(self, result: dict[str, Any]) -> None:
-        self._mlflow.log_metrics(metrics(result), step=step_of(result))
+        from mlflow.entities import Metric
+
+        at, step = int(time.time() * 1000), step_of(result)
+        values = [Metric(k, v, at, step) for k, v in metrics(result).items()]
+        self._client.log_batch(self.run_id, metrics=values)
 
     def finish(self, summary: dict[str, Any]) -> None:
-        mlflow = self._mlflow
-        mlflow.set_tags({f"summary.{k}": str(v) for k, v in summary.items()})
-        mlflow.end_run(status="FAILED" if summary.get("stopped_by") == "error" else "FINISHED")
+        from mlflow.entities import RunTag
+
+        tags = [RunTag(f"summary.{k}", str(v)) for k, v in summary.items()]
+        self._client.log_batch(self.run_id, tags=tags)
+        status = "FAILED" if summary.get("stopped_by") == "error" else "FINISHED"
+        self._client.set_terminated(self.run_id, status=status)
 
 
 class WandbTracker:
