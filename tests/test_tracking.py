@@ -196,16 +196,19 @@ def test_wandb_without_an_api_key_is_one_line_and_leaves_the_output_free(
     files, so the same --output was then refused as another run's."""
     import wandb
 
-    wandb.teardown()  # its settings, offline as earlier tests left them, read afresh
     for name in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no ~/.config/wandb
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
     args = ["train", "ppo", "--num-workers", "0", "--stop-iters", "1", "--no-progress"]
     out = ["--output", str(tmp_path / "run")]
-    with open(os.devnull) as nobody:  # no terminal to type a key at (a job's)
-        monkeypatch.setattr("sys.stdin", nobody)
-        assert main([*args, "--logger", "wandb", *out]) == 2
+    wandb.teardown()  # wandb's settings are the process's: read afresh from these, and
+    try:  # again by the next test from its own
+        with open(os.devnull) as nobody:  # no terminal to type a key at (a job's)
+            monkeypatch.setattr("sys.stdin", nobody)
+            assert main([*args, "--logger", "wandb", *out]) == 2
+    finally:
+        wandb.teardown()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "wandb cannot start: " in err[0] and "WANDB_MODE=offline" in err[0]
     assert main([*args, *out]) == 0  # the directory holds nothing of the first

@@ -219,6 +219,7 @@ def auto_algorithm(
     if address:
         ensure_ray(address)
     config = build_config(spec, values)
+    criteria = stop.for_config(config) if stop is not None else None
     layout, run, results = choose_layout(
         spec,
         config,
@@ -226,8 +227,8 @@ def auto_algorithm(
         plan=plan,
         envs=(values["num_envs_per_worker"],) if "num_envs_per_worker" in values else None,
         min_workers=max(1 if address else 0, spec.config_cls.auto_min_workers),
-        until=stop.for_config(config).reason if stop is not None else None,
-        step_budget=stop.timesteps if stop is not None else None,
+        until=criteria.reason if criteria is not None else None,
+        step_budget=criteria.timesteps if criteria is not None else None,
     )
     if run is None:
         run = cls(spec, {**values, **layout.overrides()}, plan=plan, address=address)

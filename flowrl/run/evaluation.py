@@ -148,9 +148,8 @@ class Evaluation:
 
     def _start_again(self, iteration: int, error: Exception) -> None:
         """The evaluation of ``iteration`` started again on a new evaluation worker, where
-        the last one died or its env raised (the message read the same error at every
-        iteration since, until the run's failure budget was spent); an env that raised in
-        two evaluations in a row ends the run."""
+        the last one died or its env raised; an env that raised in two evaluations in a
+        row ends the run (a new worker would not help: an env that cannot render, say)."""
         self.stop()
         self._pending = None
         what = getattr(error, "cause", error)  # (Ray's error: the env's, with its traceback)
