@@ -198,6 +198,14 @@ def test_an_offline_sweep_needs_an_evaluation_every_iteration():
         check_trials(get_algorithm("bc"), fixed, {"lr": [1e-3]}, {}, cpus=2)
 
 
+def test_an_offline_sweep_stopped_on_env_steps_is_refused_before_tune_starts(tmp_path):
+    """sweep("bc", ..., stop={"env_steps_sampled": N}): its trials sample nothing, so
+    they never stopped (flowrl tune --stop-timesteps is refused the same way)."""
+    with pytest.raises(ConfigError, match="bc samples no env steps, so env_steps_sampled"):
+        sweep("bc", {"lr": [1e-3]}, fixed={"input": "rec"},
+              stop={"env_steps_sampled": 1000}, storage=tmp_path)  # fmt: skip
+
+
 @pytest.mark.slow
 def test_an_optuna_search_on_real_tune(ray_session, tmp_path, capsys):
     """Optuna's TPE sampler draws lr and the epochs from their ranges, a trial each (the

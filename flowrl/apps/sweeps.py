@@ -279,7 +279,7 @@ def sweep(
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
     (``num_samples`` trials; Optuna takes ranges, not grids)."""
     space, fixed = dict(space or {}), dict(fixed or {})
-    check_sweep(algo, grid, space, fixed, search, scheduler)
+    check_sweep(algo, grid, space, fixed, search, scheduler, stop)
     said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
     if said:  # (flowrl tune has said it: its fixed values name the workers)
         print(f"flowrl: {said}")
@@ -353,11 +353,23 @@ def _absolute(key: str, value: Any) -> Any:
 
 
 def check_sweep(
-    algo: str, grid: Mapping, space: Mapping, fixed: Mapping, search: str, scheduler: str
+    algo: str,
+    grid: Mapping,
+    space: Mapping,
+    fixed: Mapping,
+    search: str,
+    scheduler: str,
+    stop: Mapping | None = None,
 ) -> None:
     """A ConfigError, one line, for a key ``algo``'s config lacks, an unknown search or
-    scheduler, or a search or scheduler given what it cannot use."""
+    scheduler, a search or scheduler given what it cannot use, or a ``stop`` on env steps
+    for an offline algorithm (it samples none: its trials would never stop)."""
     spec = get_algorithm(algo)
+    if spec.offline and STEPS_SAMPLED in (stop or {}):
+        raise ConfigError(
+            f"{spec.name} samples no env steps, so {STEPS_SAMPLED} never stops its trials: "
+            "stop them on training_iteration"
+        )
     known = spec.config_cls.__dataclass_fields__
     for key in [*grid, *space, *fixed]:
         if key.split(".")[0] not in known:  # (a dotted key sets an entry of a mapping)
