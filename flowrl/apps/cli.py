@@ -377,9 +377,7 @@ def _check_budget_left(stop: Any, ckpt: Any, config_cls: type) -> None:
     """A ConfigError when checkpoint ``ckpt`` has used up the env steps or iterations of
     ``stop`` (the algorithm's default budget when it sets none): resumed, it trained a
     fragment more and stopped."""
-    if stop.is_empty():
-        stop = StopCriteria(timesteps=config_cls.default_stop_timesteps or None,
-                            iters=config_cls.default_stop_iters)  # fmt: skip
+    stop = stop.for_config(config_cls.from_dict(ckpt.meta["config"]))
     steps, iters = ckpt.meta["counters"].get(STEPS_SAMPLED, 0), ckpt.meta[ITERATION]
     for reached, limit, what, flag in (
         (steps, stop.timesteps, "env steps", "--stop-timesteps"),
