@@ -19,9 +19,7 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -31,7 +29,7 @@ from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
-from flowrl.run.runner import StopCriteria, agent_returns, sigint_ignored
+from flowrl.run.runner import StopCriteria, agent_returns, sigint_ignored, signal_handled
 
 if TYPE_CHECKING:
     from flowrl.run.spec import AlgorithmSpec
@@ -810,23 +808,15 @@ def main(argv: list[str] | None = None) -> int:
             _shutdown_ray()
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """SIGTERM (``kill``, ``docker stop``, a scheduler's preemption) inside is a Ctrl-C: a
     run writes its last checkpoint and summary, where the signal's default ended the
-    process at once. (Signals are set in the main thread only.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    process at once."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return signal_handled(signal.SIGTERM, interrupt)
 
 
 def console_main() -> int:

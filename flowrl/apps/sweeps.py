@@ -30,6 +30,7 @@ try:
 except ImportError:  # Ray installed without its tune extra
     raise ConfigError("sweeps need Ray Tune: pip install 'flowrl-ray[tune]'") from None
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
+from flowrl.core.errors import one_line
 from flowrl.diagnostics.autotune import cluster_cpus
 from flowrl.rollout.worker import cpus_held_here
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
@@ -425,8 +426,7 @@ def trial_error(error: BaseException) -> str:
     if raised and raised[-1][0] != type(error).__name__:  # a traceback's last line
         name, text = raised[-1]
         return f"{name.rsplit('.', 1)[-1]}: {text.strip()}"
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    return one_line(error)
 
 
 def trial_rows(

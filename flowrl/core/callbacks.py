@@ -27,6 +27,8 @@ import numbers
 from pathlib import Path
 from typing import Any
 
+from flowrl.core.errors import one_line
+
 
 @dataclasses.dataclass
 class EpisodeInfo:
@@ -100,9 +102,7 @@ def run_hook(callbacks: Callbacks, hook: str, **kwargs: Any) -> None:
     try:
         getattr(callbacks, hook)(**kwargs)
     except Exception as e:
-        text = str(e).strip().splitlines()
-        reason = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
-        error = CallbackError(f"{type(callbacks).__name__}.{hook} raised {reason}")
+        error = CallbackError(f"{type(callbacks).__name__}.{hook} raised {one_line(e)}")
         raise error.with_traceback(e.__traceback__) from e
 
 

@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.config import ConfigError
+from flowrl.core.errors import one_line
 from flowrl.learning.spaces import (
     ACTION_SPACES,
     OBS_SPACES,
@@ -122,10 +123,10 @@ def env_fault(error: Exception, env: Any = None) -> str:
         >>> env_fault(KeyError("left"))
         "KeyError: 'left'"
     """
-    first = (str(error).strip().splitlines() or [""])[0]
-    reason = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    reason = one_line(error)
     if not isinstance(error, ValueError):
         return reason
+    first = reason.partition(": ")[2]
     frames = traceback.extract_tb(error.__traceback__)
     unpacking = bool(frames) and frames[-1].filename.endswith("sync_vector_env.py")
     meanings = [m for start, m in STEP_MISFITS.items() if unpacking and first.startswith(start)]

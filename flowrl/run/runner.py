@@ -37,6 +37,7 @@ from flowrl.core.context import (
     TIME_TOTAL_S,
     WORKER_RESTARTS,
 )
+from flowrl.core.errors import one_line
 from flowrl.core.sample_batch import NonFiniteError
 from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.learning.acting import Weights
@@ -180,17 +181,23 @@ class StopCriteria:
 
 
 @contextlib.contextmanager
-def sigint_ignored() -> Iterator[None]:
-    """Ctrl-C is ignored inside (in the main thread; elsewhere signals cannot be set):
-    cleanup that a second Ctrl-C would tear, such as the last checkpoint, completes."""
+def signal_handled(signum: int, handler: Any) -> Iterator[None]:
+    """Signal ``signum`` handled by ``handler`` inside, the previous handler after (in the
+    main thread; elsewhere signals cannot be set, and nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signum, previous)
+
+
+def sigint_ignored() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C is ignored inside: cleanup that a second Ctrl-C would tear, such as the last
+    checkpoint, completes."""
+    return signal_handled(signal.SIGINT, signal.SIG_IGN)
 
 
 def _progress_bar(stop: StopCriteria, enabled: bool | None, done: tuple[int, int] = (0, 0)) -> Any:
@@ -377,8 +384,7 @@ def describe_error(error: BaseException) -> str:
     cause = getattr(error, "cause", None)
     remote = isinstance(cause, BaseException)
     error = cause if remote else error
-    text = str(error).strip()
-    line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+    line = one_line(error)
     frames = traceback.extract_tb(error.__traceback__)
     if frames:
         line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"

@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 from flowrl.core.config import ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
+from flowrl.core.errors import one_line
 
 NAMES = ("mlflow", "wandb")
 logger = logging.getLogger(__name__)
@@ -114,6 +116,7 @@ def remember(directory: str | os.PathLike[str] | None, tracker: str, run: dict[s
         path.write_text(json.dumps({**tracked(directory), tracker: run}, indent=1))
 
 
+@functools.cache  # a server that answered is not asked again (flowrl train asks first)
 def check_server(uri: str, timeout_s: float = 5.0) -> None:
     """A ConfigError when ``uri``, an MLflow tracking server's address (http or https),
     does not answer within ``timeout_s``: MLflow retries for four minutes before it says
@@ -280,10 +283,9 @@ class Guarded:
             getattr(self.tracker, method)(arg)
         except Exception as e:
             self.failed = True
-            reason = (str(e).strip().splitlines() or [""])[0]
             logger.warning(
-                "%s failed (%s: %s); the run goes on without it, its files keeping every result",
-                type(self.tracker).__name__, type(e).__name__, reason,
+                "%s failed (%s); the run goes on without it, its files keeping every result",
+                type(self.tracker).__name__, one_line(e),
             )  # fmt: skip
 
 
