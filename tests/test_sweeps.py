@@ -243,3 +243,56 @@ def test_a_trial_that_fails_before_its_first_result_is_a_row_and_one_line(
     failures = [ln for ln in captured.err.splitlines() if ln.startswith("flowrl: trial ")]
     assert len(failures) == 1 and "no_such_argument" in failures[0], captured.err[-2000:]
     assert "AttributeError" not in captured.err
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_from_its_trials_checkpoints_with_every_row(
+    ray_session, tmp_path, capsys
+):
+    """SIGTERM (a scheduler's preemption) ended a sweep at once, Ctrl-C with a table of
+    blank rows that said "0 failed" and exit 0, and nothing resumed it. Resumed with Tune's
+    own restore, a trial had no checkpoint before its last, so it started again, and its
+    files in Tune's storage were written over by those of its new working directory."""
+    import signal
+    import subprocess
+    import time
+
+    storage = tmp_path / "sweep"
+    args = ["tune", "ppo", "--env", "custom_envs:SlowCorridor", "--grid", "lr=[1e-3,3e-4,1e-4]"]
+    args += ["--stop-iters", "25", "--output", str(storage), "--num-workers", "0", "--set"]
+    args += ["train_batch_size=128", "sgd_minibatch_size=64", "num_sgd_iter=2"]
+    args += ["num_envs_per_worker=1"]
+    code = (  # the command, its trials checkpointing every second (not every minute)
+        "import sys\nfrom flowrl.apps import sweeps\nfrom flowrl.apps.cli import main\n"
+        "sweeps.sweep.__kwdefaults__['checkpoint_every_s'] = 1\n"
+        f"sys.exit(main({args!r}))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline, kept = time.time() + 120, None
+        while time.time() < deadline and kept is None:  # a checkpoint past the first iterations
+            time.sleep(0.2)
+            for logged in storage.glob("tune/*/checkpoint_*/run/result.jsonl"):
+                rows = logged.read_text().splitlines()  # as they were logged
+                if len(rows) >= 3:
+                    trial, kept = logged.parents[2], rows
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert " unfinished\n" in out and " not started\n" in out, out
+    assert f"interrupted; flowrl tune --resume {storage} goes on" in err
+
+    assert main(["tune", "--resume", str(storage)]) == 0
+    captured = capsys.readouterr()
+    assert "3 trials, 0 failed" in captured.out and "flowrl: interrupted" not in captured.err
+    for run_dir in storage.glob("tune/*/flowrl"):
+        rows = (run_dir / "result.jsonl").read_text().splitlines()
+        assert [json.loads(row)["iteration"] for row in rows] == list(range(1, 26))
+    # the trial went on from its checkpoint: the rows before it are those it had logged
+    # (a trial started again logs them anew, each with another time_this_iter_s)
+    assert (trial / "flowrl" / "result.jsonl").read_text().splitlines()[: len(kept)] == kept
+    assert main(["tune", "ppo", "--grid", "lr=[0.1]", "--output", str(storage)]) == 2
+    assert "holds a sweep already" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = Fa
     ``resumes`` may leave to the run it continues), env and config flags."""
     what = "algorithm name (flowrl list) or path/to/file.py:plan"
     if resumes:
-        parser.add_argument("algo", nargs="?", help=f"{what}; with --resume, the run's")
+        parser.add_argument("algo", nargs="?", help=f"{what}; with --resume, the one resumed")
     else:
         parser.add_argument("algo", help=what)
     parser.add_argument(
@@ -210,7 +210,7 @@ def _add_tune_parser(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
     )
-    _add_run_arguments(tune)
+    _add_run_arguments(tune, resumes=True)
     tune.add_argument(
         "--grid",
         action="extend",
@@ -231,17 +231,30 @@ def _add_tune_parser(sub: Any) -> None:
     tune.add_argument(
         "--search",
         choices=("random", "optuna"),
-        default="random",
+        default=TUNE_DEFAULTS["search"],
         help="how trials draw from --space: at random, or Optuna's TPE sampler (its package)",
     )
     tune.add_argument(
-        "--num-samples", type=int, default=1, help="trials per grid point (with --space: trials)"
+        "--num-samples",
+        type=int,
+        default=TUNE_DEFAULTS["num_samples"],
+        help="trials per grid point (with --space: trials)",
     )
-    tune.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
     tune.add_argument(
-        "--perturbation-interval", type=int, default=2, help="PBT: iterations between exploits"
+        "--scheduler", choices=("fifo", "asha", "pbt"), default=TUNE_DEFAULTS["scheduler"]
+    )
+    tune.add_argument(
+        "--perturbation-interval",
+        type=int,
+        default=TUNE_DEFAULTS["perturbation_interval"],
+        help="PBT: iterations between exploits",
     )
     tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
+    tune.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="go on with the sweep in DIR (an --output) that was interrupted",
+    )
     tune.set_defaults(func=cmd_tune, checkpoint_every=0)
 
 
@@ -581,14 +594,41 @@ def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str,
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from flowrl.apps.sweeps import (
-        check_sweep,
-        check_trials,
-        metric,
-        sweep,
-        trial_error,
-        trial_rows,
+    from flowrl.apps.sweeps import metric, read_sweep, trial_error, trial_rows
+    from flowrl.run.algorithm import get_algorithm
+
+    if not (args.algo or args.resume):  # before Ray loads: a usage error answers at once
+        raise ConfigError("name the algorithm (flowrl list shows them), or --resume SWEEP_DIR")
+    output, results = _resumed_sweep(args) if args.resume else _new_sweep(args)
+    saved = read_sweep(output)
+    rows = trial_rows(results, saved["keys"], metric(get_algorithm(saved["algo"])))
+    print_table(rows)
+    for row, result in zip(rows, results, strict=True):
+        if result.error is not None:
+            print(
+                f"flowrl: trial {row['trial']} failed: {trial_error(result.error)}", file=sys.stderr
+            )
+    failed = sum(1 for row in rows if row["status"].startswith("failed"))
+    done = sum(1 for row in rows if row["status"] == "done")
+    trials = _count(len(rows), "trial")
+    print(
+        f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'} "
+        f"(flowrl plot {output} --out trials.png draws them)"
     )
+    if failed + done < saved["trials"]:  # Ctrl-C or SIGTERM ended Tune's loop (sweeps._fit)
+        print(
+            f"flowrl: interrupted; flowrl tune --resume {output} goes on with the trials not "
+            "done, from their last checkpoints",
+            file=sys.stderr,
+        )
+        return 130
+    return 1 if failed else 0
+
+
+def _new_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
+    """The sweep the flags name, checked before Ray starts, run: its output directory and
+    Tune's results."""
+    from flowrl.apps.sweeps import check_new_sweep, check_sweep, check_trials, sweep
     from flowrl.rollout.envs import check_env_id
     from flowrl.run.algorithm import build_config, get_algorithm
 
@@ -603,6 +643,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     config = build_config(spec, with_dotted({**fixed, **{k: v[0] for k, v in grid.items()}}))
     check_env_id(config.env)
     output = Path(args.output) if args.output else _default_output(f"tune_{args.algo}", config.env)
+    check_new_sweep(output)
     print(
         f"flowrl: sweeping {spec.name} on {config.env} over {', '.join([*grid, *space])}"
         f"{' with Optuna' if args.search == 'optuna' else ''}; writing to {output}"
@@ -623,20 +664,39 @@ def cmd_tune(args: argparse.Namespace) -> int:
         search=args.search,
         seed=config.seed,
     )
-    rows = trial_rows(results, [*grid, *space], metric(spec))
-    print_table(rows)
-    for row, result in zip(rows, results, strict=True):
-        if result.error is not None:
-            print(
-                f"flowrl: trial {row['trial']} failed: {trial_error(result.error)}", file=sys.stderr
-            )
-    failed = sum(1 for row in rows if row["error"])
-    trials = _count(len(rows), "trial")
-    print(
-        f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'} "
-        f"(flowrl plot {output} --out trials.png draws them)"
-    )
-    return 1 if failed else 0
+    return output, results
+
+
+#: flowrl tune's flags whose value is not None or [] when not given
+TUNE_DEFAULTS = {"search": "random", "num_samples": 1, "scheduler": "fifo",
+                 "perturbation_interval": 2}  # fmt: skip
+
+
+def _resumed_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
+    """The sweep in ``--resume``'s directory, gone on with (``sweeps.resume_sweep``) after
+    checking that the command names nothing else to sweep: as ``_new_sweep``'s."""
+    from flowrl.apps.sweeps import read_sweep, resume_sweep
+    from flowrl.run.algorithm import get_algorithm
+
+    output = Path(args.resume)
+    if args.output and Path(args.output).resolve() != output.resolve():
+        raise ConfigError(f"--resume goes on in {output}; drop --output {args.output}")
+    kept = ("command", "func", "algo", "resume", "output", "checkpoint_every")
+    given = [
+        f"--{key.replace('_', '-')}"
+        for key, value in vars(args).items()
+        if key not in kept and value not in (None, [], TUNE_DEFAULTS.get(key))
+    ]
+    if given:
+        raise ConfigError(
+            f"--resume goes on with the sweep in {output} as it was started: drop {given[0]}"
+        )
+    saved = read_sweep(output)
+    if args.algo and get_algorithm(args.algo).name != get_algorithm(saved["algo"]).name:
+        raise ConfigError(f"--resume {output} holds a sweep of {saved['algo']}, not {args.algo}")
+    print(f"flowrl: resuming the sweep of {saved['algo']} in {output}")
+    _start_quiet_ray()
+    return output, resume_sweep(output)
 
 
 def _start_quiet_ray() -> None:

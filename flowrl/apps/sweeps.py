@@ -5,7 +5,8 @@ checkpoint and clone trials (PBT) work; each trial also writes flowrl's own run 
 (result.jsonl, progress.csv, TensorBoard) under ``TRIAL_DIR/flowrl``. A trial asks Tune for
 one CPU plus its rollout workers' (``num_workers x num_cpus_per_worker``), so trials share
 the machine's CPUs as their configs need. ``sweep`` runs a grid (and samples) and
-returns Tune's ResultGrid; ``flowrl tune`` is its command.
+returns Tune's ResultGrid; ``resume_sweep`` goes on with one that was interrupted (its
+trials checkpoint every minute or so); ``flowrl tune`` is their command.
 
 Examples:
     >>> from ray import tune
@@ -16,9 +17,13 @@ Examples:
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import shutil
+import signal
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,19 +34,26 @@ try:
     from ray import tune
 except ImportError:  # Ray installed without its tune extra
     raise ConfigError("sweeps need Ray Tune: pip install 'flowrl-ray[tune]'") from None
+from ray.tune.result import DONE, SHOULD_CHECKPOINT
+
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.errors import one_line
 from flowrl.diagnostics.autotune import cluster_cpus
 from flowrl.rollout.worker import cpus_held_here
 from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
-from flowrl.run.logger import RunLogger
-from flowrl.run.runner import run_meta
+from flowrl.run.logger import LOCK, RunLogger
+from flowrl.run.ray_start import init_ray
+from flowrl.run.runner import run_meta, signal_handled
 from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
 BUDGET_KEY = "_flowrl_step_budget"  # Tune's stop in env steps: a trial's iterations end there
+SAVE_KEY = "_flowrl_checkpoint_every_s"  # a trial's seconds between checkpoints (None: at end)
+OWN_KEYS = (ALGO_KEY, BUDGET_KEY, SAVE_KEY)  # flowrl's keys in a trial's config, not the algo's
+SWEEP_FILE = "sweep.json"  # in a sweep's storage: its algorithm, keys, name and trials
+RUN_FILES = "run"  # in a trial's checkpoint: its flowrl run files up to there
 METRIC = EPISODE_RETURN_MEAN  # what trials are ranked by (an offline one's: ``metric``)
 RESTORES = "restores"  # in each result: checkpoints of other trials this one took over
 SCHEDULERS = ("fifo", "asha", "pbt")
@@ -62,7 +74,7 @@ class FlowrlTrainable(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         # Ray Train logs a line with the absolute path of every checkpoint it persists
         logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
-        values = with_dotted({k: v for k, v in config.items() if k not in (ALGO_KEY, BUDGET_KEY)})
+        values = with_dotted({k: v for k, v in config.items() if k not in OWN_KEYS})
         for key in OUTPUT_KEYS:  # trials run side by side:
             if values.get(key):  # a directory of its own for each, under the one named
                 values[key] = str(Path(values[key]) / self.trial_id)
@@ -71,6 +83,8 @@ class FlowrlTrainable(tune.Trainable):
         self.algo.plan.context.step_budget = config.get(BUDGET_KEY)
         self.restores = 0
         self.run_log: RunLogger | None = None
+        # a checkpoint every save_every_s, or ten times what the last took (a replay buffer's)
+        self.save_every_s, self.saved_at, self.save_s = config.get(SAVE_KEY), time.monotonic(), 0.0
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> tune.PlacementGroupFactory:
@@ -87,7 +101,11 @@ class FlowrlTrainable(tune.Trainable):
         # intervals) count from the first result that trained, comparing trials that learned
         while result[STEPS_TRAINED] == 0 and getattr(self.algo.config, "learning_starts", 0):
             result = self._logged(self.algo.train())
-        return {**result, RESTORES: self.restores}
+        result = {**result, RESTORES: self.restores}
+        since = time.monotonic() - self.saved_at
+        if self.save_every_s is not None and since >= max(self.save_every_s, 10 * self.save_s):
+            result[SHOULD_CHECKPOINT] = True  # so an interrupted sweep resumes from here
+        return result
 
     def _logged(self, result: dict[str, Any]) -> dict[str, Any]:
         if self.run_log is None:
@@ -95,24 +113,38 @@ class FlowrlTrainable(tune.Trainable):
         self.run_log.log(result)
         return result
 
+    @property
+    def run_dir(self) -> Path:
+        """flowrl's run files of this trial, in its working directory."""
+        return Path(self.logdir) / "flowrl"
+
     def _open_run_log(self) -> RunLogger:
         """flowrl's run files for this trial: continued from a restored checkpoint's
         iteration, or started afresh."""
-        directory = Path(self.logdir) / "flowrl"
         iteration = self.algo.iteration - 1  # the result about to be logged is new
-        if iteration == 0 and directory.exists():
-            shutil.rmtree(directory)  # a trial started again from scratch
+        if iteration == 0 and self.run_dir.exists():
+            shutil.rmtree(self.run_dir)  # a trial started again from scratch
         steps = self.algo.plan.context.counters.get(STEPS_SAMPLED, 0)
-        log = RunLogger(directory, resume_iteration=iteration, resume_env_steps=steps)
+        log = RunLogger(self.run_dir, resume_iteration=iteration, resume_env_steps=steps)
         log.write_json("config.json", run_meta(self.algo))
         return log
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        started = time.monotonic()
         self.algo.save(Path(checkpoint_dir) / "flowrl")
+        if self.run_dir.exists():  # a resumed sweep starts the trial in a new working directory
+            # (but its config.json, written again: a copy with it is a run to flowrl plot)
+            shutil.copytree(self.run_dir, Path(checkpoint_dir) / RUN_FILES,
+                            ignore=shutil.ignore_patterns(LOCK, "config.json"))  # fmt: skip
+        self.saved_at = time.monotonic()
+        self.save_s = self.saved_at - started
 
     def load_checkpoint(self, checkpoint: str) -> None:
         self.algo.restore(Path(checkpoint) / "flowrl")
-        self.restores += 1
+        if self.run_dir.exists():  # another trial's checkpoint, taken over (PBT's exploit)
+            self.restores += 1
+        elif (Path(checkpoint) / RUN_FILES).is_dir():  # its own, in a resumed sweep
+            shutil.copytree(Path(checkpoint) / RUN_FILES, self.run_dir)
         if self.run_log is not None:  # cut back to the restored iteration on the next step
             self.run_log.close()
             self.run_log = None
@@ -270,6 +302,7 @@ def sweep(
     space: Mapping[str, tuple[str, list[Any]]] | None = None,
     search: str = "random",
     seed: int | None = None,
+    checkpoint_every_s: float | None = 60.0,
 ) -> tune.ResultGrid:
     """Train ``algo`` once per combination of ``grid`` values (times ``num_samples``) on
     ``fixed`` config values, until Tune's ``stop`` (result keys and thresholds); results
@@ -278,17 +311,24 @@ def sweep(
 
     ``space`` holds ranges (``parse_space``) that each trial draws from: at random,
     or with ``search="optuna"``, chosen by Optuna's TPE sampler from the trials so far
-    (``num_samples`` trials; Optuna takes ranges, not grids)."""
+    (``num_samples`` trials; Optuna takes ranges, not grids).
+
+    Each trial checkpoints after an iteration that ends ``checkpoint_every_s`` after its
+    last checkpoint (or ten times as long as that one took to write; None: at its end
+    only), so that ``resume_sweep(storage)`` goes on with an interrupted sweep (Ctrl-C,
+    SIGTERM) from there. ``storage`` holds one sweep: a second is refused."""
     space, fixed = dict(space or {}), dict(fixed or {})
     check_sweep(algo, grid, space, fixed, search, scheduler, stop)
     said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
     if said:  # (flowrl tune has said it: its fixed values name the workers)
         print(f"flowrl: {said}")
+    check_new_sweep(storage)
     grid = {key: [_absolute(key, v) for v in values] for key, values in grid.items()}
     ranked_by = metric(get_algorithm(algo))
+    params = _param_space(algo, fixed, grid, space, stop)
     tuner = tune.Tuner(
         FlowrlTrainable,
-        param_space=_param_space(algo, fixed, grid, space, stop),
+        param_space={**params, SAVE_KEY: checkpoint_every_s},
         tune_config=tune.TuneConfig(
             metric=ranked_by,
             mode="max",
@@ -296,23 +336,88 @@ def sweep(
             scheduler=_scheduler(scheduler, grid, perturbation_interval),
             search_alg=optuna_search(seed, ranked_by) if search == "optuna" else None,
         ),
-        run_config=tune.RunConfig(
-            name=name,
-            storage_path=str(Path(storage).resolve()),
-            stop=dict(stop or {}),
-            # PBT exploits recent checkpoints of other trials: keep a few more for it
-            checkpoint_config=tune.CheckpointConfig(
-                checkpoint_at_end=True, num_to_keep=5 if scheduler == "pbt" else 2
-            ),
-            # flowrl's run files, written to each trial's local directory, go to storage too
-            sync_config=tune.SyncConfig(sync_artifacts=True),
-            verbose=0,
-        ),
+        run_config=_run_config(name, storage, stop, scheduler),
     )
+    trials = math.prod(len(values) for values in grid.values()) * num_samples
+    sweep_file = {"algo": algo, "keys": [*grid, *space], "name": name, "trials": trials}
+    Path(storage).mkdir(parents=True, exist_ok=True)
+    (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep_file, indent=2) + "\n")
+    return _fit(tuner)
+
+
+def _run_config(
+    name: str, storage: Path, stop: Mapping[str, float] | None, scheduler: str
+) -> tune.RunConfig:
+    """Tune's RunConfig of a sweep: where it writes, when its trials stop, the
+    checkpoints it keeps."""
+    return tune.RunConfig(
+        name=name,
+        storage_path=str(Path(storage).resolve()),
+        stop=dict(stop or {}),
+        # PBT exploits recent checkpoints of other trials: keep a few more for it
+        checkpoint_config=tune.CheckpointConfig(
+            checkpoint_at_end=True, num_to_keep=5 if scheduler == "pbt" else 2
+        ),
+        # flowrl's run files, written to each trial's local directory, go to storage too
+        sync_config=tune.SyncConfig(sync_artifacts=True),
+        verbose=0,
+    )
+
+
+def resume_sweep(storage: Path) -> tune.ResultGrid:
+    """Go on with the sweep that ``sweep`` started in ``storage`` and an interrupt ended:
+    its trials that had not ended go on from their newest checkpoints (from the start where
+    they had none, or had not started), failed trials too; those that ended stay as they
+    are. The grid, ranges, stop and scheduler are the sweep's, as it was started."""
+    saved = read_sweep(storage)
+    tuner = tune.Tuner.restore(
+        str(Path(storage).resolve() / saved["name"]),
+        FlowrlTrainable,
+        resume_unfinished=True,
+        resume_errored=True,
+    )
+    return _fit(tuner)
+
+
+def _fit(tuner: tune.Tuner) -> tune.ResultGrid:
+    """Tune's fit, quiet and stopped by SIGTERM as by Ctrl-C: Tune saves the trials'
+    state and returns what they reached (SIGTERM's default ended the process at once)."""
+
+    import ray
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signal.raise_signal(signal.SIGINT)  # Tune's handler, set inside fit
+
+    if not ray.is_initialized():  # (ray.init sets a SIGTERM handler of its own)
+        init_ray()
+
     # Tune's own report of a failed trial is its whole traceback (trial_error says it in a
     # line), "wrote the results to <path>" at the end, and Optuna's "A new study created"
-    with quiet_loggers("ray.tune", "ray.train", "optuna", level=logging.CRITICAL):
+    quiet = quiet_loggers("ray.tune", "ray.train", "optuna", level=logging.CRITICAL)
+    with quiet, signal_handled(signal.SIGTERM, interrupt):
         return tuner.fit()
+
+
+def check_new_sweep(storage: Path) -> None:
+    """A ConfigError when ``storage`` holds a sweep already: a second one's trials would
+    mix with its trials (in ``flowrl plot``, say), and ``resume_sweep`` goes on with it."""
+    if (Path(storage) / SWEEP_FILE).exists():
+        raise ConfigError(
+            f"{storage} holds a sweep already: go on with it (flowrl tune --resume {storage}, "
+            "or resume_sweep), or sweep into another directory"
+        )
+
+
+def read_sweep(storage: Path) -> dict[str, Any]:
+    """What ``sweep`` wrote of the sweep in ``storage`` (its algorithm, swept keys, Tune's
+    name for it and how many trials it runs); a ConfigError where it holds none."""
+    try:
+        return json.loads((Path(storage) / SWEEP_FILE).read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{storage} holds no sweep to resume (no {SWEEP_FILE}): give the --output "
+            "of a flowrl tune"
+        ) from None
 
 
 def _param_space(
@@ -430,26 +535,44 @@ def trial_error(error: BaseException) -> str:
 
 
 def trial_rows(
-    grid: tune.ResultGrid, keys: Sequence[str], ranked_by: str = METRIC
+    grid: tune.ResultGrid | Sequence[Any], keys: Sequence[str], ranked_by: str = METRIC
 ) -> list[dict[str, Any]]:
     """One row per trial: its swept values, iterations, env steps, last and best return
-    (``ranked_by``: ``metric``)."""
+    (``ranked_by``: ``metric``) and status: ``done``, ``failed: ErrorType``, or, in a
+    sweep that was interrupted, ``unfinished`` or ``not started``."""
+    trials = _trials(grid)
     rows = []
     for result in grid:
-        metrics, config = result.metrics or {}, result.config or {}  # none: failed at once
+        metrics = result.metrics or {}  # none: failed at once, or not started
+        trial = trials.get(result.path)
+        config = result.config or (trial.config if trial is not None else {})
         history = result.metrics_dataframe
         has = history is not None and ranked_by in history
         best = history[ranked_by].max() if has else None
+        if result.error is not None:
+            status = f"failed: {trial_error(result.error).split(':')[0]}"
+        else:
+            status = "done" if metrics.get(DONE) else "unfinished" if has else "not started"
         rows.append(
             {
-                "trial": metrics.get("trial_id", "?"),
+                "trial": metrics.get("trial_id", trial.trial_id if trial is not None else "?"),
                 **{key: config.get(key) for key in keys},
                 # the run's own (``--stop-iters``'), warm-up included: not Tune's
                 "iterations": metrics.get(ITERATION),
                 "env_steps": metrics.get(STEPS_SAMPLED),
                 ranked_by: metrics.get(ranked_by),
                 "best": best,
-                "error": trial_error(result.error).split(":")[0] if result.error else "",
+                "status": status,
             }
         )
     return rows
+
+
+def _trials(grid: tune.ResultGrid | Sequence[Any]) -> dict[str, Any]:
+    """A ResultGrid's trials by their directories: the config of one that did not start
+    is there, not in its result."""
+    if not isinstance(grid, tune.ResultGrid):
+        return {}
+    # (Tune warns of each trial that has no results yet)
+    with quiet_loggers("ray.tune", level=logging.CRITICAL):
+        return {trial.path: trial for trial in tune.ExperimentAnalysis(grid.experiment_path).trials}
