@@ -390,15 +390,7 @@ def _check_budget_left(stop: Any, ckpt: Any, config_cls: type) -> None:
     fragment more and stopped."""
     stop = stop.for_config(config_cls.from_dict(ckpt.meta["config"]))
     steps, iters = ckpt.meta["counters"].get(STEPS_SAMPLED, 0), ckpt.meta[ITERATION]
-    for reached, limit, what, flag in (
-        (steps, stop.timesteps, "env steps", "--stop-timesteps"),
-        (iters, stop.iters, "iterations", "--stop-iters"),
-    ):
-        if limit is not None and reached >= limit:
-            raise ConfigError(
-                f"{ckpt.path} has {reached:,} {what} already, at or past the run's budget of "
-                f"{limit:,}: resume with a larger {flag}"
-            )
+    stop.check_left(steps, iters, str(ckpt.path), "resume with a larger --stop-{}")
 
 
 def _resumed_run(path: Path) -> Path:

@@ -76,6 +76,17 @@ class Trainable(Protocol):
     def save(self, path: Path, *, weights: dict[str, Weights] | None = None) -> Path: ...
 
 
+def _check_stop(algo: Trainable, stop: StopCriteria) -> None:
+    """A ConfigError when ``algo`` has used up ``stop``'s env steps or iterations already
+    (a second ``algo.run(stop={"iters": 3})``: it trained one more); the warnings of
+    ``_warn_if_learning_stops``."""
+    steps = _steps(algo)
+    if steps is not None and not algo.unreported:  # (Algorithm.auto's results: not yet run's)
+        remedy = "raise stop's {} to train on, or leave it out"
+        stop.check_left(steps[0], algo.iteration, f"{algo.spec.name} on {algo.config.env}", remedy)
+    _warn_if_learning_stops(algo.config, stop)
+
+
 def _warn_if_learning_stops(config: Config, stop: StopCriteria) -> None:
     """Say so when the run's step budget ends before its replay buffer reaches
     ``learning_starts`` (a preset's 10k steps, say: nothing would be learned at all), or
@@ -153,6 +164,28 @@ class StopCriteria:
 
     def is_empty(self) -> bool:
         return all(v is None for v in (self.reward, self.timesteps, self.time_s, self.iters))
+
+    def check_left(self, steps: int, iterations: int, where: str, remedy: str) -> None:
+        """A ConfigError when ``where`` (an algorithm, a checkpoint) has taken ``steps``
+        env steps or ``iterations`` already, at or past these criteria's (they count from
+        its start): a run from there trained an iteration more and stopped. The line ends
+        with ``remedy``, where ``{}`` stands for the criterion's name.
+
+        Examples:
+            >>> StopCriteria(iters=3).check_left(0, 3, "the algorithm", "raise stop's {}")
+            Traceback (most recent call last):
+            ...
+            flowrl.core.config.ConfigError: the algorithm has 3 iterations already, ...
+        """
+        for reached, limit, what, name in (
+            (steps, self.timesteps, "env steps", "timesteps"),
+            (iterations, self.iters, "iterations", "iters"),
+        ):
+            if limit is not None and reached >= limit:
+                raise ConfigError(
+                    f"{where} has {reached:,} {what} already, at or past the run's budget "
+                    f"of {limit:,}: {remedy.format(name)}"
+                )
 
     def thresholds(self) -> dict[str, float]:
         """The criteria as result keys and the values that stop a run (Ray Tune's ``stop``
@@ -418,7 +451,7 @@ def run(
     ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
     ``progress`` draws a progress bar on stderr (default: when stderr is a terminal)."""
     stop = StopCriteria.of(stop).for_config(algo.config)
-    _warn_if_learning_stops(algo.config, stop)
+    _check_stop(algo, stop)
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
     log = _start_logs(algo, output_dir, trackers, logged=algo.iteration - len(pending))
