@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -296,3 +297,31 @@ def test_an_interrupted_sweep_resumes_from_its_trials_checkpoints_with_every_row
     assert (trial / "flowrl" / "result.jsonl").read_text().splitlines()[: len(kept)] == kept
     assert main(["tune", "ppo", "--grid", "lr=[0.1]", "--output", str(storage)]) == 2
     assert "holds a sweep already" in capsys.readouterr().err
+
+
+PLAN_FILE = """
+from flowrl.algorithms.ppo import PPOConfig as Config, PPOLearner as Learner, PPOPolicy as Policy
+from flowrl.ops import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
+
+
+def plan(workers, config):
+    rollouts = ParallelRollouts(workers, mode="bulk_sync")
+    train_op = rollouts.combine(ConcatBatches(min_batch_size=256)).for_each(
+        TrainOneStep(workers, num_sgd_iter=1, sgd_minibatch_size=128)
+    )
+    return StandardMetricsReporting(train_op, workers, config)
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_file_named_from_the_current_directory_sweeps(ray_session, tmp_path, monkeypatch):
+    """flowrl tune my_plan.py:plan failed every trial ("plan file not found: my_plan.py"):
+    Tune runs each trial in a directory of its own."""
+    from flowrl.apps.sweeps import read_sweep
+
+    monkeypatch.chdir(tmp_path)
+    Path("my_plan.py").write_text(PLAN_FILE)
+    (result,) = sweep("my_plan.py:plan", {"lr": [1e-3]}, fixed={"num_workers": 0},
+                      stop={"training_iteration": 1}, storage=Path("sweep"))  # fmt: skip
+    assert result.error is None and result.metrics["iteration"] == 1
+    assert read_sweep(Path("sweep"))["algo"] == f"{tmp_path / 'my_plan.py'}:plan"  # resumable

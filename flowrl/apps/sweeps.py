@@ -318,6 +318,7 @@ def sweep(
     only), so that ``resume_sweep(storage)`` goes on with an interrupted sweep (Ctrl-C,
     SIGTERM) from there. ``storage`` holds one sweep: a second is refused."""
     space, fixed = dict(space or {}), dict(fixed or {})
+    algo = get_algorithm(algo).name  # a plan file's path made absolute: trials run elsewhere
     check_sweep(algo, grid, space, fixed, search, scheduler, stop)
     said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
     if said:  # (flowrl tune has said it: its fixed values name the workers)
