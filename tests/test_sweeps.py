@@ -218,6 +218,7 @@ def test_an_optuna_search_on_real_tune(ray_session, tmp_path, capsys):
     assert main(args) == 0
     out, err = capsys.readouterr()
     assert "with Optuna" in out and "2 trials, 0 failed" in out
+    assert err.count(" done: episode_return_mean ") == 2  # a line as each trial ended
     assert "A new study created" not in err  # Optuna's own log line
     table = out.split("\ntrial ", 1)[1].splitlines()[1:3]
     lrs = [float(row.split()[1]) for row in table]
@@ -241,8 +242,10 @@ def test_a_trial_that_fails_before_its_first_result_is_a_row_and_one_line(
     assert main(args) == 1
     captured = capsys.readouterr()
     assert "trials run in-process" in captured.out and "2 trials, 1 failed" in captured.out
-    failures = [ln for ln in captured.err.splitlines() if ln.startswith("flowrl: trial ")]
+    said = [ln for ln in captured.err.splitlines() if ln.startswith("flowrl: trial ")]
+    failures = [ln for ln in said if " failed: " in ln]  # said as it failed, not at the end
     assert len(failures) == 1 and "no_such_argument" in failures[0], captured.err[-2000:]
+    assert len(said) == 2 and " done: episode_return_mean " in "".join(said)
     assert "AttributeError" not in captured.err
 
 
@@ -289,6 +292,7 @@ def test_an_interrupted_sweep_resumes_from_its_trials_checkpoints_with_every_row
     assert main(["tune", "--resume", str(storage)]) == 0
     captured = capsys.readouterr()
     assert "3 trials, 0 failed" in captured.out and "flowrl: interrupted" not in captured.err
+    assert captured.err.count(" done: episode_return_mean ") == 3  # the resumed one says so too
     for run_dir in storage.glob("tune/*/flowrl"):
         rows = (run_dir / "result.jsonl").read_text().splitlines()
         assert [json.loads(row)["iteration"] for row in rows] == list(range(1, 26))
@@ -325,3 +329,33 @@ def test_a_plan_file_named_from_the_current_directory_sweeps(ray_session, tmp_pa
                       stop={"training_iteration": 1}, storage=Path("sweep"))  # fmt: skip
     assert result.error is None and result.metrics["iteration"] == 1
     assert read_sweep(Path("sweep"))["algo"] == f"{tmp_path / 'my_plan.py'}:plan"  # resumable
+
+
+def test_a_sweep_says_each_trial_as_it_ends_and_where_it_stands_now_and_then(capsys):
+    """A sweep said nothing between its first line and its table, minutes later."""
+    from types import SimpleNamespace
+
+    from flowrl.apps.sweeps import SweepProgress
+
+    def trial(trial_id, status, lr, ret=None):
+        last = {} if ret is None else {"episode_return_mean": ret, "iteration": 7,
+                                       "env_steps_sampled": 14336}  # fmt: skip
+        return SimpleNamespace(trial_id=trial_id, status=status, config={"lr": lr},
+                               last_result=last, error_file=None)  # fmt: skip
+
+    trials = [trial("a", "TERMINATED", 1e-3, 480.5), trial("b", "RUNNING", 3e-4, 212.0)]
+    trials.append(trial("c", "ERROR", 1e-4))
+    progress = SweepProgress(["lr"], trials=5, interval_s=0)
+    progress.on_trial_complete(iteration=1, trials=trials, trial=trials[0])
+    progress.on_trial_error(iteration=1, trials=trials, trial=trials[2])
+    progress.on_step_end(iteration=1, trials=trials)
+    assert capsys.readouterr().err.splitlines() == [
+        "flowrl: trial a (lr=0.001) done: episode_return_mean 480.5 at iteration 7, "
+        "14,336 env steps",
+        "flowrl: trial c (lr=0.0001) failed: (Tune wrote no error.txt)",
+        "flowrl: 2 of 5 trials ended, 1 running, 2 waiting; best episode_return_mean 480.5 "
+        "(lr=0.001)",
+    ]
+    quiet = SweepProgress(["lr"], trials=5)  # every 30 s: not yet
+    quiet.on_step_end(iteration=1, trials=trials)
+    assert capsys.readouterr().err == ""

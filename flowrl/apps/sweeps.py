@@ -23,7 +23,9 @@ import math
 import re
 import shutil
 import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,7 @@ from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import LOCK, RunLogger
 from flowrl.run.ray_start import init_ray
-from flowrl.run.runner import run_meta, signal_handled
+from flowrl.run.runner import LINE_INTERVAL_S, run_meta, signal_handled
 from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import quiet_loggers
 
@@ -153,6 +155,73 @@ class FlowrlTrainable(tune.Trainable):
         if self.run_log is not None:
             self.run_log.close()
         self.algo.stop()
+
+
+class SweepProgress(tune.Callback):
+    """What a sweep says as it goes, on stderr: each trial as it ends (its swept ``keys``'
+    values and what it reached, or its error in one line), and every ``interval_s`` how
+    many of the sweep's ``trials`` are done, running and waiting, with the best return so
+    far (``ranked_by``).
+
+    Examples:
+        >>> SweepProgress(["lr"], trials=4).values({"lr": 0.000123456, "gamma": 0.9})
+        'lr=0.0001235'
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        *,
+        trials: int,
+        ranked_by: str = METRIC,
+        interval_s: float = LINE_INTERVAL_S,
+    ) -> None:
+        self.keys, self.trials, self.ranked_by = list(keys), trials, ranked_by
+        self.interval_s, self.said_at = interval_s, time.monotonic()
+
+    def setup(self, **info: Any) -> None:
+        self.said_at = time.monotonic()  # (a resumed sweep's callback is the one pickled)
+
+    def values(self, config: Mapping[str, Any]) -> str:
+        """The swept values of a trial's ``config``, short."""
+        shown = {key: config.get(key) for key in self.keys}
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in shown.items())  # fmt: skip
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        last = trial.last_result
+        self._say(
+            f"trial {trial.trial_id} ({self.values(trial.config)}) done: {self.ranked_by} "
+            f"{last.get(self.ranked_by, math.nan):.4g} at iteration {last.get(ITERATION)}, "
+            f"{last.get(STEPS_SAMPLED, 0):,} env steps"
+        )
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        # (Tune's copy in the sweep's storage comes later: the trial's local one is there)
+        written = Path(trial.error_file) if trial.error_file else None
+        error = written.read_text() if written and written.exists() else None
+        why = trial_error(RuntimeError(error)) if error else "(Tune wrote no error.txt)"
+        self._say(f"trial {trial.trial_id} ({self.values(trial.config)}) failed: {why}")
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if time.monotonic() - self.said_at < self.interval_s:
+            return
+        status = Counter(trial.status for trial in trials)
+        done = status["TERMINATED"] + status["ERROR"]
+        line = (
+            f"{done} of {self.trials} trials ended, {status['RUNNING']} running, "
+            f"{max(0, self.trials - done - status['RUNNING'])} waiting"
+        )
+        scores = [(t.last_result.get(self.ranked_by), t) for t in trials if t.last_result]
+        scores = [(score, t) for score, t in scores if score is not None and math.isfinite(score)]
+        if scores:
+            score, best = max(scores, key=lambda pair: pair[0])
+            line += f"; best {self.ranked_by} {score:.4g} ({self.values(best.config)})"
+        self._say(line)
+
+    def _say(self, line: str) -> None:
+        print(f"flowrl: {line}", file=sys.stderr, flush=True)
+        self.said_at = time.monotonic()
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
@@ -327,6 +396,8 @@ def sweep(
     grid = {key: [_absolute(key, v) for v in values] for key, values in grid.items()}
     ranked_by = metric(get_algorithm(algo))
     params = _param_space(algo, fixed, grid, space, stop)
+    trials = math.prod(len(values) for values in grid.values()) * num_samples
+    progress = SweepProgress([*grid, *space], trials=trials, ranked_by=ranked_by)
     tuner = tune.Tuner(
         FlowrlTrainable,
         param_space={**params, SAVE_KEY: checkpoint_every_s},
@@ -337,9 +408,8 @@ def sweep(
             scheduler=_scheduler(scheduler, grid, perturbation_interval),
             search_alg=optuna_search(seed, ranked_by) if search == "optuna" else None,
         ),
-        run_config=_run_config(name, storage, stop, scheduler),
+        run_config=_run_config(name, storage, stop, scheduler, progress),
     )
-    trials = math.prod(len(values) for values in grid.values()) * num_samples
     sweep_file = {"algo": algo, "keys": [*grid, *space], "name": name, "trials": trials}
     Path(storage).mkdir(parents=True, exist_ok=True)
     (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep_file, indent=2) + "\n")
@@ -347,12 +417,17 @@ def sweep(
 
 
 def _run_config(
-    name: str, storage: Path, stop: Mapping[str, float] | None, scheduler: str
+    name: str,
+    storage: Path,
+    stop: Mapping[str, float] | None,
+    scheduler: str,
+    progress: SweepProgress,
 ) -> tune.RunConfig:
     """Tune's RunConfig of a sweep: where it writes, when its trials stop, the
-    checkpoints it keeps."""
+    checkpoints it keeps, what it says as it goes (``progress``, Tune's own quiet)."""
     return tune.RunConfig(
         name=name,
+        callbacks=[progress],
         storage_path=str(Path(storage).resolve()),
         stop=dict(stop or {}),
         # PBT exploits recent checkpoints of other trials: keep a few more for it
