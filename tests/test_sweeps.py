@@ -143,6 +143,7 @@ def test_tune_command_refuses_bad_input_in_one_line(capsys):
         (["tune", "ppo", "--grid", "lr=[0.001,-1]"], "lr"),  # every value, not the first
         (["tune", "ppo", "--space", "num_sgd_iter=uniform(1,5)"], "takes whole numbers"),
         (["tune", "ppo", "--grid", "lr=[0.1]", "--num-workers", "512"], "each trial reserves"),
+        (["tune", "ppo", "--grid", "lr=[0.1]", "--num-workers", "auto"], "is flowrl train's"),
     ):
         assert main(args) == 2
         # Ray may still forward an earlier test's trial output (lines it tags "(actor pid=N)")

@@ -623,6 +623,9 @@ def _new_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
     grid, space = _searched(args)
     spec = get_algorithm(args.algo)
     fixed = _config_values(args)
+    if fixed.get("num_workers") == "auto":  # (the flag's help is train's too)
+        raise ConfigError("--num-workers auto is flowrl train's: give a sweep's trials a "
+                          "number of workers (0: in-process, its default)")  # fmt: skip
     _check_input(spec, {**fixed, **grid})
     check_sweep(args.algo, grid, space, fixed, args.search, args.scheduler)  # before Ray
     said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)
