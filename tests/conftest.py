@@ -67,3 +67,16 @@ def channels(request):
     """Whether a test's plan calls its actors over channels or as Ray tasks: the default
     (channels) in the quick tier; Ray tasks, the fallback, in the whole suite."""
     return request.param
+
+
+@pytest.fixture
+def cluster_env():
+    """The environment of a subprocess that starts a Ray cluster of its own
+    (``ray.cluster_utils.Cluster``): a Ray temp dir of its own, where the cluster names
+    itself for ray.init() calls to join, so later tests do not join it once it is gone."""
+    import shutil
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="flowrl-cluster-", dir="/tmp")  # short socket paths
+    yield {**os.environ, "RAY_TMPDIR": ray_tmp}
+    shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -544,7 +544,7 @@ cluster.shutdown()
 
 
 @pytest.mark.slow
-def test_a_removed_node_does_not_end_the_run():
+def test_a_removed_node_does_not_end_the_run(cluster_env):
     """Three Ray nodes on this machine (a separate Ray from the suite's); one is removed
     mid-run, and the run goes on with its workers restarted on the nodes left."""
     proc = subprocess.run(
@@ -552,6 +552,7 @@ def test_a_removed_node_does_not_end_the_run():
         capture_output=True,
         text=True,
         timeout=240,
+        env=cluster_env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stopped_by, restarts = proc.stdout.split("RESULT ")[1].split()

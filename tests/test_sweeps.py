@@ -360,3 +360,31 @@ def test_a_sweep_says_each_trial_as_it_ends_and_where_it_stands_now_and_then(cap
     quiet = SweepProgress(["lr"], trials=5)  # every 30 s: not yet
     quiet.on_step_end(iteration=1, trials=trials)
     assert capsys.readouterr().err == ""
+
+
+TUNE_ON_A_CLUSTER = """
+import sys
+from ray.cluster_utils import Cluster
+from flowrl.apps.cli import main
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
+args = ["tune", "ppo", "--grid", "lr=[0.001]", "--num-workers", "2", "--stop-iters", "1"]
+args += ["--set", "train_batch_size=256", "--output", sys.argv[1], "--address", cluster.address]
+code = main(args)
+cluster.shutdown()
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_on_the_ray_cluster_its_address_names(tmp_path, cluster_env):
+    """flowrl tune had no --address, counted this machine's CPUs (a trial of 2 workers needs
+    3: refused on 2), and with RAY_ADDRESS set, ray.init failed ("When connecting to an
+    existing cluster, num_cpus and num_gpus must not be provided"). A cluster of 4 CPUs
+    (a separate Ray from the suite's) runs the trial."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", TUNE_ON_A_CLUSTER, str(tmp_path / "sweep")],
+                          capture_output=True, text=True, timeout=240, env=cluster_env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 trial, 0 failed" in proc.stdout and " done: " in proc.stderr

@@ -249,7 +249,12 @@ def _add_tune_parser(sub: Any) -> None:
         default=TUNE_DEFAULTS["perturbation_interval"],
         help="PBT: iterations between exploits",
     )
-    tune.add_argument("--output", help="where Tune writes (default: runs/tune_ALGO_ENV_TIME)")
+    tune.add_argument(
+        "--output",
+        help="where Tune writes (default: runs/tune_ALGO_ENV_TIME; on a cluster of several "
+        "machines, a directory all of them see)",
+    )
+    tune.add_argument("--address", help="address of a running Ray cluster to sweep on")
     tune.add_argument(
         "--resume",
         metavar="DIR",
@@ -628,7 +633,9 @@ def _new_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
                           "number of workers (0: in-process, its default)")  # fmt: skip
     _check_input(spec, {**fixed, **grid})
     check_sweep(args.algo, grid, space, fixed, args.search, args.scheduler)  # before Ray
-    said = check_trials(spec, fixed, grid, space, cpus=os.cpu_count() or 1)
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    # (a cluster's CPUs are counted once joined: sweep() checks again)
+    said = check_trials(spec, fixed, grid, space, cpus=math.inf if address else os.cpu_count() or 1)
     # the first trial's, as a trial builds it (an offline algorithm's env: its recording's)
     config = build_config(spec, with_dotted({**fixed, **{k: v[0] for k, v in grid.items()}}))
     check_env_id(config.env)
@@ -640,7 +647,7 @@ def _new_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
     )
     if said:
         print(f"flowrl: {said}")
-    _start_quiet_ray()
+    _start_quiet_ray(address)
     results = sweep(
         args.algo,
         grid,
@@ -671,7 +678,7 @@ def _resumed_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
     output = Path(args.resume)
     if args.output and Path(args.output).resolve() != output.resolve():
         raise ConfigError(f"--resume goes on in {output}; drop --output {args.output}")
-    kept = ("command", "func", "algo", "resume", "output", "checkpoint_every")
+    kept = ("command", "func", "algo", "resume", "output", "address", "checkpoint_every")
     given = [
         f"--{key.replace('_', '-')}"
         for key, value in vars(args).items()
@@ -685,20 +692,18 @@ def _resumed_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
     if args.algo and get_algorithm(args.algo).name != get_algorithm(saved["algo"]).name:
         raise ConfigError(f"--resume {output} holds a sweep of {saved['algo']}, not {args.algo}")
     print(f"flowrl: resuming the sweep of {saved['algo']} in {output}")
-    _start_quiet_ray()
+    _start_quiet_ray(args.address)
     return output, resume_sweep(output)
 
 
-def _start_quiet_ray() -> None:
-    """Ray for a sweep's trials, unless it runs: their reports go to flowrl's table, not
-    through Ray's forwarded output, nor Tune's progress boxes."""
-    from flowrl.diagnostics.autotune import ray_running
-    from flowrl.run.ray_start import init_ray
+def _start_quiet_ray(address: str | None) -> None:
+    """Ray for a sweep's trials, unless it runs (joining the cluster at ``address`` or
+    ``RAY_ADDRESS``): their reports go to flowrl's table and lines, not through Ray's
+    forwarded output, nor Tune's progress boxes."""
+    from flowrl.run.algorithm import ensure_ray
 
-    if not ray_running():
-        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-        init_ray(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")  # fmt: skip
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    ensure_ray(address, log_to_driver=False)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

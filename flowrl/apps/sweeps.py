@@ -42,10 +42,9 @@ from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, S
 from flowrl.core.errors import one_line
 from flowrl.diagnostics.autotune import cluster_cpus
 from flowrl.rollout.worker import cpus_held_here
-from flowrl.run.algorithm import Algorithm, get_algorithm, preset_values
+from flowrl.run.algorithm import Algorithm, ensure_ray, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import LOCK, RunLogger
-from flowrl.run.ray_start import init_ray
 from flowrl.run.runner import LINE_INTERVAL_S, run_meta, signal_handled
 from flowrl.run.spec import AlgorithmSpec
 from flowrl.run.tracking import quiet_loggers
@@ -389,6 +388,7 @@ def sweep(
     space, fixed = dict(space or {}), dict(fixed or {})
     algo = get_algorithm(algo).name  # a plan file's path made absolute: trials run elsewhere
     check_sweep(algo, grid, space, fixed, search, scheduler, stop)
+    ensure_ray(None)  # (joining RAY_ADDRESS's cluster: its CPUs are what trials fit on)
     said = check_trials(get_algorithm(algo), fixed, grid, space, cluster_cpus(), cpus_held_here())
     if said:  # (flowrl tune has said it: its fixed values name the workers)
         print(f"flowrl: {said}")
@@ -459,13 +459,10 @@ def _fit(tuner: tune.Tuner) -> tune.ResultGrid:
     """Tune's fit, quiet and stopped by SIGTERM as by Ctrl-C: Tune saves the trials'
     state and returns what they reached (SIGTERM's default ended the process at once)."""
 
-    import ray
-
     def interrupt(signum: int, frame: Any) -> None:
         signal.raise_signal(signal.SIGINT)  # Tune's handler, set inside fit
 
-    if not ray.is_initialized():  # (ray.init sets a SIGTERM handler of its own)
-        init_ray()
+    ensure_ray(None)  # before the handler: ray.init sets a SIGTERM handler of its own
 
     # Tune's own report of a failed trial is its whole traceback (trial_error says it in a
     # line), "wrote the results to <path>" at the end, and Optuna's "A new study created"

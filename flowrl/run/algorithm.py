@@ -75,10 +75,10 @@ def check_env(spec: AlgorithmSpec, config: Config) -> None:
     spec.classes(config)[0].check_action_space(env.single_action_space, config)
 
 
-def ensure_ray(address: str | None) -> None:
+def ensure_ray(address: str | None, **init_kwargs: Any) -> None:
     """Start Ray with this machine's CPUs unless it is already running, or join the
     cluster at ``address`` (by default the ``RAY_ADDRESS`` environment variable's, as
-    ``ray.init`` reads it)."""
+    ``ray.init`` reads it); ``init_kwargs`` go to ``ray.init`` (``log_to_driver``)."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS")
@@ -87,9 +87,10 @@ def ensure_ray(address: str | None) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, logging_level="ERROR")
+        ray.init(address=address, logging_level="ERROR", **init_kwargs)
     else:
-        init_ray(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR")
+        init_ray(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR",
+                 **init_kwargs)  # fmt: skip
 
 
 def check_worker_cpus(config: Config, address: str | None = None) -> None:
