@@ -388,3 +388,30 @@ def test_a_sweep_runs_on_the_ray_cluster_its_address_names(tmp_path, cluster_env
                           capture_output=True, text=True, timeout=240, env=cluster_env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 trial, 0 failed" in proc.stdout and " done: " in proc.stderr
+
+
+def test_resume_refuses_what_it_cannot_go_on_with_in_one_line(tmp_path, capsys):
+    """Resumed, a PBT sweep's trials stayed paused and the sweep ended at once, unfinished."""
+    (tmp_path / "pbt").mkdir()
+    saved = {"algo": "ppo", "keys": ["lr"], "name": "tune", "trials": 2, "scheduler": "pbt"}
+    (tmp_path / "pbt" / "sweep.json").write_text(json.dumps(saved))
+    (tmp_path / "fifo").mkdir()
+    (tmp_path / "fifo" / "sweep.json").write_text(json.dumps({**saved, "scheduler": "fifo"}))
+    for args, message in (
+        (["--resume", str(tmp_path / "none")], "holds no sweep to resume"),
+        (["--resume", str(tmp_path / "pbt")], "Population Based Training does not go on"),
+        (["--resume", str(tmp_path / "fifo"), "--grid", "lr=[1]"], "started: drop --grid"),
+        (["dqn", "--resume", str(tmp_path / "fifo")], "holds a sweep of ppo, not dqn"),
+        (["ppo", "--grid", "lr=[1]", "--output", str(tmp_path / "fifo")], "holds a sweep already"),
+    ):
+        assert main(["tune", *args]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.slow
+def test_asha_runs_the_best_trials_to_the_sweeps_iterations(ray_session, tmp_path):
+    """ASHA's own budget (100 iterations) ended every trial there, --stop-iters 300 or not."""
+    results = sweep("ppo", {"lr": [1e-3, 1e-5]}, fixed=FAST, stop={"iteration": 110},
+                    storage=tmp_path, scheduler="asha")  # fmt: skip
+    assert max(r.metrics["iteration"] for r in results) == 110

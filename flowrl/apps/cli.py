@@ -591,7 +591,7 @@ def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str,
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from flowrl.apps.sweeps import metric, read_sweep, trial_rows
+    from flowrl.apps.sweeps import PBT_DOES_NOT_RESUME, metric, read_sweep, trial_rows
     from flowrl.run.algorithm import get_algorithm
 
     if not (args.algo or args.resume):  # before Ray loads: a usage error answers at once
@@ -608,11 +608,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"(flowrl plot {output} --out trials.png draws them)"
     )
     if failed + done < saved["trials"]:  # Ctrl-C or SIGTERM ended Tune's loop (sweeps._fit)
-        print(
-            f"flowrl: interrupted; flowrl tune --resume {output} goes on with the trials not "
-            "done, from their last checkpoints",
-            file=sys.stderr,
+        goes_on = (
+            PBT_DOES_NOT_RESUME
+            if saved["scheduler"] == "pbt"
+            else f"flowrl tune --resume {output} goes on with the trials not done, from their "
+            "last checkpoints"
         )
+        print(f"flowrl: interrupted; {goes_on}", file=sys.stderr)
         return 130
     return 1 if failed else 0
 
@@ -672,7 +674,7 @@ TUNE_DEFAULTS = {"search": "random", "num_samples": 1, "scheduler": "fifo",
 def _resumed_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
     """The sweep in ``--resume``'s directory, gone on with (``sweeps.resume_sweep``) after
     checking that the command names nothing else to sweep: as ``_new_sweep``'s."""
-    from flowrl.apps.sweeps import read_sweep, resume_sweep
+    from flowrl.apps.sweeps import resumable_sweep, resume_sweep
     from flowrl.run.algorithm import get_algorithm
 
     output = Path(args.resume)
@@ -688,7 +690,7 @@ def _resumed_sweep(args: argparse.Namespace) -> tuple[Path, Any]:
         raise ConfigError(
             f"--resume goes on with the sweep in {output} as it was started: drop {given[0]}"
         )
-    saved = read_sweep(output)
+    saved = resumable_sweep(output)  # (before Ray starts)
     if args.algo and get_algorithm(args.algo).name != get_algorithm(saved["algo"]).name:
         raise ConfigError(f"--resume {output} holds a sweep of {saved['algo']}, not {args.algo}")
     print(f"flowrl: resuming the sweep of {saved['algo']} in {output}")

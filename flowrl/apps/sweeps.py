@@ -405,12 +405,15 @@ def sweep(
             metric=ranked_by,
             mode="max",
             num_samples=num_samples,
-            scheduler=_scheduler(scheduler, grid, perturbation_interval),
+            scheduler=_scheduler(
+                scheduler, grid, perturbation_interval, dict(stop or {}).get(ITERATION)
+            ),
             search_alg=optuna_search(seed, ranked_by) if search == "optuna" else None,
         ),
         run_config=_run_config(name, storage, stop, scheduler, progress),
     )
-    sweep_file = {"algo": algo, "keys": [*grid, *space], "name": name, "trials": trials}
+    sweep_file = {"algo": algo, "keys": [*grid, *space], "name": name, "trials": trials,
+                  "scheduler": scheduler}  # fmt: skip
     Path(storage).mkdir(parents=True, exist_ok=True)
     (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep_file, indent=2) + "\n")
     return _fit(tuner)
@@ -445,7 +448,7 @@ def resume_sweep(storage: Path) -> tune.ResultGrid:
     its trials that had not ended go on from their newest checkpoints (from the start where
     they had none, or had not started), failed trials too; those that ended stay as they
     are. The grid, ranges, stop and scheduler are the sweep's, as it was started."""
-    saved = read_sweep(storage)
+    saved = resumable_sweep(storage)
     tuner = tune.Tuner.restore(
         str(Path(storage).resolve() / saved["name"]),
         FlowrlTrainable,
@@ -479,6 +482,22 @@ def check_new_sweep(storage: Path) -> None:
             f"{storage} holds a sweep already: go on with it (flowrl tune --resume {storage}, "
             "or resume_sweep), or sweep into another directory"
         )
+
+
+#: what an interrupted sweep of Population Based Training says instead of how to resume it
+PBT_DOES_NOT_RESUME = (
+    "Population Based Training does not go on after an interrupt (Tune restores its "
+    "trials, not its rounds: they stay paused): sweep again, or with --scheduler asha or "
+    "fifo, which do"
+)
+
+
+def resumable_sweep(storage: Path) -> dict[str, Any]:
+    """``read_sweep(storage)``; a ConfigError for a sweep that cannot go on (PBT's)."""
+    saved = read_sweep(storage)
+    if saved["scheduler"] == "pbt":
+        raise ConfigError(f"cannot resume the sweep in {storage}: {PBT_DOES_NOT_RESUME}")
+    return saved
 
 
 def read_sweep(storage: Path) -> dict[str, Any]:
@@ -563,11 +582,15 @@ def check_sweep(
         raise ConfigError(f"unknown scheduler '{scheduler}'; available: {', '.join(SCHEDULERS)}")
 
 
-def _scheduler(name: str, grid: Mapping[str, list[Any]], interval: int) -> Any:
+def _scheduler(
+    name: str, grid: Mapping[str, list[Any]], interval: int, iterations: float | None = None
+) -> Any:
     """Tune's trial scheduler called ``name`` (None for fifo, Tune's default); PBT moves
-    trials between the ``grid``'s values every ``interval`` iterations."""
+    trials between the ``grid``'s values every ``interval`` iterations. ASHA's rungs go up
+    to the sweep's ``iterations`` (its own default, 100, ended the best trials there)."""
     if name == "asha":
-        return tune.schedulers.ASHAScheduler(time_attr="training_iteration")
+        most = int(iterations) if iterations else 10**9
+        return tune.schedulers.ASHAScheduler(time_attr="training_iteration", max_t=most)
     if name == "pbt":
         return tune.schedulers.PopulationBasedTraining(
             time_attr="training_iteration",
