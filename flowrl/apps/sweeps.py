@@ -412,10 +412,8 @@ def sweep(
         ),
         run_config=_run_config(name, storage, stop, scheduler, progress),
     )
-    sweep_file = {"algo": algo, "keys": [*grid, *space], "name": name, "trials": trials,
-                  "scheduler": scheduler}  # fmt: skip
-    Path(storage).mkdir(parents=True, exist_ok=True)
-    (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep_file, indent=2) + "\n")
+    write_sweep(storage, algo=algo, keys=[*grid, *space], name=name, trials=trials,
+                scheduler=scheduler)  # fmt: skip
     return _fit(tuner)
 
 
@@ -500,9 +498,16 @@ def resumable_sweep(storage: Path) -> dict[str, Any]:
     return saved
 
 
+def write_sweep(storage: Path, **sweep: Any) -> None:
+    """What ``resume_sweep`` needs of the sweep in ``storage``: its algorithm, swept keys,
+    Tune's name for it, how many trials it runs and its scheduler."""
+    Path(storage).mkdir(parents=True, exist_ok=True)
+    (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n")
+
+
 def read_sweep(storage: Path) -> dict[str, Any]:
-    """What ``sweep`` wrote of the sweep in ``storage`` (its algorithm, swept keys, Tune's
-    name for it and how many trials it runs); a ConfigError where it holds none."""
+    """What ``sweep`` wrote of the sweep in ``storage`` (``write_sweep``); a ConfigError
+    where it holds none."""
     try:
         return json.loads((Path(storage) / SWEEP_FILE).read_text())
     except FileNotFoundError:
