@@ -482,3 +482,12 @@ def test_messages_count_in_the_singular():
         "2 runs",
         "0 episodes",
     )
+
+
+def test_a_warning_reads_as_the_commands_other_lines(tmp_path, capsys):
+    """flowrl's warnings came out bare ("learning_starts is 1,000 env steps, ..."), where
+    every other line of the command starts with "flowrl: "."""
+    args = ["train", "dqn", "--stop-timesteps", "500", "--set", "learning_starts=1000"]
+    assert main([*args, *QUICK[:2], "--no-progress", "--output", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "flowrl: learning_starts is 1,000 env steps, at or past this run's stop" in err[0]

@@ -15,11 +15,13 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import math
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -844,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), _warnings_as_lines():
             return args.func(args)
     except ConfigError as e:
         print(f"flowrl: error: {e}", file=sys.stderr)
@@ -863,6 +865,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not ray_was_up:
             _shutdown_ray()
+
+
+class _LogLine(logging.Handler):
+    """A warning of flowrl's as the command's other lines are: ``flowrl: ...`` on stderr
+    (Python's last-resort handler printed the bare message)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"flowrl: {self.format(record)}", file=sys.stderr)  # (stderr as it is now)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """flowrl's warnings said as ``flowrl: ...`` lines inside."""
+    logger, handler = logging.getLogger("flowrl"), _LogLine(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
