@@ -491,3 +491,20 @@ def test_a_warning_reads_as_the_commands_other_lines(tmp_path, capsys):
     assert main([*args, *QUICK[:2], "--no-progress", "--output", str(tmp_path / "run")]) == 0
     err = capsys.readouterr().err.splitlines()
     assert "flowrl: learning_starts is 1,000 env steps, at or past this run's stop" in err[0]
+
+
+def test_evaluate_and_export_of_a_folder_of_runs_name_the_best_one(run_dir, tmp_path, capsys):
+    """flowrl evaluate SWEEP_OUTPUT (or a folder of runs) said "no checkpoint in
+    SWEEP_OUTPUT/checkpoints", though it holds runs that have them."""
+    import shutil
+
+    for name, last_return in (("a", 20.0), ("b", 80.0)):
+        copy = shutil.copytree(run_dir, tmp_path / "runs" / name)
+        rows = (copy / "result.jsonl").read_text().splitlines()
+        last = {**json.loads(rows[-1]), "episode_return_mean": last_return}
+        (copy / "result.jsonl").write_text("\n".join([*rows[:-1], json.dumps(last)]) + "\n")
+    for command in (["evaluate"], ["export", "--out", str(tmp_path / "p.onnx")]):
+        assert main([command[0], str(tmp_path / "runs"), *command[1:]]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds 2 runs, not a checkpoint" in err[0], err
+        assert err[0].endswith(f"highest (80.0): {tmp_path / 'runs' / 'b'}"), err
