@@ -498,6 +498,9 @@ def test_evaluate_and_export_of_a_folder_of_runs_name_the_best_one(run_dir, tmp_
     SWEEP_OUTPUT/checkpoints", though it holds runs that have them."""
     import shutil
 
+    import flowrl as flowrl_api
+    from flowrl.core.config import ConfigError
+
     for name, last_return in (("a", 20.0), ("b", 80.0)):
         copy = shutil.copytree(run_dir, tmp_path / "runs" / name)
         rows = (copy / "result.jsonl").read_text().splitlines()
@@ -508,3 +511,5 @@ def test_evaluate_and_export_of_a_folder_of_runs_name_the_best_one(run_dir, tmp_
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "holds 2 runs, not a checkpoint" in err[0], err
         assert err[0].endswith(f"highest (80.0): {tmp_path / 'runs' / 'b'}"), err
+    with pytest.raises(ConfigError, match="holds 2 runs, not a checkpoint"):
+        flowrl_api.load_policy(tmp_path / "runs")  # in Python too

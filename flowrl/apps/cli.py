@@ -360,37 +360,6 @@ def _default_output(algo: str, env: str) -> Path:
     return Path("runs") / f"{name}_{env.replace('/', '-').replace(':', '-')}_{stamp}"
 
 
-def _resolve_checkpoint(path: str) -> Any:
-    """``checkpoints.resolve(path)``; where ``path`` holds runs instead (a sweep's output,
-    a folder of runs), a ConfigError that names the one whose last return is highest."""
-    from flowrl.apps.plotting import find_runs, read_run
-    from flowrl.run import checkpoints
-    from flowrl.run.evaluation import EVAL_RETURN_MEAN
-
-    try:
-        return checkpoints.resolve(path)
-    except checkpoints.CheckpointError:
-        try:
-            runs = [run for run in find_runs([path]) if run != Path(path)]
-        except ConfigError:
-            runs = []
-        if not runs:
-            raise
-
-    def last_return(run: Path) -> float:  # its evaluation's where it evaluates
-        rows = read_run(run)[1][-1:]
-        value = rows[0].get(EVAL_RETURN_MEAN, rows[0].get(EPISODE_RETURN_MEAN)) if rows else None
-        return value if value is not None and math.isfinite(value) else -math.inf
-
-    best = max(runs, key=last_return)
-    trial = best.parent if best.name == "flowrl" else best  # a sweep's trial holds its checkpoints
-    score = last_return(best)
-    said = f", the one whose last return is highest ({score:.1f})" if math.isfinite(score) else ""
-    raise ConfigError(
-        f"{path} holds {_count(len(runs), 'run')}, not a checkpoint: name one{said}: {trial}"
-    )
-
-
 def _warn_skipped(ckpt: Any) -> None:
     for reason in ckpt.skipped:
         print(f"flowrl: skipped a checkpoint: {reason}", file=sys.stderr)
@@ -742,11 +711,12 @@ def _start_quiet_ray(address: str | None) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowrl.apps.inference import resolve_checkpoint
     from flowrl.run.algorithm import Algorithm
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
-    ckpt = _resolve_checkpoint(args.checkpoint)
+    ckpt = resolve_checkpoint(args.checkpoint)
     _warn_skipped(ckpt)
     with Algorithm.from_checkpoint(ckpt, in_process=True) as algo:
         res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video)
@@ -811,12 +781,17 @@ def _plan_format(fmt: str | None, out: str | None) -> tuple[str, str | None]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from flowrl.apps.inference import default_export_file, export_format, export_policy
+    from flowrl.apps.inference import (
+        default_export_file,
+        export_format,
+        export_policy,
+        resolve_checkpoint,
+    )
 
     out = args.out or default_export_file(args.format, args.policy_id)
     check_output_file(out)
     fmt = export_format(out, args.format)  # before the checkpoint loads
-    ckpt = _resolve_checkpoint(args.checkpoint)
+    ckpt = resolve_checkpoint(args.checkpoint)
     _warn_skipped(ckpt)
     out = export_policy(ckpt, out, format=fmt, policy_id=args.policy_id)
     which = f"policy {args.policy_id!r}" if args.policy_id else "greedy policy"

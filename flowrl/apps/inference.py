@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 
 from flowrl.core.config import ConfigError
+from flowrl.core.context import EPISODE_RETURN_MEAN
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
 from flowrl.learning.spaces import field, get
@@ -36,6 +38,7 @@ from flowrl.rollout.envs import make_vector_env
 from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
+from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.tracking import quiet_loggers
 
 if TYPE_CHECKING:
@@ -113,6 +116,43 @@ class LoadedPolicy:
         return f"LoadedPolicy({self.algo} on {self.env})"
 
 
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """``checkpoints.resolve(path)``; where ``path`` holds runs instead (a sweep's output,
+    a folder of runs), a CheckpointError that names the one whose last return is highest.
+
+    Examples:
+        >>> resolve_checkpoint("no/such/run")
+        Traceback (most recent call last):
+        ...
+        flowrl.run.checkpoints.CheckpointError: checkpoint not found: no/such/run
+    """
+    from flowrl.apps.plotting import find_runs, read_run
+
+    try:
+        return checkpoints.resolve(path)
+    except CheckpointError:
+        try:
+            runs = [run for run in find_runs([path]) if run != Path(path)]
+        except ConfigError:
+            runs = []
+        if not runs:
+            raise
+
+    def last_return(run: Path) -> float:  # its evaluation's where it evaluates
+        rows = read_run(run)[1][-1:]
+        value = rows[0].get(EVAL_RETURN_MEAN, rows[0].get(EPISODE_RETURN_MEAN)) if rows else None
+        return value if value is not None and math.isfinite(value) else -math.inf
+
+    best = max(runs, key=last_return)
+    trial = best.parent if best.name == "flowrl" else best  # a sweep's trial holds its checkpoints
+    score = last_return(best)
+    said = f", the one whose last return is highest ({score:.1f})" if math.isfinite(score) else ""
+    raise CheckpointError(
+        f"{path} holds {len(runs)} run{'s' * (len(runs) != 1)}, not a checkpoint: name "
+        f"one{said}: {trial}"
+    )
+
+
 def load_policy(
     path: str | os.PathLike[str] | Checkpoint | Algorithm, *, policy_id: str | None = None
 ) -> LoadedPolicy:
@@ -136,7 +176,7 @@ def load_policy(
 
     if isinstance(path, Algorithm):
         return _current_policy(path, policy_id)
-    ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
+    ckpt = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
     spec = get_algorithm(ckpt.meta["algo"])
     config = build_config(spec, {"preset": False, **ckpt.meta["config"], "num_workers": 0})
     state = ckpt.state["policy"]
