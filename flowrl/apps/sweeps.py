@@ -447,6 +447,7 @@ def resume_sweep(storage: Path) -> tune.ResultGrid:
     they had none, or had not started), failed trials too; those that ended stay as they
     are. The grid, ranges, stop and scheduler are the sweep's, as it was started."""
     saved = resumable_sweep(storage)
+    ensure_ray(None)  # (joining RAY_ADDRESS's cluster, as sweep does)
     tuner = tune.Tuner.restore(
         str(Path(storage).resolve() / saved["name"]),
         FlowrlTrainable,
@@ -458,12 +459,11 @@ def resume_sweep(storage: Path) -> tune.ResultGrid:
 
 def _fit(tuner: tune.Tuner) -> tune.ResultGrid:
     """Tune's fit, quiet and stopped by SIGTERM as by Ctrl-C: Tune saves the trials'
-    state and returns what they reached (SIGTERM's default ended the process at once)."""
+    state and returns what they reached (SIGTERM's default ended the process at once).
+    Ray runs already: ray.init sets a SIGTERM handler of its own, which this one replaces."""
 
     def interrupt(signum: int, frame: Any) -> None:
         signal.raise_signal(signal.SIGINT)  # Tune's handler, set inside fit
-
-    ensure_ray(None)  # before the handler: ray.init sets a SIGTERM handler of its own
 
     # Tune's own report of a failed trial is its whole traceback (trial_error says it in a
     # line), "wrote the results to <path>" at the end, and Optuna's "A new study created"
