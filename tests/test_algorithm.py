@@ -174,13 +174,15 @@ def test_a_run_stops_at_its_step_budget_not_an_iteration_past_it():
 
 def test_a_second_run_past_its_budget_says_so_instead_of_training():
     """A notebook's second algo.run(stop={"iters": 2}) trained a third iteration and
-    stopped: budgets count from the algorithm's start, as a resumed run's do."""
+    stopped: criteria count from the algorithm's start, as a resumed run's do."""
     with Algorithm("ppo", num_workers=0, train_batch_size=256) as algo:
-        algo.run(stop={"iters": 2})
+        last = algo.run(stop={"iters": 2})
         steps = algo.plan.context.counters["env_steps_sampled"]
         for stop, said in (
             ({"iters": 2}, "has 2 iterations already, at or past the run's budget of 2"),
             ({"timesteps": steps}, f"has {steps:,} env steps already"),
+            ({"time_s": last["time_total_s"]}, "s of training already"),
+            ({"reward": last["episode_return_mean"]}, "has a mean return of"),
         ):
             with pytest.raises(ConfigError, match=said):
                 algo.run(stop=stop)

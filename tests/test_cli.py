@@ -231,13 +231,20 @@ def test_resume_continues_the_run(run_dir, tmp_path):
 
 
 def test_resume_past_the_runs_budget_says_so_instead_of_training(run_dir, capsys):
-    """A run of 2 iterations resumed with --stop-iters 2 (or a step budget it had used up)
-    trained one fragment more and stopped."""
+    """A run of 2 iterations resumed with --stop-iters 2 (or a step budget, a time or a
+    reward it had reached) trained one iteration more and stopped."""
     rows = (run_dir / "result.jsonl").read_text()
-    steps = json.loads(rows.splitlines()[-1])["env_steps_sampled"]
+    last = json.loads(rows.splitlines()[-1])
+    steps, seconds, ret = (
+        last["env_steps_sampled"],
+        last["time_total_s"],
+        last["episode_return_mean"],
+    )
     for flag, value, said in (
         ("--stop-iters", 2, "has 2 iterations already, at or past"),
         ("--stop-timesteps", steps, f"has {steps:,} env steps already"),
+        ("--stop-time", seconds, "s of training already, at or past the run's time budget"),
+        ("--stop-reward", ret, f"has a mean return of {ret:,.1f} already"),
     ):
         assert main(["train", "--resume", str(run_dir), flag, str(value)]) == 2
         err = capsys.readouterr().err.strip().splitlines()

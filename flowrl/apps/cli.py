@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -384,20 +385,29 @@ def _resume(args: argparse.Namespace, stop: Any) -> tuple[Any, Path]:
     if args.env and args.env != saved_env:
         raise ConfigError(f"--resume {output} trains on {saved_env}, not {args.env}")
     _warn_skipped(ckpt)
-    _check_budget_left(stop, ckpt, get_algorithm(saved_algo).config_cls)
+    _check_budget_left(stop, ckpt, output)
     values = _config_values(args, output)
     algo = Algorithm.from_checkpoint(ckpt, address=args.address, **values)
     print(f"flowrl: resuming from {ckpt.path} (iteration {algo.iteration})")
     return algo, output
 
 
-def _check_budget_left(stop: Any, ckpt: Any, config_cls: type) -> None:
-    """A ConfigError when checkpoint ``ckpt`` has used up the env steps or iterations of
-    ``stop`` (the algorithm's default budget when it sets none): resumed, it trained a
-    fragment more and stopped."""
-    stop = stop.for_config(config_cls.from_dict(ckpt.meta["config"]))
+def _check_budget_left(stop: Any, ckpt: Any, output: Path) -> None:
+    """A ConfigError when checkpoint ``ckpt`` of the run in ``output`` meets a criterion of
+    ``stop`` (the algorithm's default ones when it sets none) already: resumed, it trained
+    an iteration more and stopped."""
+    from flowrl.run.algorithm import get_algorithm
+    from flowrl.run.logger import logged_result
+
+    config = get_algorithm(ckpt.meta["algo"]).config_cls.from_dict(ckpt.meta["config"])
     steps, iters = ckpt.meta["counters"].get(STEPS_SAMPLED, 0), ckpt.meta[ITERATION]
-    stop.check_left(steps, iters, str(ckpt.path), "resume with a larger --stop-{}")
+    reached = {**logged_result(output, iters), STEPS_SAMPLED: steps, ITERATION: iters}
+    stop.for_config(config).check_left(reached, str(ckpt.path), partial(_larger_flag, stop))
+
+
+def _larger_flag(stop: Any, field: str) -> str:
+    flag = f"--stop-{'time' if field == 'time_s' else field}"
+    return f"resume with a larger {flag}" + (" (without one, it is the default)" * stop.is_empty())
 
 
 def _resumed_run(path: Path) -> Path:
@@ -479,7 +489,8 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
         return Algorithm.auto(args.algo, values, address=args.address, stop=stop)
     if config.uses_ray:
         where = f"joining Ray at {args.address}" if args.address else "starting Ray"
-        print(f"flowrl: {where} for the rollout workers")
+        actors = "the rollout workers" if config.num_workers else "the plan's actors"
+        print(f"flowrl: {where} for {actors}")  # Ape-X's replay shards, offline readers
     return Algorithm(args.algo, values, address=args.address)
 
 

@@ -128,6 +128,15 @@ def _whole_records(path: Path, last_iteration: int) -> list[str]:
     return kept
 
 
+def logged_result(output_dir: Path, iteration: int) -> dict[str, Any]:
+    """The result a run's result.jsonl holds for ``iteration`` (empty where none)."""
+    for line in reversed(_whole_records(Path(output_dir) / "result.jsonl", iteration)):
+        record = json.loads(line)
+        if record.get(ITERATION) == iteration:
+            return record
+    return {}
+
+
 def _replace_file(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -77,14 +77,18 @@ class Trainable(Protocol):
 
 
 def _check_stop(algo: Trainable, stop: StopCriteria) -> None:
-    """A ConfigError when ``algo`` has used up ``stop``'s env steps or iterations already
-    (a second ``algo.run(stop={"iters": 3})``: it trained one more); the warnings of
+    """A ConfigError when ``algo`` has met a criterion of ``stop`` already (a second
+    ``algo.run(stop={"iters": 3})``: it trained one more); the warnings of
     ``_warn_if_learning_stops``."""
     steps = _steps(algo)
     if steps is not None and not algo.unreported:  # (Algorithm.auto's results: not yet run's)
-        remedy = "raise stop's {} to train on, or leave it out"
-        stop.check_left(steps[0], algo.iteration, f"{algo.spec.name} on {algo.config.env}", remedy)
+        reached = {**(algo.last_result or {}), STEPS_SAMPLED: steps[0], ITERATION: algo.iteration}
+        stop.check_left(reached, f"{algo.spec.name} on {algo.config.env}", _raise_stop)
     _warn_if_learning_stops(algo.config, stop)
+
+
+def _raise_stop(field: str) -> str:
+    return f"raise stop's {field} to train on, or leave it out"
 
 
 def _warn_if_learning_stops(config: Config, stop: StopCriteria) -> None:
@@ -165,52 +169,70 @@ class StopCriteria:
     def is_empty(self) -> bool:
         return all(v is None for v in (self.reward, self.timesteps, self.time_s, self.iters))
 
-    def check_left(self, steps: int, iterations: int, where: str, remedy: str) -> None:
-        """A ConfigError when ``where`` (an algorithm, a checkpoint) has taken ``steps``
-        env steps or ``iterations`` already, at or past these criteria's (they count from
-        its start): a run from there trained an iteration more and stopped. The line ends
-        with ``remedy``, where ``{}`` stands for the criterion's name.
+    def check_left(
+        self, reached: Mapping[str, Any], where: str, remedy: Callable[[str], str]
+    ) -> None:
+        """A ConfigError when ``reached`` (the last result of ``where``, an algorithm or a
+        checkpoint: its env steps and iterations at least) meets a criterion already (they
+        count from its start): a run from there trained an iteration more and stopped. The
+        line ends with ``remedy`` of the criterion's field name.
 
         Examples:
-            >>> StopCriteria(iters=3).check_left(0, 3, "the algorithm", "raise stop's {}")
+            >>> StopCriteria(iters=3).check_left({ITERATION: 3}, "the algorithm", str)
             Traceback (most recent call last):
             ...
             flowrl.core.config.ConfigError: the algorithm has 3 iterations already, ...
         """
-        for reached, limit, what, name in (
-            (steps, self.timesteps, "env steps", "timesteps"),
-            (iterations, self.iters, "iterations", "iters"),
-        ):
-            if limit is not None and reached >= limit:
-                raise ConfigError(
-                    f"{where} has {reached:,} {what} already, at or past the run's budget "
-                    f"of {limit:,}: {remedy.format(name)}"
-                )
+        met = self._met(reached)
+        if met is None:
+            return
+        name, key, _ = met
+        field, held, criterion = _LEFT[name]
+        value = reached[key]
+        raise ConfigError(
+            f"{where} has {held.format(value)} already, at or past the run's "
+            f"{criterion.format(getattr(self, field))}: {remedy(field)}"
+        )
+
+    def _criteria(self) -> list[tuple[str, str, float | None]]:
+        """Each criterion's name (as ``reason`` gives it), the result key it judges and its
+        value, in the order ``reason`` tries them."""
+        ret = EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN
+        return [
+            ("reward", ret, self.reward),
+            ("timesteps", STEPS_SAMPLED, self.timesteps),
+            ("time", TIME_TOTAL_S, self.time_s),
+            ("iterations", ITERATION, self.iters),
+        ]
 
     def thresholds(self) -> dict[str, float]:
         """The criteria as result keys and the values that stop a run (Ray Tune's ``stop``
         takes this form); the evaluation return replaces the training return when
         ``on_evaluation``."""
-        criteria = {
-            EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN: self.reward,
-            STEPS_SAMPLED: self.timesteps,
-            TIME_TOTAL_S: self.time_s,
-            ITERATION: self.iters,
-        }
-        return {key: value for key, value in criteria.items() if value is not None}
+        return {key: limit for _, key, limit in self._criteria() if limit is not None}
 
-    def reason(self, result: dict[str, Any]) -> str | None:
-        """The name of the first criterion ``result`` meets, or None."""
-        ret = result.get(EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN, math.nan)
-        if self.reward is not None and math.isfinite(ret) and ret >= self.reward:
-            return "reward"
-        if self.timesteps is not None and result[STEPS_SAMPLED] >= self.timesteps:
-            return "timesteps"
-        if self.time_s is not None and result[TIME_TOTAL_S] >= self.time_s:
-            return "time"
-        if self.iters is not None and result[ITERATION] >= self.iters:
-            return "iterations"
+    def reason(self, result: Mapping[str, Any]) -> str | None:
+        """The name of the first criterion ``result`` meets (one it lacks the key of, or
+        has NaN for, it does not), or None."""
+        met = self._met(result)
+        return None if met is None else met[0]
+
+    def _met(self, result: Mapping[str, Any]) -> tuple[str, str, float] | None:
+        for name, key, limit in self._criteria():
+            value = result.get(key, math.nan)
+            if limit is not None and math.isfinite(value) and value >= limit:
+                return name, key, limit
         return None
+
+
+#: by the name ``StopCriteria.reason`` gives it: a criterion's field, what a result that
+#: meets it holds, and the criterion
+_LEFT = {
+    "reward": ("reward", "a mean return of {:,.1f}", "stop reward of {:,}"),
+    "timesteps": ("timesteps", "{:,} env steps", "budget of {:,} env steps"),
+    "time": ("time_s", "{:,.1f} s of training", "time budget of {:,} s"),
+    "iterations": ("iters", "{:,} iterations", "budget of {:,} iterations"),
+}
 
 
 @contextlib.contextmanager
