@@ -45,6 +45,20 @@ class Corridor(gym.Env):
         return frame
 
 
+class LargeFrames(Corridor):
+    """The corridor seen in frames of ``height`` x ``width`` (PettingZoo's cooperative_pong
+    gives 280x480), the walker's column lit."""
+
+    def __init__(self, height: int = 280, width: int = 480) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Box(0, 255, (height, width, 3), np.uint8)
+
+    def _obs(self) -> np.ndarray:
+        frame = np.zeros(self.observation_space.shape, np.uint8)
+        frame[:, self.pos * frame.shape[1] // self.length] = 255
+        return frame
+
+
 def make_corridor(length: int = 5) -> gym.Env:
     """A factory, as users write them: a Corridor in a gymnasium wrapper."""
     return gym.wrappers.RecordEpisodeStatistics(Corridor(length))

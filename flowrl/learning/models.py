@@ -104,6 +104,7 @@ class NatureCNN(nn.Module):
         )
         with torch.no_grad():
             n_flat = self._conv_features(torch.zeros(1, *obs_shape, dtype=torch.uint8)).shape[1]
+        self.obs_shape = tuple(obs_shape)
         self.fc = InputMajorLinear(n_flat, 512, gain=np.sqrt(2))
         self.out_features = 512
 
@@ -150,6 +151,30 @@ class SmallCNN(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.fc(self.convs(self._as_channels_first(obs))))
+
+
+#: the inputs of the Nature CNN's linear layer on an 84x84 frame (64 channels of 7x7)
+FRAME_84_FEATURES = 3136
+
+
+def large_images(module: nn.Module) -> list[str]:
+    """A line for each Nature CNN in ``module`` whose images give its linear layer over ten
+    times the inputs an 84x84 frame does: sampling and learning slow down with them.
+
+    Examples:
+        >>> [line] = large_images(NatureCNN((280, 480, 3)))  # PettingZoo's cooperative_pong
+        >>> line.split(" (")[0]
+        "images of 280x480x3 give the Nature CNN's linear layer 111,104 inputs"
+        >>> large_images(NatureCNN((84, 84, 4)))
+        []
+    """
+    return [
+        f"images of {'x'.join(map(str, m.obs_shape))} give the Nature CNN's linear layer "
+        f"{n_in:,} inputs ({m.fc.weight.numel() / 1e6:.0f}M weights, "
+        f"{n_in / FRAME_84_FEATURES:.0f} times an 84x84 frame's)"
+        for m in module.modules()
+        if isinstance(m, NatureCNN) and (n_in := m.fc.weight.shape[0]) > 10 * FRAME_84_FEATURES
+    ]
 
 
 def image_encoder(shape: Sequence[int]) -> nn.Module:

@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,6 +30,7 @@ from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
+from flowrl.learning.models import large_images
 from flowrl.rollout.envs import (
     check_env_id,
     check_spaces,
@@ -52,6 +54,10 @@ from flowrl.run.spec import (
     get_algorithm,
     policy_specs,
 )
+
+logger = logging.getLogger(__name__)
+#: the warnings said in this process (``_say_if_images_are_large``)
+_SAID: set[str] = set()
 
 
 def check_env(spec: AlgorithmSpec, config: Config) -> None:
@@ -244,6 +250,22 @@ def auto_algorithm(
 SMALL_WEIGHT = 32_768
 
 
+def _say_if_images_are_large(policies: Mapping[str, Any]) -> None:
+    """Warn, once per process and line, where a policy's images make its CNN many times an
+    84x84 frame's (``large_images``)."""
+    for pid, policy in policies.items():
+        module = getattr(policy, "module", None)
+        for line in large_images(module) if isinstance(module, torch.nn.Module) else []:
+            line = line if len(policies) == 1 else f"policy {pid}'s {line}"
+            if line not in _SAID:
+                _SAID.add(line)
+                logger.warning(
+                    "%s: sampling and learning slow down with them; downsample the frames in "
+                    'an env creator of your own (docs/environments.md, "Large images")',
+                    line,
+                )
+
+
 def _learner_threads(config: Config, policies: Mapping[str, Any], torchs: int) -> int:
     """The torch threads of the learner's process while the run lasts: the config's
     ``learner_threads``, or where that is 0, one when no weight of the policies' modules
@@ -331,6 +353,7 @@ class Algorithm(Checkpointing):
         self.unreported: list[dict[str, Any]] = []
         self._torch_threads = torch.get_num_threads()  # stop() gives them back
         policies = self.workers.local_worker.policies
+        _say_if_images_are_large(policies)
         self._learner_threads = _learner_threads(self.config, policies, self._torch_threads)
         torch.set_num_threads(self._learner_threads)
 
