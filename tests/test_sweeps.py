@@ -338,23 +338,26 @@ def test_a_sweep_says_each_trial_as_it_ends_and_where_it_stands_now_and_then(cap
 
     from flowrl.apps.sweeps import SweepProgress
 
-    def trial(trial_id, status, lr, ret=None):
-        last = {} if ret is None else {"episode_return_mean": ret, "iteration": 7,
-                                       "env_steps_sampled": 14336}  # fmt: skip
+    def trial(trial_id, status, lr, ret=None, iteration=7):
+        last = {} if ret is None else {"episode_return_mean": ret, "iteration": iteration,
+                                       "env_steps_sampled": iteration * 2048}  # fmt: skip
         return SimpleNamespace(trial_id=trial_id, status=status, config={"lr": lr},
                                last_result=last, error_file=None)  # fmt: skip
 
     trials = [trial("a", "TERMINATED", 1e-3, 480.5), trial("b", "RUNNING", 3e-4, 212.0)]
-    trials.append(trial("c", "ERROR", 1e-4))
-    progress = SweepProgress(["lr"], trials=5, interval_s=0)
+    trials += [trial("c", "ERROR", 1e-4), trial("d", "TERMINATED", 1e-5, 25.0, iteration=2)]
+    progress = SweepProgress(["lr"], trials=5, interval_s=0, stop={"iteration": 7})
     progress.on_trial_complete(iteration=1, trials=trials, trial=trials[0])
     progress.on_trial_error(iteration=1, trials=trials, trial=trials[2])
+    progress.on_trial_complete(iteration=1, trials=trials, trial=trials[3])  # ASHA's rung
     progress.on_step_end(iteration=1, trials=trials)
     assert capsys.readouterr().err.splitlines() == [
         "flowrl: trial a (lr=0.001) done: episode_return_mean 480.5 at iteration 7, "
         "14,336 env steps",
         "flowrl: trial c (lr=0.0001) failed: (Tune wrote no error.txt)",
-        "flowrl: 2 of 5 trials ended, 1 running, 2 waiting; best episode_return_mean 480.5 "
+        "flowrl: trial d (lr=1e-05) stopped early: episode_return_mean 25 at iteration 2, "
+        "4,096 env steps",
+        "flowrl: 3 of 5 trials ended, 1 running, 1 waiting; best episode_return_mean 480.5 "
         "(lr=0.001)",
     ]
     quiet = SweepProgress(["lr"], trials=5)  # every 30 s: not yet
@@ -410,6 +413,23 @@ def test_resume_refuses_what_it_cannot_go_on_with_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_a_trial_short_of_the_sweeps_stop_is_a_row_stopped_early():
+    """A trial that ASHA stopped at a rung was a row "done", as one that met the stop."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    def result(path, iteration):
+        metrics = {"done": True, "iteration": iteration, "trial_id": path}
+        history = pd.DataFrame({"episode_return_mean": [20.0] * iteration})
+        return SimpleNamespace(metrics=metrics, path=path, config={"lr": 0.1}, error=None,
+                               metrics_dataframe=history)  # fmt: skip
+
+    rows = trial_rows([result("a", 12), result("b", 4)], ["lr"], stop={"iteration": 12})
+    assert [row["status"] for row in rows] == ["done", "stopped early"]
+    assert trial_rows([result("b", 4)], ["lr"])[0]["status"] == "done"  # no stop: its own
+
+
 def test_asha_runs_the_best_trials_to_the_sweeps_iterations(ray_session, tmp_path):
     """ASHA's own budget (100 iterations) ended every trial there, --stop-iters 300 or not."""
     results = sweep("ppo", {"lr": [1e-3, 1e-5]}, fixed=FAST, stop={"iteration": 110},

@@ -611,13 +611,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("name the algorithm (flowrl list shows them), or --resume SWEEP_DIR")
     output, results = _resumed_sweep(args) if args.resume else _new_sweep(args)
     saved = read_sweep(output)
-    rows = trial_rows(results, saved["keys"], metric(get_algorithm(saved["algo"])))
+    ranked_by = metric(get_algorithm(saved["algo"]))
+    rows = trial_rows(results, saved["keys"], ranked_by, saved.get("stop"))
     print_table(rows)  # (each trial's error was said as it failed: sweeps.SweepProgress)
     failed = sum(1 for row in rows if row["status"].startswith("failed"))
-    done = sum(1 for row in rows if row["status"] == "done")
+    early = sum(1 for row in rows if row["status"] == "stopped early")
+    done = early + sum(1 for row in rows if row["status"] == "done")
     trials = _count(len(rows), "trial")
+    early_by = f", {early} stopped early by {saved['scheduler']}" if early else ""
     print(
-        f"flowrl: {trials}, {failed} failed; Tune's results in {output / 'tune'} "
+        f"flowrl: {trials}, {failed} failed{early_by}; Tune's results in {output / 'tune'} "
         f"(flowrl plot {output} --out trials.png draws them)"
     )
     if failed + done < saved["trials"]:  # Ctrl-C or SIGTERM ended Tune's loop (sweeps._fit)

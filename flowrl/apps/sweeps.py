@@ -156,9 +156,23 @@ class FlowrlTrainable(tune.Trainable):
         self.algo.stop()
 
 
+def ended(last: Mapping[str, Any], stop: Mapping[str, float]) -> str:
+    """How a trial whose ``last`` result ended it ended: ``done`` where it met ``stop``
+    (Tune's: result keys and thresholds) or there is none, else ``stopped early`` (by
+    the scheduler: ASHA's rungs).
+
+    Examples:
+        >>> ended({"iteration": 4}, {"iteration": 12})
+        'stopped early'
+    """
+    met = any(last.get(key, -math.inf) >= limit for key, limit in stop.items())
+    return "done" if met or not stop else "stopped early"
+
+
 class SweepProgress(tune.Callback):
     """What a sweep says as it goes, on stderr: each trial as it ends (its swept ``keys``'
-    values and what it reached, or its error in one line), and every ``interval_s`` how
+    values and what it reached, whether it met ``stop`` or its scheduler stopped it early,
+    or its error in one line), and every ``interval_s`` how
     many of the sweep's ``trials`` are done, running and waiting, with the best return so
     far (``ranked_by``).
 
@@ -173,9 +187,11 @@ class SweepProgress(tune.Callback):
         *,
         trials: int,
         ranked_by: str = METRIC,
+        stop: Mapping[str, float] | None = None,
         interval_s: float = LINE_INTERVAL_S,
     ) -> None:
         self.keys, self.trials, self.ranked_by = list(keys), trials, ranked_by
+        self.stop = dict(stop or {})
         self.interval_s, self.said_at = interval_s, time.monotonic()
 
     def setup(self, **info: Any) -> None:
@@ -190,7 +206,8 @@ class SweepProgress(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         last = trial.last_result
         self._say(
-            f"trial {trial.trial_id} ({self.values(trial.config)}) done: {self.ranked_by} "
+            f"trial {trial.trial_id} ({self.values(trial.config)}) {ended(last, self.stop)}: "
+            f"{self.ranked_by} "
             f"{last.get(self.ranked_by, math.nan):.4g} at iteration {last.get(ITERATION)}, "
             f"{last.get(STEPS_SAMPLED, 0):,} env steps"
         )
@@ -397,7 +414,7 @@ def sweep(
     ranked_by = metric(get_algorithm(algo))
     params = _param_space(algo, fixed, grid, space, stop)
     trials = math.prod(len(values) for values in grid.values()) * num_samples
-    progress = SweepProgress([*grid, *space], trials=trials, ranked_by=ranked_by)
+    progress = SweepProgress([*grid, *space], trials=trials, ranked_by=ranked_by, stop=stop)
     tuner = tune.Tuner(
         FlowrlTrainable,
         param_space={**params, SAVE_KEY: checkpoint_every_s},
@@ -413,7 +430,7 @@ def sweep(
         run_config=_run_config(name, storage, stop, scheduler, progress),
     )
     write_sweep(storage, algo=algo, keys=[*grid, *space], name=name, trials=trials,
-                scheduler=scheduler)  # fmt: skip
+                scheduler=scheduler, stop=dict(stop or {}))  # fmt: skip
     return _fit(tuner)
 
 
@@ -500,7 +517,7 @@ def resumable_sweep(storage: Path) -> dict[str, Any]:
 
 def write_sweep(storage: Path, **sweep: Any) -> None:
     """What ``resume_sweep`` needs of the sweep in ``storage``: its algorithm, swept keys,
-    Tune's name for it, how many trials it runs and its scheduler."""
+    Tune's name for it, how many trials it runs, its scheduler and stop."""
     Path(storage).mkdir(parents=True, exist_ok=True)
     (Path(storage) / SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n")
 
@@ -636,11 +653,15 @@ def trial_error(error: BaseException) -> str:
 
 
 def trial_rows(
-    grid: tune.ResultGrid | Sequence[Any], keys: Sequence[str], ranked_by: str = METRIC
+    grid: tune.ResultGrid | Sequence[Any],
+    keys: Sequence[str],
+    ranked_by: str = METRIC,
+    stop: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per trial: its swept values, iterations, env steps, last and best return
-    (``ranked_by``: ``metric``) and status: ``done``, ``failed: ErrorType``, or, in a
-    sweep that was interrupted, ``unfinished`` or ``not started``."""
+    (``ranked_by``: ``metric``) and status: ``done``, ``stopped early`` (short of the
+    sweep's ``stop``: ``ended``), ``failed: ErrorType``, or, in a sweep that was
+    interrupted, ``unfinished`` or ``not started``."""
     trials = _trials(grid)
     rows = []
     for result in grid:
@@ -653,7 +674,8 @@ def trial_rows(
         if result.error is not None:
             status = f"failed: {trial_error(result.error).split(':')[0]}"
         else:
-            status = "done" if metrics.get(DONE) else "unfinished" if has else "not started"
+            ran = "unfinished" if has else "not started"
+            status = ended(metrics, stop or {}) if metrics.get(DONE) else ran
         rows.append(
             {
                 "trial": metrics.get("trial_id", trial.trial_id if trial is not None else "?"),
