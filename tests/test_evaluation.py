@@ -124,6 +124,26 @@ def test_a_run_with_an_evaluation_worker_reports_the_evaluation_of_its_final_wei
     algo.stop()
 
 
+@pytest.mark.slow
+def test_an_evaluation_every_iteration_on_a_worker_scores_the_final_weights_too(
+    ray_session, tmp_path
+):
+    """On the evaluation worker, each row holds the evaluation of the weights before (it
+    ends while the next iteration trains), and the one the last iteration started, of
+    the final weights, was dropped: neither the summary nor checkpoints/best saw them."""
+    import numpy as np
+
+    algo = Algorithm("ppo", num_workers=1, evaluation_interval=1, evaluation_episodes=2,
+                     train_batch_size=256)  # fmt: skip
+    run(algo, stop=StopCriteria(iters=3), output_dir=str(tmp_path))  # (a str: as users pass)
+    final = algo.workers.local_worker.get_weights()["default"]
+    scored = algo.evaluation.scored_weights["default"]
+    assert algo.last_result["evaluation/iteration"] < 3
+    assert all(np.array_equal(final[name], scored[name]) for name in final)
+    assert algo.evaluation.running is None
+    algo.stop()
+
+
 def test_the_progress_bar_says_when_a_run_waits_for_its_final_evaluation(ray_session, capsys):
     """The wait for the last evaluation (up to two minutes of Atari episodes) was silent."""
     algo = Algorithm("ppo", env="custom_envs:SlowCorridor", env_config={"delay_s": 0.05},

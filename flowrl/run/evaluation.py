@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "evaluation/"
 EVAL_RETURN_MEAN = PREFIX + EPISODE_RETURN_MEAN
+#: the iteration whose weights an evaluation scored
+EVAL_ITERATION = PREFIX + ITERATION
 
 
 def episode_stats(episodes: list[Episode]) -> dict[str, float]:
@@ -102,6 +104,11 @@ class Evaluation:
         self.scored_weights: dict[str, Weights] | None = None
         self._env_raised = False  # in the last evaluation
 
+    @property
+    def running(self) -> int | None:
+        """The iteration whose weights the evaluation still running scores (None: none)."""
+        return None if self._pending is None else self._pending[1]
+
     def step(self, iteration: int) -> dict[str, Any]:
         """``evaluation/...`` results that finished since the last call (empty if none);
         starts the next evaluation when ``iteration`` is due and none is running."""
@@ -144,7 +151,7 @@ class Evaluation:
                 return {}
         self._pending, self.scored_weights, self._env_raised = None, weights, False
         stats = {PREFIX + k: v for k, v in episode_stats(handle).items()}
-        return {**stats, PREFIX + ITERATION: iteration}
+        return {**stats, EVAL_ITERATION: iteration}
 
     def _start_again(self, iteration: int, error: Exception) -> None:
         """The evaluation of ``iteration`` started again on a new evaluation worker, where
@@ -178,6 +185,20 @@ class Evaluation:
             waiting(f"the evaluation of iteration {iteration} ({self.episodes} episodes)")
         ray.wait([ref], timeout=max(0.0, timeout_s - 1.0))
         return self._collect()
+
+    def score_last(
+        self, iteration: int, *, waiting: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
+        """The results of an evaluation of the weights of ``iteration``, a run's last (they
+        have not changed since), where it is due and an evaluation worker scores it: the
+        one running on them, or one started now, waited for as ``finish`` waits. Empty
+        where it is not due, or another evaluation still runs."""
+        due = self.interval > 0 and iteration % self.interval == 0
+        if not due or not self.workers.remote_workers:  # (in-process: its row holds it)
+            return {}
+        if self._pending is None:
+            self._start(iteration)
+        return self.finish(waiting=waiting) if self.running == iteration else {}
 
     def stop(self) -> None:
         if self._actor is not None:

@@ -43,7 +43,7 @@ from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.learning.acting import Weights
 from flowrl.rollout.envs import EndlessEpisodes, EnvError, env_name, reward_threshold
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
-from flowrl.run.evaluation import EVAL_RETURN_MEAN, Evaluation
+from flowrl.run.evaluation import EVAL_ITERATION, EVAL_RETURN_MEAN, Evaluation
 from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
 from flowrl.run.tracking import Guarded, Tracker
 
@@ -452,7 +452,7 @@ def run(
     algo: Trainable,
     *,
     stop: StopCriteria | Mapping[str, float] | None = None,
-    output_dir: Path | None = None,
+    output_dir: str | Path | None = None,
     checkpoint_every: int = 0,
     keep_checkpoints: int = 0,
     progress: bool | None = None,
@@ -473,6 +473,7 @@ def run(
     ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
     ``progress`` draws a progress bar on stderr (default: when stderr is a terminal)."""
     stop = StopCriteria.of(stop).for_config(algo.config)
+    output_dir = None if output_dir is None else Path(output_dir)
     _check_stop(algo, stop)
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
@@ -494,6 +495,7 @@ def run(
             kept.checkpoint(algo, result, output_dir, checkpoint_every)
             _show_progress(bar, stop, result, shown)
             stopped_by = stopped_by or stop.reason(result)
+        _score_final_weights(algo, result, kept, output_dir, bar)
     except (KeyboardInterrupt, Exception) as e:  # keep what was made; the caller sees an error
         stopped_by, error = ("error", e) if isinstance(e, Exception) else ("interrupted", None)
         result, best = _log_unlogged(algo, result, pending, log, trackers, best)
@@ -618,6 +620,22 @@ def _next_result(
     if stop.reason(result) and EVAL_RETURN_MEAN not in result:
         result.update(algo.evaluation.finish(waiting=lambda what: _waiting_for(bar, what)))
     return result
+
+
+def _score_final_weights(
+    algo: Trainable, last: dict[str, Any], kept: _Kept, output_dir: Path | None, bar: Any
+) -> None:
+    """Where the last row holds the evaluation of earlier weights (one that ended after
+    the row before's was logged; with an evaluation every iteration on a worker, always),
+    the final weights are scored too where they are due (``Evaluation.score_last``): the
+    result counts toward the best evaluation (the summary's, ``checkpoints/best``)."""
+    if last.get(EVAL_ITERATION, last[ITERATION]) == last[ITERATION]:
+        return
+    scores = algo.evaluation.score_last(
+        last[ITERATION], waiting=lambda what: _waiting_for(bar, what)
+    )
+    if scores:
+        kept.checkpoint(algo, scores, output_dir, every=0)
 
 
 def _waiting_for(bar: Any, what: str) -> None:
