@@ -184,6 +184,11 @@ def test_unbounded_box_actions_train_ppo_and_are_refused_by_sac():
 def test_env_config_the_creator_does_not_take_is_refused():
     with pytest.raises(ConfigError, match="does not take env_config"):
         Algorithm("ppo", env="custom_envs:Corridor", env_config={"size": 3}, num_workers=0)
+    # a subclass passing **kwargs on: its signature takes any, CartPoleEnv's does not
+    with pytest.raises(ConfigError, match=r"RaiseAfter does not take env_config .*'after'"):
+        Algorithm("ppo", env="fault_envs:RaiseAfter", env_config={"after": 5}, num_workers=0)
+    with pytest.raises(ConfigError, match=r"connect_four_v3:env does not take env_config"):
+        Algorithm("ppo", env="pettingzoo.classic.connect_four_v3:env", env_config={"bogus": 1})
     # ale-py's vector env: a TypeError from inside it, exit 1, before
     with pytest.raises(ConfigError, match=r"ALE/Pong-v5 does not take env_config \{'bogus': 1\}"):
         Algorithm("ppo", env="ALE/Pong-v5", env_config={"bogus": 1}, num_workers=0)

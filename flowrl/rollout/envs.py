@@ -579,7 +579,7 @@ def _make_from_creator(
 ) -> gym.vector.VectorEnv:
     if makes_vector_envs(creator):  # stepped as it is: its own loop over its envs
         args, kw = creator_arguments(env, creator, {"num_envs": num_envs, **kwargs})
-        vec = creator(*args, **kw)
+        vec = call_creator(env, creator, args, kw, kwargs)
         if not isinstance(vec, gym.vector.VectorEnv) or vec.num_envs != num_envs:
             made = (
                 f"{getattr(vec, 'num_envs', '?')} envs"
@@ -594,7 +594,7 @@ def _make_from_creator(
     args, kw = creator_arguments(env, creator, kwargs)
 
     def make_one() -> gym.Env:
-        one = creator(*args, **kw)
+        one = call_creator(env, creator, args, kw, kwargs)
         if not isinstance(one, gym.Env):
             raise ConfigError(f"env {env} made a {type(one).__name__}, not a gymnasium.Env")
         return one
@@ -602,6 +602,19 @@ def _make_from_creator(
     return gym.vector.SyncVectorEnv(
         [make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
     )
+
+
+def call_creator(
+    env: str, creator: EnvCreator, args: tuple, kw: dict[str, Any], env_config: dict[str, Any]
+) -> Any:
+    """``creator(*args, **kw)``; a ConfigError where it passes ``env_config`` on
+    (``**kwargs``) to a class that does not take it, which its signature did not tell."""
+    try:
+        return creator(*args, **kw)
+    except TypeError as e:
+        if env_config and "keyword argument" in str(e):
+            raise ConfigError(f"env {env} does not take env_config {env_config}: {e}") from None
+        raise
 
 
 def creator_arguments(

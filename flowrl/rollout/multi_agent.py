@@ -33,6 +33,7 @@ from flowrl.core.config import ConfigError
 from flowrl.learning.spaces import RecordLayout, is_composite
 from flowrl.rollout.envs import (
     EnvError,
+    call_creator,
     creator_arguments,
     makes_vector_envs,
     resolve_env,
@@ -155,7 +156,7 @@ def agent_env_maker(
         single = isinstance(target, type) and issubclass(target, gym.Env)
         if not (single or makes_vector_envs(target)):
             args, kw = creator_arguments(env, target, kwargs)
-            probe = target(*args, **kw)
+            probe = call_creator(env, target, args, kw, kwargs)
             if _is_agent_env(probe):
                 kind = "turns" if is_turn_based(probe) else "parallel"
             if callable(getattr(probe, "close", None)):
@@ -167,7 +168,7 @@ def agent_env_maker(
     args, kw = creator_arguments(env, target, kwargs, render=render)  # when it takes it
 
     def make() -> Any:
-        one = target(*args, **kw)
+        one = call_creator(env, target, args, kw, kwargs)
         if render and getattr(one, "render_mode", None) != "rgb_array":
             raise ConfigError(f"env {env} cannot be recorded: it renders no rgb_array frames")
         if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
