@@ -148,12 +148,15 @@ def test_remote_workers_record_and_write_what_they_hold_at_the_end(tmp_path, ray
     assert len(rows) > 0.9 * result["env_steps_sampled"]
 
 
-def test_the_cli_records(tmp_path):
+def test_the_cli_records_and_says_what_the_recording_holds(tmp_path, capsys):
     out = tmp_path / "recorded"
     run = ["train", "ppo", "--env", "CartPole-v1", "--num-workers", "0", "--stop-iters", "1"]
     assert main([*run, "--no-progress", "--output", str(tmp_path / "run"),
                  "--record-experiences", str(out)]) == 0  # fmt: skip
-    assert len(read_experiences(out)["default"]) > 0
+    rows = len(read_experiences(out)["default"])
+    assert rows > 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"flowrl: the recording in {out} holds {rows:,} steps")
 
 
 @pytest.fixture(scope="module")

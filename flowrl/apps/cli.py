@@ -547,7 +547,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         algo.stop()
     print(final_line(summary))
+    if algo.config.record_experiences:
+        print(_recording_line(algo.config.record_experiences))
     return 0
+
+
+def _recording_line(directory: str) -> str:
+    """What a recording holds once its run ended (the steps of every worker's files)."""
+    import pyarrow.parquet as pq
+
+    rows = sum(pq.read_metadata(path).num_rows for path in Path(directory).glob("*/*.parquet"))
+    return (
+        f"flowrl: the recording in {directory} holds {rows:,} steps "
+        f"(flowrl train bc --input {directory} learns from it: docs/offline.md)"
+    )
 
 
 def final_line(summary: dict[str, Any]) -> str:
