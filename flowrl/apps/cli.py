@@ -559,7 +559,7 @@ def _recording_line(directory: str) -> str:
     rows = sum(pq.read_metadata(path).num_rows for path in Path(directory).glob("*/*.parquet"))
     return (
         f"flowrl: the recording in {directory} holds {rows:,} steps "
-        f"(flowrl train bc --input {directory} learns from it: docs/offline.md)"
+        f"(an offline algorithm learns from it with --input {directory}: docs/offline.md)"
     )
 
 

@@ -473,7 +473,6 @@ def run(
     ``trackers`` (``flowrl.run.tracking``) get the config, every result and the summary;
     ``progress`` draws a progress bar on stderr (default: when stderr is a terminal)."""
     stop = StopCriteria.of(stop).for_config(algo.config)
-    output_dir = None if output_dir is None else Path(output_dir)
     _check_stop(algo, stop)
     budget = failure_budget or FailureBudget()
     pending, algo.unreported = list(algo.unreported), []  # Algorithm.auto's measuring run
@@ -486,8 +485,7 @@ def run(
     try:
         while stopped_by is None or pending:  # every result made is logged
             result = _next_result(algo, pending, budget, stop, bar)
-            ret = result[EPISODE_RETURN_MEAN]
-            best = max(best, ret) if math.isfinite(ret) else best
+            best = max(best, ret) if math.isfinite(ret := result[EPISODE_RETURN_MEAN]) else best
             for tracker in trackers:
                 tracker.log(result)
             if log is not None:
@@ -523,7 +521,7 @@ class _Kept:
     best_eval: float = -math.inf
 
     def checkpoint(
-        self, algo: Trainable, result: dict, output_dir: Path | None, every: int
+        self, algo: Trainable, result: dict, output_dir: str | Path | None, every: int
     ) -> None:
         """The checkpoints ``result`` is due for, where the run writes (``output_dir``), and
         the best evaluation return so far (which a summary gives whether or not it does)."""
@@ -537,7 +535,7 @@ class _Kept:
             self.best_eval = result[EVAL_RETURN_MEAN]
             if output_dir is not None:
                 scored = algo.evaluation.scored_weights
-                algo.save(output_dir / "checkpoints" / BEST, weights=scored)
+                algo.save(Path(output_dir) / "checkpoints" / BEST, weights=scored)
 
 
 def _log_unlogged(
@@ -623,7 +621,7 @@ def _next_result(
 
 
 def _score_final_weights(
-    algo: Trainable, last: dict[str, Any], kept: _Kept, output_dir: Path | None, bar: Any
+    algo: Trainable, last: dict[str, Any], kept: _Kept, output_dir: str | Path | None, bar: Any
 ) -> None:
     """Where the last row holds the evaluation of earlier weights (one that ended after
     the row before's was logged; with an evaluation every iteration on a worker, always),
@@ -648,7 +646,7 @@ def run_meta(algo: Trainable) -> dict[str, Any]:
 
 
 def _start_logs(
-    algo: Trainable, output_dir: Path | None, trackers: Sequence[Tracker], *, logged: int
+    algo: Trainable, output_dir: str | Path | None, trackers: Sequence[Tracker], *, logged: int
 ) -> RunLogger | None:
     """The run's files (a fresh directory, or its logs cut back to the checkpoint) and
     config.json; the trackers' start. ``logged``: the iterations already in the logs (0
