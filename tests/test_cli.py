@@ -200,6 +200,27 @@ def test_evaluate_a_run_dir(run_dir):
     assert "episode_return_mean" in out.stdout and "over 3 episodes" in out.stdout
 
 
+def test_evaluate_on_another_env_or_seed_says_so_and_refuses_other_settings(run_dir, capsys):
+    """A checkpoint was evaluated on its own env and seeds only: no variant (a longer time
+    limit, CartPole-v0), no other episodes, and no env the run was given as an object."""
+
+    def evaluate(*flags):
+        assert main(["evaluate", str(run_dir), "--episodes", "10", *flags]) == 0, flags
+        line = capsys.readouterr().out.splitlines()[0]
+        return line, float(line.split("mean length ")[1].rstrip(")"))
+
+    line, length = evaluate("--set", "env_config.max_episode_steps=8")
+    assert line.startswith("ppo on CartPole-v1 (") and length <= 8
+    line, _ = evaluate("--env", "CartPole-v0")
+    assert line.startswith("ppo on CartPole-v0 (")
+    lengths = [evaluate("--seed", str(seed))[1] for seed in (1, 2, 1)]
+    assert lengths[0] == lengths[2] != lengths[1]
+    assert main(["evaluate", str(run_dir), "--set", "lr=1"]) == 2
+    assert "--set takes the env's env_config values (env_config.KEY=VALUE), not lr" in (
+        capsys.readouterr().err
+    )
+
+
 def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):
     """Evaluation runs in the process: an Ape-X checkpoint's replay actors and rollout
     workers are not started (Ray, pointed at an address where nothing listens, would fail)."""

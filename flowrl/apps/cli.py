@@ -135,6 +135,25 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
     evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
     evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
+    evaluate.add_argument(
+        "--env",
+        help="evaluate on another env of the same spaces (a variant; module:Class for an env "
+        "the run was given as an object); default: the checkpoint's",
+    )
+    evaluate.add_argument(
+        "--set",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env_config values of the env evaluated on (env_config.max_episode_steps=1000)",
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=int,
+        help="the episodes' seeds start from this (default: the same episodes as every "
+        "evaluation's)",
+    )
     evaluate.set_defaults(func=cmd_evaluate)
 
     export = sub.add_parser(
@@ -739,14 +758,17 @@ def _start_quiet_ray(address: str | None) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from flowrl.apps.inference import resolve_checkpoint
+    from flowrl.rollout.worker import EVALUATION_SEED
     from flowrl.run.algorithm import Algorithm
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     ckpt = resolve_checkpoint(args.checkpoint)
     _warn_skipped(ckpt)
-    with Algorithm.from_checkpoint(ckpt, in_process=True) as algo:
-        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video)
+    env = _evaluated_env(args, ckpt.meta["config"])
+    seed = EVALUATION_SEED if args.seed is None else args.seed
+    with Algorithm.from_checkpoint(ckpt, in_process=True, **env) as algo:
+        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video, seed=seed)
     print(
         f"{algo.spec.name} on {algo.config.env} ({ckpt.path}): episode_return_mean "
         f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "
@@ -762,6 +784,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"flowrl: {'a video' if n == 1 else 'videos'} of {_count(n, 'episode')} in {args.video}"
         )
     return 0
+
+
+def _evaluated_env(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
+    """The config values ``flowrl evaluate``'s ``--env`` and ``--set`` change: the env and
+    its ``env_config`` (over the checkpoint's, when it is the same env); a ConfigError for
+    another key."""
+    values: dict[str, Any] = {}
+    if args.env:
+        values["env"] = args.env
+    if args.set:
+        same = not args.env or args.env == config.get("env")
+        values["env_config"] = dict(config.get("env_config", {})) if same else {}
+        for item in args.set:
+            _set_value(values, item)
+        other = [key for key in values if key not in ("env", "env_config")]
+        if other:
+            raise ConfigError(
+                f"flowrl evaluate --set takes the env's env_config values "
+                f"(env_config.KEY=VALUE), not {other[0]}"
+            )
+    return values
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

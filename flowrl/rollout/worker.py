@@ -82,6 +82,11 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+#: the seed evaluation's episodes start from, whatever the run's: every evaluation plays the
+#: same episodes, so two runs' (or checkpoints') scores compare
+EVALUATION_SEED = 12345
+
+
 class RolloutWorker(ParallelIteratorWorker):
     """Samples experience from a gymnasium vector env with a local copy of the policy."""
 
@@ -272,7 +277,7 @@ class RolloutWorker(ParallelIteratorWorker):
         episodes: int,
         *,
         explore: bool = False,
-        seed: int = 12345,
+        seed: int = EVALUATION_SEED,
         video_dir: str | None = None,
         after_step: Callable[[list[Episode]], None] | None = None,
     ) -> list[Episode]:

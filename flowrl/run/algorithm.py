@@ -41,7 +41,7 @@ from flowrl.rollout.envs import (
 )
 from flowrl.rollout.minari_datasets import recorded_env
 from flowrl.rollout.multi_agent import Lanes, agent_env_maker, policy_mapping
-from flowrl.rollout.worker import WorkerSet, one_torch_thread
+from flowrl.rollout.worker import EVALUATION_SEED, WorkerSet, one_torch_thread
 from flowrl.run.evaluation import Evaluation, EvaluationBar, episode_stats
 from flowrl.run.presets import preset_for
 from flowrl.run.ray_start import init_ray
@@ -478,16 +478,18 @@ class Algorithm(Checkpointing):
         explore: bool = False,
         video_dir: str | None = None,
         progress: bool | None = None,
+        seed: int = EVALUATION_SEED,
     ) -> dict[str, Any]:
         """Mean return and length over ``episodes`` fresh episodes of the current policy;
         with ``video_dir``, each episode is also written there as an MP4. ``progress``
-        draws a bar of the episodes on stderr (default: when stderr is a terminal)."""
+        draws a bar of the episodes on stderr (default: when stderr is a terminal). The
+        episodes' seeds start from ``seed``: by default, those of every evaluation."""
         if episodes < 1:
             raise ConfigError(f"episodes must be >= 1, got {episodes}")
         with EvaluationBar(episodes, progress) as bar:
             return episode_stats(
                 self.workers.local_worker.evaluate(
-                    episodes, explore=explore, video_dir=video_dir, after_step=bar
+                    episodes, explore=explore, seed=seed, video_dir=video_dir, after_step=bar
                 )
             )
 
