@@ -130,31 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--out", help="write to this file (default for png: plan.png here)")
     plan.set_defaults(func=cmd_plan)
 
-    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
-    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
-    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
-    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
-    evaluate.add_argument(
-        "--env",
-        help="evaluate on another env of the same spaces (a variant; module:Class for an env "
-        "the run was given as an object); default: the checkpoint's",
-    )
-    evaluate.add_argument(
-        "--set",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env_config values of the env evaluated on (env_config.max_episode_steps=1000)",
-    )
-    evaluate.add_argument(
-        "--seed",
-        type=int,
-        help="the episodes' seeds start from this (default: the same episodes as every "
-        "evaluation's)",
-    )
-    evaluate.set_defaults(func=cmd_evaluate)
+    _add_evaluate_parser(sub)
 
     export = sub.add_parser(
         "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
@@ -186,6 +162,34 @@ def build_parser() -> argparse.ArgumentParser:
     list_.add_argument("--env", help="show the values a run on this env would use (presets)")
     list_.set_defaults(func=cmd_list)
     return parser
+
+
+def _add_evaluate_parser(sub: Any) -> None:
+    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
+    evaluate.add_argument(
+        "--env",
+        help="evaluate on another env of the same spaces (a variant; module:Class for an env "
+        "the run was given as an object); default: the checkpoint's",
+    )
+    evaluate.add_argument(
+        "--set",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env_config values of the env evaluated on (env_config.max_episode_steps=1000)",
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=int,
+        help="the episodes' seeds start from this (default: the same episodes as every "
+        "evaluation's)",
+    )
+    evaluate.set_defaults(func=cmd_evaluate)
 
 
 def _add_train_parser(sub: Any) -> None:

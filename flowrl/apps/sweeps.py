@@ -207,9 +207,8 @@ class SweepProgress(tune.Callback):
         last = trial.last_result
         self._say(
             f"trial {trial.trial_id} ({self.values(trial.config)}) {ended(last, self.stop)}: "
-            f"{self.ranked_by} "
-            f"{last.get(self.ranked_by, math.nan):.4g} at iteration {last.get(ITERATION)}, "
-            f"{last.get(STEPS_SAMPLED, 0):,} env steps"
+            f"{self.ranked_by} {last.get(self.ranked_by, math.nan):.4g} at iteration "
+            f"{last.get(ITERATION)}, {last.get(STEPS_SAMPLED, 0):,} env steps"
         )
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
