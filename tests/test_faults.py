@@ -664,6 +664,18 @@ def test_a_plan_that_returns_no_iterator_is_one_line(tmp_path, capsys):
     assert "plan returned NoneType, not a LocalIterator" in capsys.readouterr().err
 
 
+def test_a_plan_that_takes_other_arguments_is_one_line(tmp_path, capsys):
+    """plan(workers) was a TypeError from inside Algorithm's build, exit 1."""
+    from flowrl.apps.cli import main
+
+    plan = _plan_file(tmp_path, "return None")
+    plan.write_text(plan.read_text().replace("def plan(workers, config)", "def plan(workers)"))
+    assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["flowrl: error: plan must take (workers, config): too many positional "
+                   "arguments"], err  # fmt: skip
+
+
 def test_a_plan_that_produces_no_result_dicts_is_one_line(tmp_path, capsys):
     """A plan without StandardMetricsReporting, or one mapping its results to a number,
     ended in "AttributeError: 'tuple' object has no attribute 'update'", raised in

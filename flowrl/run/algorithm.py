@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -335,7 +336,7 @@ class Algorithm(Checkpointing):
             self.workers = WorkerSet(policy_cls=policy_cls, learner_cls=learner_cls,
                                      config=self.config, workers_learn=self.spec.workers_learn,
                                      policy_specs=policy_specs(self.spec, self.config))  # fmt: skip
-        self._plan_fn = plan or self.spec.execution_plan
+        self._plan_fn = _two_argument_plan(plan or self.spec.execution_plan)
         self.plan: LocalIterator[dict[str, Any]] = self._build_plan()
         #: "interrupted" (Ctrl-C, a notebook's), "was stopped", or the error that ended the plan
         self._ended: str | None = None
@@ -515,6 +516,18 @@ END_WITH_REPORTING = "(end the plan with StandardMetricsReporting(...))"
 
 def _plan_name(plan_fn: Plan) -> str:
     return getattr(plan_fn, "__name__", "the execution plan")
+
+
+def _two_argument_plan(plan_fn: Plan) -> Plan:
+    """``plan_fn``, where it takes ``(workers, config)``; a ConfigError naming it where it
+    does not (a TypeError from deep inside the build before)."""
+    try:
+        inspect.signature(plan_fn).bind(None, None)
+    except TypeError as e:
+        raise ConfigError(f"{_plan_name(plan_fn)} must take (workers, config): {e}") from None
+    except ValueError:  # no signature to read: the call will say
+        pass
+    return plan_fn
 
 
 def check_result(result: Any, plan_fn: Plan) -> None:
