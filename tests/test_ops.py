@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from flowrl.algorithms.ppo import PPOConfig, PPOLearner, PPOPolicy
+from flowrl.core.config import ConfigError
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED, WEIGHT_BROADCASTS
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
@@ -60,6 +61,15 @@ def test_standardize_fields_on_each_policys_rows_that_have_them():
     out = StandardizeFields(["a"])(MultiAgentBatch({"p": a, "q": b}, env_steps=4))
     assert abs(out["p"]["a"].mean()) < 1e-6 and abs(out["p"]["a"].std() - 1) < 1e-6
     assert out["p"]["b"].tolist() == out["q"]["b"].tolist() == [1.0, 2.0, 3.0, 6.0]
+    # a misspelt field standardised nothing, silently
+    with pytest.raises(ConfigError, match=r"no policy's rows hold c; their columns: a, b"):
+        StandardizeFields(["c"])(MultiAgentBatch({"p": a, "q": b}, env_steps=4))
+
+
+def test_concat_batches_after_the_training_step_says_so():
+    """It raised AttributeError: 'tuple' object has no attribute 'policy_batches'."""
+    with pytest.raises(ConfigError, match="got a tuple: put it before the training step"):
+        ConcatBatches(min_batch_size=4)((MultiAgentBatch({}, env_steps=0), {}))
 
 
 def test_local_plan_counts_steps_and_reports_results():

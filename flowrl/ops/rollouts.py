@@ -499,6 +499,11 @@ class ConcatBatches(Operator):
         self._pool = ArrayPool()  # a batch's memory, reused once nothing holds it
 
     def __call__(self, batch: MultiAgentBatch) -> list[MultiAgentBatch]:
+        if not isinstance(batch, MultiAgentBatch):  # (after TrainOneStep: its (batch, stats))
+            raise ConfigError(
+                f"ConcatBatches takes sample batches (rollouts, a recording), got a "
+                f"{type(batch).__name__}: put it before the training step"
+            )
         self._buffer.append(batch)
         self._count += len(batch)  # env steps
         if self._count < self.min_batch_size:
@@ -532,7 +537,8 @@ class SelectExperiences(Operator):
 
 class StandardizeFields(Operator):
     """Zero mean, unit variance on the named columns of each policy's rows (a policy
-    whose rows lack them is left as it is).
+    whose rows lack them is left as it is; a batch where no policy's rows hold them is a
+    ConfigError naming the columns they do hold: a misspelt field).
 
     Examples:
         >>> batches.for_each(StandardizeFields(["advantages"]))  # doctest: +SKIP
@@ -542,9 +548,16 @@ class StandardizeFields(Operator):
         self.fields = list(fields)
 
     def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
-        for rows in batch.policy_batches.values():
-            if all(field in rows for field in self.fields):
-                self._standardize(rows)
+        rows_of = batch.policy_batches.values()
+        held = [rows for rows in rows_of if all(field in rows for field in self.fields)]
+        if not held and batch.policy_batches:
+            columns = sorted({c for rows in rows_of for c, _ in rows.items()})
+            raise ConfigError(
+                f"StandardizeFields({self.fields}): no policy's rows hold "
+                f"{' and '.join(self.fields)}; their columns: {', '.join(columns)}"
+            )
+        for rows in held:
+            self._standardize(rows)
         return batch
 
     def _standardize(self, rows: SampleBatch) -> None:
