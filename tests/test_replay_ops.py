@@ -119,6 +119,9 @@ def test_update_targets_hard_copies_on_period_and_soft_with_tau():
     assert soft == [0.005] * 3
     with pytest.raises(ValueError, match="either period"):
         UpdateTargets(soft.append)
+    # the workers, as RLlib's UpdateTargetNetwork takes them: a TypeError at the first copy
+    with pytest.raises(TypeError, match=r"\(workers.learner.update_targets\), got a list"):
+        UpdateTargets([], period=25)
 
 
 def test_two_update_targets_in_one_plan_keep_two_states_across_a_resume():

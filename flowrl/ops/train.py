@@ -128,6 +128,11 @@ class UpdateTargets(Operator):
         by: str = "trained",
         policy_id: str | None = None,
     ) -> None:
+        if not callable(update_fn):  # (RLlib's UpdateTargetNetwork takes the workers)
+            raise TypeError(
+                f"UpdateTargets takes the function that moves the targets "
+                f"(workers.learner.update_targets), got a {type(update_fn).__name__}"
+            )
         if (tau is None) == (period <= 0):
             raise ValueError("give either period > 0 (hard copies) or tau (soft updates)")
         if by not in ("trained", "sampled"):
