@@ -104,7 +104,11 @@ def test_resume_cuts_the_logs_back_to_the_checkpoint_and_drops_a_torn_line(ppo_r
         (["train", "dqn"], "holds a ppo run, not dqn"),
         (["train", "ppo", "--env", "Acrobot-v1"], "trains on CartPole-v1, not Acrobot-v1"),
         (["train", "ppo", "--output", "elsewhere"], "drop --output elsewhere"),
-        (["train", "ppo", "--set", "model_hiddens=[32]"], "does not fit this config"),
+        (
+            ["train", "ppo", "--set", "model_hiddens=[32]"],  # (torch's error alone named keys)
+            "does not fit this config (its config differs: model_hiddens [64, 64] there, [32] "
+            "here: Error(s) in loading state_dict",
+        ),
     ],
 )
 def test_resume_refuses_another_algo_env_output_or_model(args, message, ppo_run, capsys):

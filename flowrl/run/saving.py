@@ -126,9 +126,14 @@ class Checkpointing:
                 self.plan.context.set_state(plan)
             torch.set_rng_state(state["torch_rng"])
         except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            reason, env = checkpoints.error_reason(e), checkpoint.meta["config"].get("env")
+            reason, saved = checkpoints.error_reason(e), checkpoint.meta["config"]
+            env, here = saved.get("env"), self.config.to_dict()
+            differ = [f"{k} {v} there, {here[k]} here" for k, v in saved.items()
+                      if k in here and here[k] != v and k != "env"]  # fmt: skip
             if env is not None and env != self.config.env:  # most likely other spaces
                 reason = f"it was trained on {env}, not {self.config.env}: {reason}"
+            elif differ:  # (other model settings, most likely)
+                reason = f"its config differs: {'; '.join(differ)}: {reason}"
             raise CheckpointError(
                 f"checkpoint {checkpoint.path} does not fit this config ({reason})"
             ) from None
