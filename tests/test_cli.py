@@ -219,6 +219,16 @@ def test_evaluate_on_another_env_or_seed_says_so_and_refuses_other_settings(run_
     assert "--set takes the env's env_config values (env_config.KEY=VALUE), not lr" in (
         capsys.readouterr().err
     )
+    # another env starts from no env_config; the same one from the checkpoint's
+    from argparse import Namespace
+
+    from flowrl.apps.cli import _evaluated_env
+
+    saved = {"env": "custom_envs:Corridor", "env_config": {"length": 7}}
+    other = Namespace(env="custom_envs:make_corridor", set=[])
+    assert _evaluated_env(other, saved) == {"env": other.env, "env_config": {}}
+    same = Namespace(env=None, set=["env_config.delay=1"])
+    assert _evaluated_env(same, saved) == {"env_config": {"length": 7, "delay": 1}}
 
 
 def test_evaluate_an_apex_checkpoint_without_ray(tmp_path):

@@ -792,14 +792,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _evaluated_env(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
     """The config values ``flowrl evaluate``'s ``--env`` and ``--set`` change: the env and
-    its ``env_config`` (over the checkpoint's, when it is the same env); a ConfigError for
-    another key."""
+    its ``env_config`` (over the checkpoint's, when it is the same env: another starts from
+    none); a ConfigError for another key."""
     values: dict[str, Any] = {}
-    if args.env:
-        values["env"] = args.env
+    if args.env and args.env != config.get("env"):
+        values = {"env": args.env, "env_config": {}}
     if args.set:
-        same = not args.env or args.env == config.get("env")
-        values["env_config"] = dict(config.get("env_config", {})) if same else {}
+        values.setdefault("env_config", dict(config.get("env_config", {})))
         for item in args.set:
             _set_value(values, item)
         other = [key for key in values if key not in ("env", "env_config")]
