@@ -680,6 +680,18 @@ def test_a_plan_that_takes_other_arguments_is_one_line(tmp_path, capsys):
                    "arguments"], err  # fmt: skip
 
 
+def test_an_operator_given_a_bad_value_is_a_usage_error(tmp_path, capsys):
+    """A plan's operator built with a value it cannot take was a ValueError, exit 1."""
+    from flowrl.apps.cli import main
+
+    ops = "from flowrl.ops import ParallelRollouts\n    "
+    plan = _plan_file(tmp_path, ops + "return ParallelRollouts(workers, mode='sync')")
+    assert main(["train", f"{plan}:plan", "--num-workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["flowrl: error: ParallelRollouts' mode must be bulk_sync, async or raw, "
+                   "got 'sync'"], err  # fmt: skip
+
+
 def test_a_plan_that_produces_no_result_dicts_is_one_line(tmp_path, capsys):
     """A plan without StandardMetricsReporting, or one mapping its results to a number,
     ended in "AttributeError: 'tuple' object has no attribute 'update'", raised in

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from flowrl.core.config import ConfigError
 from flowrl.core.context import (
     LEARNER_INFO,
     STEPS_TRAINED,
@@ -59,13 +60,15 @@ def Concurrently(
         ['stored 1', 'stored 2', 'trained 1', 'trained 2']
     """
     if mode not in ("round_robin", "async"):
-        raise ValueError(f"mode must be round_robin or async, got {mode!r}")
+        raise ConfigError(f"Concurrently's mode must be round_robin or async, got {mode!r}")
     if round_robin_weights is not None and mode != "round_robin":
-        raise ValueError("round_robin_weights need mode='round_robin'")
+        raise ConfigError("Concurrently's round_robin_weights need mode='round_robin'")
     outputs = set(range(len(ops)) if output_indexes is None else output_indexes)
     for name, indexes in (("output_indexes", outputs), ("warm_up_indexes", warm_up_indexes)):
         if not set(indexes) <= set(range(len(ops))):
-            raise ValueError(f"{name} {sorted(indexes)} out of range for {len(ops)} ops")
+            raise ConfigError(
+                f"Concurrently's {name} {sorted(indexes)} out of range for {len(ops)} ops"
+            )
     tagged = [op.for_each(_Tag(i)) for i, op in enumerate(ops)]
     merged = tagged[0].union(
         *tagged[1:],
@@ -150,7 +153,7 @@ class LearnerThread(threading.Thread):
     ) -> None:
         super().__init__(name="flowrl-learner", daemon=True)
         if inbox_size < 1:
-            raise ValueError(f"inbox_size must be >= 1, got {inbox_size}")
+            raise ConfigError(f"LearnerThread's inbox_size must be >= 1, got {inbox_size}")
         self.worker = worker
         self.inbox: queue.Queue[MultiAgentBatch] = queue.Queue(maxsize=inbox_size)
         self.outbox: queue.Queue[tuple[MultiAgentBatch, PolicyStats]] = queue.Queue()
@@ -334,8 +337,8 @@ class BroadcastWeights(Operator):
         min_env_steps: int = 0,
     ):
         if broadcast_interval < 1 or min_env_steps < 0:
-            raise ValueError(
-                f"need broadcast_interval >= 1 and min_env_steps >= 0, got "
+            raise ConfigError(
+                f"BroadcastWeights needs broadcast_interval >= 1 and min_env_steps >= 0, got "
                 f"{broadcast_interval} and {min_env_steps}"
             )
         self._learner = learner

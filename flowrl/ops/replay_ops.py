@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.config import ConfigError
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import (
     LocalIterator,
@@ -70,7 +71,9 @@ class StoreToReplayBuffer(Operator):
     ) -> None:
         self._local = _is_local(target)
         if checkpoint and not self._local:
-            raise ValueError("checkpointing replay shards is not supported; use a local buffer")
+            raise ConfigError(
+                "StoreToReplayBuffer cannot checkpoint replay shards; use a local buffer"
+            )
         self._checkpoint = checkpoint
         self._target = target
         self._rng = np.random.default_rng(seed)
@@ -152,7 +155,7 @@ class TrainingIntensity(Operator):
 
     def __init__(self, intensity: float) -> None:
         if intensity <= 0:
-            raise ValueError(f"intensity must be > 0, got {intensity}")
+            raise ConfigError(f"TrainingIntensity's intensity must be > 0, got {intensity}")
         self.intensity = intensity
 
     def __call__(self) -> bool:
@@ -181,7 +184,7 @@ class SamplingLead(Operator):
 
     def __init__(self, intensity: float, *, lead: int | None, learning_starts: int = 0) -> None:
         if intensity <= 0:
-            raise ValueError(f"intensity must be > 0, got {intensity}")
+            raise ConfigError(f"SamplingLead's intensity must be > 0, got {intensity}")
         self.intensity, self.lead, self.learning_starts = intensity, lead, learning_starts
         self._start: tuple[int, int] | None = None
 
@@ -243,7 +246,7 @@ class MixInReplay(Operator):
 
     def __init__(self, *, capacity: int, replay_proportion: float, seed: int = 0) -> None:
         if capacity < 1 or replay_proportion < 0:
-            raise ValueError("need capacity >= 1 and replay_proportion >= 0")
+            raise ConfigError("MixInReplay needs capacity >= 1 and replay_proportion >= 0")
         self.capacity, self.replay_proportion = capacity, replay_proportion
         self._stored: list[SampleBatch] = []
         self._next = 0

@@ -136,12 +136,12 @@ def ParallelRollouts(
         >>> ParallelRollouts(workers, mode="async", num_async=1).take(1)  # doctest: +SKIP
     """
     if mode not in ("bulk_sync", "async", "raw"):
-        raise ValueError(f"mode must be bulk_sync, async or raw, got {mode!r}")
+        raise ConfigError(f"ParallelRollouts' mode must be bulk_sync, async or raw, got {mode!r}")
     if ahead and mode != "bulk_sync":
-        raise ValueError(f"ahead is for bulk_sync rounds, not mode {mode!r}")
+        raise ConfigError(f"ParallelRollouts' ahead is for bulk_sync rounds, not mode {mode!r}")
     if not workers.remote_workers:
         if mode == "raw":
-            raise ValueError("ParallelRollouts(mode='raw') needs remote workers (num_workers > 0)")
+            raise ConfigError("ParallelRollouts(mode='raw') needs remote workers (num_workers > 0)")
         local = LocalIterator.from_generator(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
@@ -264,9 +264,11 @@ def AggregatedRollouts(
 
     remote = workers.remote_workers
     if not remote:
-        raise ValueError("AggregatedRollouts needs remote workers (num_workers > 0)")
+        raise ConfigError("AggregatedRollouts needs remote workers (num_workers > 0)")
     if num_aggregators < 1:
-        raise ValueError(f"num_aggregators must be >= 1, got {num_aggregators}")
+        raise ConfigError(
+            f"AggregatedRollouts' num_aggregators must be >= 1, got {num_aggregators}"
+        )
     n = min(num_aggregators, len(remote))
     actor_cls = ray.remote(num_cpus=0)(Aggregator)
     timeout_s = workers.config.sample_timeout_s
@@ -364,9 +366,9 @@ def ReadExperiences(
         (MultiAgentBatch(4 env steps; default: 4 rows), True)
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise ConfigError(f"ReadExperiences' batch_size must be >= 1, got {batch_size}")
     if readers < 0:
-        raise ValueError(f"readers must be >= 0, got {readers}")
+        raise ConfigError(f"ReadExperiences' readers must be >= 0, got {readers}")
     if isinstance(source, str | os.PathLike) and source and not str(source).startswith("minari:"):
         check_spaces(source, read_manifest(source)[1], spaces)  # bad input before a run starts
     read = {"batch_size": batch_size, "seed": seed, "spaces": spaces, "prepare": prepare}

@@ -119,7 +119,7 @@ class SelfPlay(Operator):
         self._workers = workers
         self._make_env = agent_env_maker(config.env, config.env_config)
         if self._make_env is None or not self._make_env.turn_based:
-            raise ValueError(f"SelfPlay plays turn-based two-player games, not {config.env}")
+            raise ConfigError(f"SelfPlay plays turn-based two-player games, not {config.env}")
         self.policy_id, self.opponent_id = policy_id, opponent_id
         self.every, self.games = every, games
         self._pool: collections.deque[Any] = collections.deque(maxlen=pool_size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from flowrl.core.config import ConfigError
 from flowrl.core.context import (
     LEARN,
     LEARNER_INFO,
@@ -134,9 +135,11 @@ class UpdateTargets(Operator):
                 f"(workers.learner.update_targets), got a {type(update_fn).__name__}"
             )
         if (tau is None) == (period <= 0):
-            raise ValueError("give either period > 0 (hard copies) or tau (soft updates)")
+            raise ConfigError(
+                "UpdateTargets takes either period > 0 (hard copies) or tau (soft updates)"
+            )
         if by not in ("trained", "sampled"):
-            raise ValueError(f"by must be trained or sampled, got {by!r}")
+            raise ConfigError(f"UpdateTargets' by must be trained or sampled, got {by!r}")
         self._update_fn = update_fn
         self.period, self.tau, self.by = period, tau, by
         self._counter = STEPS_TRAINED if by == "trained" else STEPS_SAMPLED
