@@ -265,3 +265,15 @@ def test_large_images_are_said_to_slow_the_run_down(caplog):
     assert "images of 280x480x3 give the Nature CNN's linear layer 111,104 inputs" in said
     assert "downsample the frames in an env creator of your own" in said
     assert "Nature CNN" not in caplog.text
+
+
+def test_an_unknown_env_name_says_how_to_register_one_and_another_version_does_not():
+    """A deprecated version (Taxi-v3) got the hint for an env a package registers."""
+    from flowrl.rollout.envs import resolve_env
+
+    with pytest.raises(ConfigError, match=r"'NoSuchEnv-v0'.*package:EnvId"):
+        resolve_env("NoSuchEnv-v0")
+    for env, said in (("Taxi-v3", "Please use `Taxi-v4`"), ("CartPole-v9", "`v0`, `v1`")):
+        with pytest.raises(ConfigError, match=said) as raised:
+            resolve_env(env)
+        assert "package:EnvId" not in str(raised.value)

@@ -247,7 +247,7 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
         return gym.spec(name if sep else env)
     except gym.error.Error as e:
         hint = ""
-        if not sep:
+        if not sep and isinstance(e, gym.error.NameNotFound):  # (not another version's)
             hint = (
                 " (an env a package registers when imported: package:EnvId, as "
                 "minigrid:MiniGrid-DoorKey-5x5-v0; your own env: module:ClassOrFactory, or "
