@@ -18,6 +18,7 @@ from flowrl.ops import (
     AsyncGradients,
     ConcatBatches,
     ParallelRollouts,
+    SelectExperiences,
     StandardizeFields,
     StandardMetricsReporting,
     TrainOneStep,
@@ -64,6 +65,19 @@ def test_standardize_fields_on_each_policys_rows_that_have_them():
     # a misspelt field standardised nothing, silently
     with pytest.raises(ConfigError, match=r"no policy's rows hold c; their columns: a, b"):
         StandardizeFields(["c"])(MultiAgentBatch({"p": a, "q": b}, env_steps=4))
+
+
+def test_select_experiences_of_a_policy_the_workers_lack_says_so():
+    """A misspelt policy id selected nothing, and the branch trained nothing, silently."""
+    from flowrl.core.context import PlanContext
+
+    batch = MultiAgentBatch({"default": SampleBatch(x=np.ones(2))}, env_steps=2)
+    select = SelectExperiences(["ppo"])
+    assert select(batch).policy_ids == []  # no plan: no policies to check against
+    select.bind(PlanContext(policy_ids=["default", "dqn"]))
+    with pytest.raises(ConfigError, match="names ppo, which the workers have no policy of; "
+                                          "theirs: default, dqn"):  # fmt: skip
+        select(batch)
 
 
 def test_concat_batches_after_the_training_step_says_so():

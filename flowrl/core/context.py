@@ -109,6 +109,9 @@ class PlanContext:
     #: the run's env-step budget (``flowrl.run.runner.run`` sets it while it trains):
     #: an iteration ends there, so a run stops at its budget, not up to an iteration past
     step_budget: int | None = None
+    #: the policy ids of the workers whose experience the plan's source brings, once it is
+    #: built (None: no such source; ``SelectExperiences`` checks the ids it names)
+    policy_ids: list[str] | None = None
 
     def span(self, label: str, role: str | None = None) -> contextlib.AbstractContextManager:
         """Times a piece of work inside an operator as its own row of the profile (the

@@ -59,14 +59,17 @@ def _counted(
     size: Callable[[Any], int],
     in_process: bool = False,
     reports_to: WorkerSet | None = None,
+    policy_ids: list[str] | None = None,
 ) -> LocalIterator[Any]:
     """``source`` with the time spent waiting for each item and the env steps it holds
     recorded in the plan's context; a profile counts its time as sampling. An
     ``in_process`` item comes from no actor: ``context.current_actor`` is cleared for it
     (another branch, such as replay from shard actors, may have set it). The reports a
-    batch brings (``WithReport``) go to ``reports_to``'s ``WorkerReports``."""
+    batch brings (``WithReport``) go to ``reports_to``'s ``WorkerReports``; the context
+    learns the workers' ``policy_ids``."""
 
     def build(ctx: PlanContext, timeout: float | None):
+        ctx.policy_ids = ctx.policy_ids if policy_ids is None else policy_ids
         it = source.build(ctx, timeout)
         while True:
             with ctx.timer("sample"):
@@ -146,7 +149,8 @@ def ParallelRollouts(
             lambda: iter(workers.local_worker.sample, None), name="local_worker"
         )
         local.hidden = True  # its time is the source's: sampling in this process
-        return _counted(local, name=f"ParallelRollouts({mode}, local)", size=len, in_process=True)
+        name, ids = f"ParallelRollouts({mode}, local)", workers.policy_ids
+        return _counted(local, name=name, size=len, in_process=True, policy_ids=ids)
     shards = ParallelIterator.from_actors(
         workers.remote_workers,
         name="RolloutWorker",
@@ -163,7 +167,7 @@ def ParallelRollouts(
     else:
         source = reporting.gather_async(num_async=num_async)
     name = f"ParallelRollouts({mode}, ahead)" if ahead else f"ParallelRollouts({mode})"
-    return _counted(source, name=name, size=len, reports_to=workers)
+    return _counted(source, name=name, size=len, reports_to=workers, policy_ids=workers.policy_ids)
 
 
 # a request's reply past this goes through Ray's object store (shared memory), not a socket
@@ -531,6 +535,12 @@ class SelectExperiences(Operator):
         self.policy_ids = list(policy_ids)
 
     def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        known = getattr(self, "context", None) and self.context.policy_ids
+        if known and (unknown := [pid for pid in self.policy_ids if pid not in known]):
+            raise ConfigError(  # (a misspelt id selected nothing, and nothing trained)
+                f"SelectExperiences names {', '.join(unknown)}, which the workers have no "
+                f"policy of; theirs: {', '.join(known)}"
+            )
         return batch.select(self.policy_ids)
 
     def __repr__(self) -> str:
