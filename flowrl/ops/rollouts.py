@@ -521,7 +521,8 @@ class ConcatBatches(Operator):
 
 class SelectExperiences(Operator):
     """Keeps the named policies' rows of each multi-agent batch (from the same env steps):
-    a branch of a plan that trains some policies takes only theirs.
+    a branch of a plan that trains some policies takes only theirs. An id the workers
+    have no policy of (``ParallelRollouts`` tells the plan theirs) is a ConfigError.
 
     Examples:
         >>> rows = {"ppo": SampleBatch(x=np.ones(3)), "dqn": SampleBatch(x=np.ones(2))}
