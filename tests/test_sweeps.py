@@ -435,3 +435,5 @@ def test_asha_runs_the_best_trials_to_the_sweeps_iterations(ray_session, tmp_pat
     results = sweep("ppo", {"lr": [1e-3, 1e-5]}, fixed=FAST, stop={"iteration": 110},
                     storage=tmp_path, scheduler="asha")  # fmt: skip
     assert max(r.metrics["iteration"] for r in results) == 110
+    for row in trial_rows(results, ["lr"]):  # (the sweep's stop, as sweep kept it)
+        assert row["status"] == ("done" if row["iterations"] == 110 else "stopped early")

@@ -648,7 +648,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     output, results = _resumed_sweep(args) if args.resume else _new_sweep(args)
     saved = read_sweep(output)
     ranked_by = metric(get_algorithm(saved["algo"]))
-    rows = trial_rows(results, saved["keys"], ranked_by, saved.get("stop"))
+    rows = trial_rows(results, saved["keys"], ranked_by)
     print_table(rows)  # (each trial's error was said as it failed: sweeps.SweepProgress)
     failed = sum(1 for row in rows if row["status"].startswith("failed"))
     early = sum(1 for row in rows if row["status"] == "stopped early")

@@ -659,9 +659,12 @@ def trial_rows(
 ) -> list[dict[str, Any]]:
     """One row per trial: its swept values, iterations, env steps, last and best return
     (``ranked_by``: ``metric``) and status: ``done``, ``stopped early`` (short of the
-    sweep's ``stop``: ``ended``), ``failed: ErrorType``, or, in a sweep that was
-    interrupted, ``unfinished`` or ``not started``."""
+    sweep's ``stop``, by default the one ``sweep`` kept: ``ended``), ``failed:
+    ErrorType``, or, in a sweep that was interrupted, ``unfinished`` or ``not started``."""
     trials = _trials(grid)
+    if stop is None and isinstance(grid, tune.ResultGrid):
+        kept = Path(grid.experiment_path).parent / SWEEP_FILE  # (sweep's storage)
+        stop = json.loads(kept.read_text()).get("stop") if kept.exists() else None
     rows = []
     for result in grid:
         metrics = result.metrics or {}  # none: failed at once, or not started
