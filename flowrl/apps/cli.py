@@ -88,13 +88,11 @@ def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = Fa
         "metrics), imported from the current directory too",
     )
     parser.add_argument("--config", help="JSON or TOML file of config values")
-    parser.add_argument(
+    _add_list_argument(
+        parser,
         "--set",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config values, parsed as JSON (repeatable); a dotted key sets one entry of a "
+        "KEY=VALUE",
+        "config values, parsed as JSON (repeatable); a dotted key sets one entry of a "
         "mapping: env_config.size=8",
     )
 
@@ -109,6 +107,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False
     parser.add_argument(
         "--input", metavar="DIR", help="the recording an offline algorithm learns from"
     )
+
+
+def _add_list_argument(parser: argparse.ArgumentParser, flag: str, metavar: str, text: str) -> None:
+    """A flag that takes one or more values, and again: its values in one list."""
+    parser.add_argument(flag, action="extend", nargs="+", default=[], metavar=metavar, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,13 +178,11 @@ def _add_evaluate_parser(sub: Any) -> None:
         help="evaluate on another env of the same spaces (a variant; module:Class for an env "
         "the run was given as an object); default: the checkpoint's",
     )
-    evaluate.add_argument(
+    _add_list_argument(
+        evaluate,
         "--set",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env_config values of the env evaluated on (env_config.max_episode_steps=1000)",
+        "KEY=VALUE",
+        "env_config values of the env evaluated on (env_config.max_episode_steps=1000)",
     )
     evaluate.add_argument(
         "--seed",
@@ -237,21 +238,17 @@ def _add_tune_parser(sub: Any) -> None:
         "tune", help="sweep config values with Ray Tune", description="Sweep ALGO with Ray Tune."
     )
     _add_run_arguments(tune, resumes=True)
-    tune.add_argument(
+    _add_list_argument(
+        tune,
         "--grid",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=[V1,V2]",
-        help="values to try for a config key, as a JSON list (repeatable: every combination)",
+        "KEY=[V1,V2]",
+        "values to try for a config key, as a JSON list (repeatable: every combination)",
     )
-    tune.add_argument(
+    _add_list_argument(
+        tune,
         "--space",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=DIST(ARGS)",
-        help="a range to draw a config key from: uniform(LOW,HIGH), loguniform(LOW,HIGH), "
+        "KEY=DIST(ARGS)",
+        "a range to draw a config key from: uniform(LOW,HIGH), loguniform(LOW,HIGH), "
         "randint(LOW,HIGH) or choice(V1,V2,...) (repeatable)",
     )
     tune.add_argument(
