@@ -172,9 +172,8 @@ def ended(last: Mapping[str, Any], stop: Mapping[str, float]) -> str:
 class SweepProgress(tune.Callback):
     """What a sweep says as it goes, on stderr: each trial as it ends (its swept ``keys``'
     values and what it reached, whether it met ``stop`` or its scheduler stopped it early,
-    or its error in one line), and every ``interval_s`` how
-    many of the sweep's ``trials`` are done, running and waiting, with the best return so
-    far (``ranked_by``).
+    or its error in one line), and every ``interval_s`` how many of the sweep's
+    ``trials`` are done, running and waiting, with the best return so far (``ranked_by``).
 
     Examples:
         >>> SweepProgress(["lr"], trials=4).values({"lr": 0.000123456, "gamma": 0.9})
@@ -662,9 +661,9 @@ def trial_rows(
     sweep's ``stop``, by default the one ``sweep`` kept: ``ended``), ``failed:
     ErrorType``, or, in a sweep that was interrupted, ``unfinished`` or ``not started``."""
     trials = _trials(grid)
-    if stop is None and isinstance(grid, tune.ResultGrid):
-        kept = Path(grid.experiment_path).parent / SWEEP_FILE  # (sweep's storage)
-        stop = json.loads(kept.read_text()).get("stop") if kept.exists() else None
+    storage = Path(grid.experiment_path).parent if isinstance(grid, tune.ResultGrid) else None
+    if stop is None and storage is not None and (storage / SWEEP_FILE).exists():
+        stop = read_sweep(storage).get("stop")
     rows = []
     for result in grid:
         metrics = result.metrics or {}  # none: failed at once, or not started

@@ -186,24 +186,18 @@ class StopCriteria:
         met = self._met(reached)
         if met is None:
             return
-        name, key, _ = met
-        field, held, criterion = _LEFT[name]
-        value = reached[key]
+        name, key, limit = met
+        _, field, _, held, criterion = next(c for c in _CRITERIA if c[0] == name)
         raise ConfigError(
-            f"{where} has {held.format(value)} already, at or past the run's "
-            f"{criterion.format(getattr(self, field))}: {remedy(field)}"
+            f"{where} has {held.format(reached[key])} already, at or past the run's "
+            f"{criterion.format(limit)}: {remedy(field)}"
         )
 
     def _criteria(self) -> list[tuple[str, str, float | None]]:
         """Each criterion's name (as ``reason`` gives it), the result key it judges and its
         value, in the order ``reason`` tries them."""
         ret = EVAL_RETURN_MEAN if self.on_evaluation else EPISODE_RETURN_MEAN
-        return [
-            ("reward", ret, self.reward),
-            ("timesteps", STEPS_SAMPLED, self.timesteps),
-            ("time", TIME_TOTAL_S, self.time_s),
-            ("iterations", ITERATION, self.iters),
-        ]
+        return [(name, key or ret, getattr(self, field)) for name, field, key, *_ in _CRITERIA]
 
     def thresholds(self) -> dict[str, float]:
         """The criteria as result keys and the values that stop a run (Ray Tune's ``stop``
@@ -225,14 +219,15 @@ class StopCriteria:
         return None
 
 
-#: by the name ``StopCriteria.reason`` gives it: a criterion's field, what a result that
-#: meets it holds, and the criterion
-_LEFT = {
-    "reward": ("reward", "a mean return of {:,.1f}", "stop reward of {:,}"),
-    "timesteps": ("timesteps", "{:,} env steps", "budget of {:,} env steps"),
-    "time": ("time_s", "{:,.1f} s of training", "time budget of {:,} s"),
-    "iterations": ("iters", "{:,} iterations", "budget of {:,} iterations"),
-}
+#: each stop criterion: the name ``StopCriteria.reason`` gives it, its field, the result
+#: key it judges (None: the return, training or evaluation), what a result that meets it
+#: holds, and the criterion (in the order ``reason`` tries them)
+_CRITERIA = (
+    ("reward", "reward", None, "a mean return of {:,.1f}", "stop reward of {:,}"),
+    ("timesteps", "timesteps", STEPS_SAMPLED, "{:,} env steps", "budget of {:,} env steps"),
+    ("time", "time_s", TIME_TOTAL_S, "{:,.1f} s of training", "time budget of {:,} s"),
+    ("iterations", "iters", ITERATION, "{:,} iterations", "budget of {:,} iterations"),
+)
 
 
 @contextlib.contextmanager
