@@ -85,6 +85,7 @@ def test_list():
         (["evaluate", "/no/such/checkpoint"], "checkpoint not found"),
         (["evaluate", ".", "--episodes", "0"], "--episodes must be >= 1"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["export", ".", "--bogus"], "unrecognized arguments: --bogus (see flowrl export --help)"),
         (["train", "sac", "--env", "CartPole-v1"], "set discrete=true"),
         (["train", "sac", "--env", "CartPole-v1", "--num-workers", "2"], "set discrete=true"),
         (["train", "sac", "--env", "Pendulum-v1", "--set", "discrete=true"], "needs a Discrete"),

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--format", choices=FORMATS, help="default: the one --out's suffix names, else text"
     )
-    plan.add_argument("--out", help="write to this file (default for png: plan.png here)")
+    plan.add_argument("-o", "--out", help="write to this file (default for png: plan.png here)")
     plan.set_defaults(func=cmd_plan)
 
     _add_evaluate_parser(sub)
@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript), else onnx",
     )
     export.add_argument(
+        "-o",
         "--out",
         help="the model file to write (default: policy.onnx here, or policy.pt with "
         "--format torchscript; POLICY_ID.onnx with --policy-id)",
@@ -157,13 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
     plot.add_argument("runs", nargs="+", metavar="RUN_DIR",
                       help="run directories, or what holds them (a sweep's --output)")  # fmt: skip
-    plot.add_argument("--out", default="curves.png", help="the PNG to write (default: %(default)s)")
+    plot.add_argument(
+        "-o", "--out", default="curves.png", help="the PNG to write (default: %(default)s)"
+    )
     plot.set_defaults(func=cmd_plot)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
     list_.add_argument("--env", help="show the values a run on this env would use (presets)")
     list_.set_defaults(func=cmd_list)
+    for command in sub.choices.values():  # so a flag it lacks names its --help
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -196,7 +201,7 @@ def _add_evaluate_parser(sub: Any) -> None:
 def _add_train_parser(sub: Any) -> None:
     train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
     _add_run_arguments(train, resumes=True)
-    train.add_argument("--output", help="run directory (default: runs/ALGO_ENV_TIME)")
+    train.add_argument("-o", "--output", help="run directory (default: runs/ALGO_ENV_TIME)")
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
     train.add_argument(
         "--keep-checkpoints", type=int, default=0, metavar="N", help="keep the newest N (0: all)"
@@ -273,6 +278,7 @@ def _add_tune_parser(sub: Any) -> None:
         help="PBT: iterations between exploits",
     )
     tune.add_argument(
+        "-o",
         "--output",
         help="where Tune writes (default: runs/tune_ALGO_ENV_TIME; on a cluster of several "
         "machines, a directory all of them see)",
@@ -917,7 +923,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if os.getcwd() not in sys.path:  # --env mymodule:MyEnv, as python -m would import it
         sys.path.insert(0, os.getcwd())
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:
         with sigterm_as_interrupt(), _warnings_as_lines():
