@@ -3,6 +3,7 @@ as the policy does (normalisation, uint8 frames and action bounds included)."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from flowrl import Algorithm, load_policy
 from flowrl.apps.cli import main
 from flowrl.apps.inference import export_policy, input_names
+from flowrl.core.config import ConfigError
 from flowrl.learning.spaces import field, get
 from flowrl.run.checkpoints import CheckpointError
 
@@ -137,6 +139,23 @@ def test_load_policy_from_a_run_directory_acts_on_one_observation(tmp_path):
     box = load_policy(checkpoint(tmp_path / "b", "sac", CASES["sac"][1], train=False))
     action = box.compute_action(np.zeros(3, dtype=np.float32), explore=True)
     assert action.shape == (1,) and -2.0 <= action[0] <= 2.0  # Pendulum's bounds
+
+
+def test_make_env_gives_the_observations_the_policy_takes(tmp_path):
+    frames = load_policy(checkpoint(tmp_path, "ppo", CASES["ppo-atari-frames"][1], train=False))
+    env = frames.make_env(render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8  # gym.make's: (210, 160, 3)
+    env.step(frames.compute_action(obs))
+    assert env.render().shape == (210, 160, 3)
+    env.close()
+    config = CASES["ppo-multibinary"][1]
+    sized = load_policy(checkpoint(tmp_path / "m", "ppo", config, train=False))
+    env = sized.make_env()
+    assert env.action_space == gym.spaces.MultiBinary(5)  # its env_config
+    sized.compute_action(env.reset(seed=0)[0])
+    with pytest.raises(ConfigError, match="does not render in mode 'human'"):
+        sized.make_env(render_mode="human")
 
 
 def test_load_policy_of_an_algorithm_is_its_policy_as_it_was(tmp_path):

@@ -34,7 +34,7 @@ from flowrl.core.context import EPISODE_RETURN_MEAN
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
 from flowrl.learning.spaces import field, get
-from flowrl.rollout.envs import make_vector_env
+from flowrl.rollout.envs import make_single_env, make_vector_env
 from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
@@ -56,8 +56,37 @@ def _item(action: np.ndarray) -> Any:
 class LoadedPolicy:
     """A policy read from a checkpoint: actions for one observation or a batch."""
 
-    def __init__(self, policy: Policy, algo: str, env: str) -> None:
+    def __init__(
+        self, policy: Policy, algo: str, env: str, env_config: dict[str, Any] | None = None
+    ) -> None:
         self.policy, self.algo, self.env = policy, algo, env
+        self.env_config = dict(env_config or {})
+
+    def make_env(self, render_mode: str | None = None) -> Any:
+        """One env as the policy was trained on (its ``env_config``), whose observations
+        ``compute_action`` takes: an Atari id preprocessed as in training (84x84 grey
+        frames, four stacked), where ``gym.make`` would give the full-colour screen. A
+        multi-agent run's env comes as its creator makes it (a PettingZoo env).
+
+        Examples:
+            >>> from flowrl import Algorithm
+            >>> algo = Algorithm("ppo", env="CartPole-v1", num_workers=0)
+            >>> policy = load_policy(algo)
+            >>> env = policy.make_env()
+            >>> obs, _ = env.reset(seed=0)
+            >>> env.step(policy.compute_action(obs))[2]  # terminated
+            False
+            >>> env.close(); algo.stop()
+        """
+        env = make_single_env(self.env, self.env_config, render_mode=render_mode)
+        made = getattr(env, "render_mode", None)
+        if render_mode is not None and made != render_mode:
+            env.close()
+            raise ConfigError(
+                f"env {self.env} does not render in mode {render_mode!r} (its render_mode is "
+                f"{made!r}): let its creator take render_mode"
+            )
+        return env
 
     def compute_actions(
         self, obs: Any, *, explore: bool = False, state: np.ndarray | None = None
@@ -200,7 +229,7 @@ def load_policy(
         reason = checkpoints.error_reason(e)
         raise CheckpointError(f"checkpoint {ckpt.path} has no usable weights ({reason})") from None
     policy.module.eval()
-    return LoadedPolicy(policy, spec.name, config.env)
+    return LoadedPolicy(policy, spec.name, config.env, config.env_config)
 
 
 def _agent_policy(
@@ -243,7 +272,7 @@ def _current_policy(algo: Any, policy_id: str | None) -> LoadedPolicy:
     policy = spec.policy_cls(live.observation_space, live.action_space, spec.config, device="cpu")
     policy.set_weights(weights)
     policy.module.eval()
-    return LoadedPolicy(policy, algo.spec.name, algo.config.env)
+    return LoadedPolicy(policy, algo.spec.name, algo.config.env, algo.config.env_config)
 
 
 class GreedyPolicy(nn.Module):

@@ -388,7 +388,8 @@ def make_recording_env(
     """
     check_video_extra(env)
     check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
-    one, fps = _rendering_env(env, dict(env_config or {}))
+    one = make_single_env(env, env_config, render_mode="rgb_array")
+    fps = one.metadata.get("render_fps", 60) // 4 if is_atari(env) else None  # a frame a step
     if one.render_mode != "rgb_array":
         one.close()
         raise ConfigError(
@@ -417,25 +418,35 @@ def make_recording_env(
     return as_records(vec)
 
 
-def _rendering_env(env: str, kwargs: dict[str, Any]) -> tuple[gym.Env, int | None]:
-    """One env of ``env`` asked for ``rgb_array`` frames, and the frame rate of its video
-    (None: the env's own); an Atari id preprocessed as ``make_vector_env`` does."""
-    target = resolve_env(env)
+def make_single_env(
+    env: str, env_config: Mapping[str, Any] | None = None, *, render_mode: str | None = None
+) -> gym.Env:
+    """One env of ``env`` (not a vector env), whose observations are those its policies
+    take: an Atari id gets ``make_vector_env``'s preprocessing from gymnasium's wrappers,
+    which see the full-colour screen. ``render_mode`` goes to a creator that takes it.
+
+    Examples:
+        >>> env = make_single_env("ALE/Pong-v5")
+        >>> env.observation_space.shape
+        (4, 84, 84)
+        >>> env.close()
+    """
+    target, kwargs = resolve_env(env), dict(env_config or {})
+    render = {} if render_mode is None else {"render_mode": render_mode}
     if isinstance(target, gym.envs.registration.EnvSpec) and is_atari(env):
         kwargs = {k: v for k, v in kwargs.items() if k != "life_loss_info"}  # learning's
-        one = gym.make(target.id, render_mode="rgb_array", frameskip=1, **_ATARI_SINGLE, **kwargs)
+        one = gym.make(target.id, frameskip=1, **_ATARI_SINGLE, **render, **kwargs)
         one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
-        one = gym.wrappers.FrameStackObservation(one, stack_size=4)
-        return one, one.metadata.get("render_fps", 60) // 4  # one frame per agent step
+        return gym.wrappers.FrameStackObservation(one, stack_size=4)
     if isinstance(target, gym.envs.registration.EnvSpec):
-        return gym.make(target.id, render_mode="rgb_array", **kwargs), None
+        return gym.make(target.id, **render, **kwargs)
     if makes_vector_envs(target):
         raise ConfigError(
-            f"env {env} makes vector envs, which cannot be recorded: record with a creator "
-            "of one env"
+            f"env {env} makes vector envs, and this needs one env (to record its episodes, "
+            "or make_env): give a creator of one env"
         )
-    args, kw = creator_arguments(env, target, kwargs, render=True)
-    return target(*args, **kw), None
+    args, kw = creator_arguments(env, target, kwargs, render_mode=render_mode)
+    return call_creator(env, target, args, kw, kwargs)
 
 
 # ale-py's vector env defaults, for the single Atari env a recording uses.
@@ -618,18 +629,18 @@ def call_creator(
 
 
 def creator_arguments(
-    env: str, creator: EnvCreator, kwargs: dict[str, Any], *, render: bool = False
+    env: str, creator: EnvCreator, kwargs: dict[str, Any], *, render_mode: str | None = None
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments to call ``creator`` with: ``env_config`` as keyword arguments, or, for
     a creator in RLlib's style that takes it as one dict (``def make(config)``), that dict.
-    With ``render``, ``render_mode="rgb_array"`` joins them where the creator takes it (a
-    one-dict creator finds it in the dict). ``env_config`` that fits neither is a
-    ConfigError, not a TypeError from deep inside a worker.
+    A ``render_mode`` joins them where the creator takes it (a one-dict creator finds it
+    in the dict). ``env_config`` that fits neither is a ConfigError, not a TypeError from
+    deep inside a worker.
 
     Examples:
         >>> def make(config):
         ...     return config["size"]
-        >>> creator_arguments("grid", make, {"size": 3}, render=True)
+        >>> creator_arguments("grid", make, {"size": 3}, render_mode="rgb_array")
         (({'size': 3, 'render_mode': 'rgb_array'},), {})
     """
     try:
@@ -642,12 +653,13 @@ def creator_arguments(
         params = list(signature.parameters.values())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if len(params) == 1 and params[0].kind in positional:
-            return ({**kwargs, "render_mode": "rgb_array"} if render else dict(kwargs),), {}
+            render = {"render_mode": render_mode} if render_mode else {}
+            return ({**kwargs, **render},), {}
         raise ConfigError(f"env {env} does not take env_config {kwargs}: {e}") from None
-    if render:
+    if render_mode:
         with contextlib.suppress(TypeError):
-            signature.bind(render_mode="rgb_array", **kwargs)
-            return (), {**kwargs, "render_mode": "rgb_array"}
+            signature.bind(render_mode=render_mode, **kwargs)
+            return (), {**kwargs, "render_mode": render_mode}
     return (), kwargs
 
 

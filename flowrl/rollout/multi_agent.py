@@ -165,7 +165,8 @@ def agent_env_maker(
     if not _AGENT_ENVS[key]:
         return None
 
-    args, kw = creator_arguments(env, target, kwargs, render=render)  # when it takes it
+    render_mode = "rgb_array" if render else None  # when it takes it
+    args, kw = creator_arguments(env, target, kwargs, render_mode=render_mode)
 
     def make() -> Any:
         one = call_creator(env, target, args, kw, kwargs)
