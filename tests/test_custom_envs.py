@@ -101,7 +101,8 @@ def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
         ("custom_envs:TextObservation", "entry 'note' is a Text space"),
         ("custom_envs:MultiDiscreteActions", "action space MultiDiscrete"),
         ("custom_envs:not_an_env", "not a gymnasium.Env"),
-        ("custom_envs:NoSuchEnv", "unknown env"),
+        ("custom_envs:NoSuchEnv", "custom_envs has no NoSuchEnv"),
+        ("gymnasium.envs:classic_control.NoSuchEnv", "has no classic_control.NoSuchEnv"),
         ("no_such_module:Env", "cannot import no_such_module"),
         ("MyEnv-v0", "flowrl.register_env"),
     ],
@@ -277,3 +278,15 @@ def test_an_unknown_env_name_says_how_to_register_one_and_another_version_does_n
         with pytest.raises(ConfigError, match=said) as raised:
             resolve_env(env)
         assert "package:EnvId" not in str(raised.value)
+
+
+def test_an_env_inside_a_submodule_or_class_is_named_with_a_dotted_path():
+    """As an entry point names it (``mpe2:simple_spread_v3.parallel_env``): gymnasium's
+    own ``module:EnvId`` said that no env of the whole name existed."""
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    from flowrl.rollout.envs import resolve_env
+
+    assert resolve_env("gymnasium.envs:classic_control.CartPoleEnv") is CartPoleEnv
+    with pytest.raises(ConfigError, match=r"Did you mean: `CartPole`\?"):
+        resolve_env("gymnasium:CartPol-v1")  # gymnasium's guess, kept

@@ -221,8 +221,9 @@ EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco"}
 
 
 def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
-    """What ``env`` names: a creator (registered, or ``module:ClassOrFactory``) or a
-    gymnasium spec; a ConfigError that names the env otherwise."""
+    """What ``env`` names: a creator (registered, or ``module:ClassOrFactory``, its name
+    dotted where it is inside a submodule or class) or a gymnasium spec; a ConfigError that
+    names the env otherwise."""
     creator = _REGISTERED.get(env)
     if creator is not None:
         return creator
@@ -238,7 +239,7 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
             extra = EXTRAS.get((e.name or "").split(".")[0])
             hint = f" (pip install 'flowrl-ray[{extra}]')" if extra else ""
             raise ConfigError(f"cannot import {module_name} for env {env}: {e}{hint}") from None
-        attr = getattr(module, name, None) if name.isidentifier() else None
+        attr = _attribute(module, name)
         if attr is not None:
             if not callable(attr):
                 raise ConfigError(f"env {env} is {attr!r}, not an env class or function")
@@ -247,6 +248,12 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
         return gym.spec(name if sep else env)
     except gym.error.Error as e:
         hint = ""
+        if sep and isinstance(e, gym.error.NameNotFound):
+            guess = str(e)[str(e).find(" Did you mean") :] if "Did you mean" in str(e) else ""
+            raise ConfigError(
+                f"unknown env '{env}': {module_name} has no {name}, and registers no "
+                f"gymnasium env of that name.{guess}"
+            ) from None
         if not sep and isinstance(e, gym.error.NameNotFound):  # (not another version's)
             hint = (
                 " (an env a package registers when imported: package:EnvId, as "
@@ -254,6 +261,20 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
                 "flowrl.register_env first)"
             )
         raise ConfigError(f"unknown env id '{env}': {e}{hint}") from None
+
+
+def _attribute(module: Any, path: str) -> Any:
+    """``module``'s attribute ``path``, dotted as in an entry point (``mpe2:simple_v3.env``),
+    its submodules imported on the way; None where there is none."""
+    attr = module
+    for part in path.split("."):
+        if not part.isidentifier():
+            return None
+        if not hasattr(attr, part) and inspect.ismodule(attr):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"{attr.__name__}.{part}")
+        attr = getattr(attr, part, None)
+    return attr
 
 
 def check_env_id(env: str) -> None:
