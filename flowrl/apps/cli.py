@@ -925,8 +925,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    command_parser = vars(args).pop("command_parser")  # not a flag the commands read
     if unknown:
-        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     ray_was_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     try:
         with sigterm_as_interrupt(), _warnings_as_lines():
