@@ -379,6 +379,22 @@ def test_user_plan_file(tmp_path):
     assert "import PPOConfig as Config" in unnamed.stderr
 
 
+def test_an_operator_given_an_argument_of_the_wrong_type_is_one_line_exit_2(tmp_path, capsys):
+    """RLlib's UpdateTargetNetwork takes the workers; flowrl's UpdateTargets a function.
+    Its TypeError exited 1, as an error of flowrl's would."""
+    plan = tmp_path / "typed_plan.py"
+    plan.write_text(
+        "from flowrl.algorithms.dqn import DQNConfig as Config, DQNPolicy as Policy\n"
+        "from flowrl.algorithms.dqn import DQNLearner as Learner\n"
+        "from flowrl.ops import ParallelRollouts, UpdateTargets\n\n"
+        "def plan(workers, config):\n"
+        "    return ParallelRollouts(workers).for_each(UpdateTargets(workers, period=10))\n"
+    )
+    assert main(["train", f"{plan}:plan", *QUICK[:3]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "UpdateTargets takes the function" in err and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize(
     ("sig", "workers"),
     [(signal.SIGINT, 0), (signal.SIGTERM, 0), pytest.param(signal.SIGTERM, 2, marks=SLOW)],

@@ -39,6 +39,12 @@ class ConfigError(ValueError):
     """A config that cannot be used: unknown key, wrong type or value out of range."""
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of the wrong type (an operator given the workers where it takes a
+    function): a ConfigError, so the CLI says it in one line with exit 2, and a TypeError,
+    so code that catches one still does."""
+
+
 def param(
     default: Any,
     doc: str,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ArgumentTypeError, ConfigError
 from flowrl.core.context import STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.iter import (
     LocalIterator,
@@ -46,7 +46,7 @@ def _is_local(target: ReplayTarget) -> bool:
     if isinstance(target, Sequence) and len(target) > 0:
         return False
     hint = ": a buffer per policy, PolicyBuffers(lambda i: ReplayBuffer(...))"
-    raise TypeError(
+    raise ArgumentTypeError(
         f"expected PolicyBuffers (make_replay) or a non-empty list of ReplayActors, got "
         f"{target!r}{hint if isinstance(target, ReplayBuffer) else ''}"
     )

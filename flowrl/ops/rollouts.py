@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ArgumentTypeError, ConfigError
 from flowrl.core.context import SAMPLE, STEPS_SAMPLED, SYNC, WEIGHT_BROADCASTS, PlanContext
 from flowrl.core.iter import (
     Carry,
@@ -532,7 +532,9 @@ class SelectExperiences(Operator):
 
     def __init__(self, policy_ids: Sequence[str]) -> None:
         if isinstance(policy_ids, str):
-            raise TypeError(f"SelectExperiences takes a list of policy ids, got {policy_ids!r}")
+            raise ArgumentTypeError(
+                f"SelectExperiences takes a list of policy ids, got {policy_ids!r}"
+            )
         self.policy_ids = list(policy_ids)
 
     def __call__(self, batch: MultiAgentBatch) -> MultiAgentBatch:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ArgumentTypeError, ConfigError
 from flowrl.core.context import (
     LEARN,
     LEARNER_INFO,
@@ -130,7 +130,7 @@ class UpdateTargets(Operator):
         policy_id: str | None = None,
     ) -> None:
         if not callable(update_fn):  # (RLlib's UpdateTargetNetwork takes the workers)
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"UpdateTargets takes the function that moves the targets "
                 f"(workers.learner.update_targets), got a {type(update_fn).__name__}"
             )
