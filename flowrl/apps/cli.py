@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage in one line with exit code 2."""
+    """argparse that reports bad usage in one line with exit code 2, and keeps the lines
+    of a command's examples (its epilog)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"flowrl: error: {message} (see {self.prog} --help)\n")
@@ -167,9 +171,41 @@ def build_parser() -> argparse.ArgumentParser:
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
     list_.add_argument("--env", help="show the values a run on this env would use (presets)")
     list_.set_defaults(func=cmd_list)
-    for command in sub.choices.values():  # so a flag it lacks names its --help
-        command.set_defaults(command_parser=command)
+    for name, command in sub.choices.items():
+        command.set_defaults(command_parser=command)  # so a flag it lacks names its --help
+        command.epilog = "examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES[name])
     return parser
+
+
+#: each command's examples, at the end of its --help
+EXAMPLES = {
+    "train": [
+        "flowrl train ppo --env CartPole-v1",
+        "flowrl train dqn --env ALE/Pong-v5 --stop-timesteps 2000000",
+        "flowrl train ppo --env mymodule:MyEnv --set lr=0.001 evaluation_interval=5 --video",
+        "flowrl train my_plan.py:plan --env CartPole-v1 --num-workers 0",
+        "flowrl train --resume runs/ppo_CartPole-v1_TIME --stop-iters 200",
+    ],
+    "tune": [
+        "flowrl tune ppo --grid lr=[0.001,0.0003] --stop-iters 50",
+        "flowrl tune ppo --space 'lr=loguniform(1e-5,1e-2)' --num-samples 8 --scheduler asha",
+        "flowrl tune --resume runs/tune_ppo_CartPole-v1_TIME",
+    ],
+    "plan": ["flowrl plan impala --format mermaid", "flowrl plan impala --num-workers 2 -o a.png"],
+    "evaluate": [
+        "flowrl evaluate runs/ppo_CartPole-v1_TIME --episodes 3 --video videos",
+        "flowrl evaluate runs/ppo_CartPole-v1_TIME --env CartPole-v0 --seed 1",
+    ],
+    "export": [
+        "flowrl export runs/ppo_CartPole-v1_TIME -o policy.onnx",
+        "flowrl export runs/ppo_two_policies --policy-id dqn -o dqn.pt",
+    ],
+    "plot": [
+        "flowrl plot runs/ppo_seed1 runs/ppo_seed2 -o curves.png",
+        "flowrl plot runs/tune_ppo_CartPole-v1_TIME  # a sweep: a curve per trial",
+    ],
+    "list": ["flowrl list", "flowrl list ppo --env ALE/Pong-v5"],
+}
 
 
 def _add_evaluate_parser(sub: Any) -> None:
