@@ -16,7 +16,7 @@ import pytest
 
 import flowrl
 import flowrl.ops
-from flowrl.apps.cli import EXAMPLES, build_parser, main
+from flowrl.apps.cli import build_parser, command_examples, main
 from flowrl.run.spec import list_algorithms
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,10 +107,11 @@ def test_every_command_has_a_section_with_examples_that_parse():
 def test_every_commands_help_ends_in_examples_that_parse():
     sub = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
     for name, command in sub.choices.items():
-        assert EXAMPLES[name] and command.format_help().endswith(EXAMPLES[name][-1] + "\n")
-        for example in EXAMPLES[name]:
-            assert example.startswith(f"flowrl {name}"), example
-            parses(example.split(" #")[0])
+        examples = command_examples(command.get_default("func")).splitlines()[1:]
+        assert examples and command.format_help().endswith(examples[-1] + "\n"), name
+        for example in examples:
+            assert example.strip().startswith(f"flowrl {name}"), example
+            parses(example.split(" #")[0].strip())
 
 
 def test_the_readme_is_short_and_its_commands_parse():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import inspect
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -171,41 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
     list_.add_argument("--env", help="show the values a run on this env would use (presets)")
     list_.set_defaults(func=cmd_list)
-    for name, command in sub.choices.items():
+    for command in sub.choices.values():
         command.set_defaults(command_parser=command)  # so a flag it lacks names its --help
-        command.epilog = "examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES[name])
+        command.epilog = command_examples(command.get_default("func"))
     return parser
 
 
-#: each command's examples, at the end of its --help
-EXAMPLES = {
-    "train": [
-        "flowrl train ppo --env CartPole-v1",
-        "flowrl train dqn --env ALE/Pong-v5 --stop-timesteps 2000000",
-        "flowrl train ppo --env mymodule:MyEnv --set lr=0.001 evaluation_interval=5 --video",
-        "flowrl train my_plan.py:plan --env CartPole-v1 --num-workers 0",
-        "flowrl train --resume runs/ppo_CartPole-v1_TIME --stop-iters 200",
-    ],
-    "tune": [
-        "flowrl tune ppo --grid lr=[0.001,0.0003] --stop-iters 50",
-        "flowrl tune ppo --space 'lr=loguniform(1e-5,1e-2)' --num-samples 8 --scheduler asha",
-        "flowrl tune --resume runs/tune_ppo_CartPole-v1_TIME",
-    ],
-    "plan": ["flowrl plan impala --format mermaid", "flowrl plan impala --num-workers 2 -o a.png"],
-    "evaluate": [
-        "flowrl evaluate runs/ppo_CartPole-v1_TIME --episodes 3 --video videos",
-        "flowrl evaluate runs/ppo_CartPole-v1_TIME --env CartPole-v0 --seed 1",
-    ],
-    "export": [
-        "flowrl export runs/ppo_CartPole-v1_TIME -o policy.onnx",
-        "flowrl export runs/ppo_two_policies --policy-id dqn -o dqn.pt",
-    ],
-    "plot": [
-        "flowrl plot runs/ppo_seed1 runs/ppo_seed2 -o curves.png",
-        "flowrl plot runs/tune_ppo_CartPole-v1_TIME  # a sweep: a curve per trial",
-    ],
-    "list": ["flowrl list", "flowrl list ppo --env ALE/Pong-v5"],
-}
+def command_examples(func: Callable[..., int]) -> str | None:
+    """The examples of a command's docstring, as the end of its ``--help``."""
+    _, found, lines = (inspect.getdoc(func) or "").partition("Examples:\n")
+    return "examples:\n" + lines + "\n" if found else None
 
 
 def _add_evaluate_parser(sub: Any) -> None:
@@ -557,30 +533,24 @@ def _build(args: argparse.Namespace, values: dict[str, Any], stop: Any) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``flowrl train``: an algorithm, or a plan file of yours, trained until a stop criterion.
+
+    Examples:
+        flowrl train ppo --env CartPole-v1
+        flowrl train dqn --env ALE/Pong-v5 --stop-timesteps 2000000
+        flowrl train ppo --env mymodule:MyEnv --set lr=0.001 evaluation_interval=5 --video
+        flowrl train my_plan.py:plan --env CartPole-v1 --num-workers 0
+        flowrl train --resume runs/ppo_CartPole-v1_TIME --stop-iters 200
+    """
     if not (args.algo or args.resume):  # before torch loads: a usage error answers at once
         raise ConfigError("name the algorithm (flowrl list shows them), or --resume RUN_DIR")
-    from flowrl.run.algorithm import get_algorithm
-    from flowrl.run.logger import ERROR_FILE, check_new_run_dir
+    from flowrl.run.logger import ERROR_FILE
     from flowrl.run.presets import preset_for
     from flowrl.run.runner import describe_error, run
-    from flowrl.run.tracking import check_server, make_trackers
+    from flowrl.run.tracking import make_trackers
 
     stop = _stop_criteria(args)
-    if args.mlflow_uri and "mlflow" not in args.logger:
-        raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
-    if "mlflow" in args.logger:  # a server that does not answer: before anything starts
-        check_server(args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
-    if args.resume:
-        algo, output = _resume(args, stop)
-    else:
-        if args.output:
-            output = Path(args.output)
-            check_new_run_dir(output)  # before Ray starts
-        else:
-            env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
-            output = _default_output(args.algo, env)
-        values = _config_values(args, output)
-        algo = _build(args, values, stop)
+    algo, output = _algorithm_to_train(args, stop)
     if algo.layout is not None:
         print(f"flowrl: {algo.layout.reason}")
     print(f"flowrl: training {algo.spec.name} on {algo.config.env}; writing to {output}")
@@ -612,6 +582,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     if algo.config.record_experiences:
         print(_recording_line(algo.config.record_experiences))
     return 0
+
+
+def _algorithm_to_train(args: argparse.Namespace, stop: StopCriteria) -> tuple[Any, Path]:
+    """The algorithm ``flowrl train`` runs, built or resumed, and its run directory; the
+    checks that need no Ray (the MLflow server, a new run directory) first."""
+    from flowrl.run.algorithm import get_algorithm
+    from flowrl.run.logger import check_new_run_dir
+    from flowrl.run.tracking import check_server
+
+    if args.mlflow_uri and "mlflow" not in args.logger:
+        raise ConfigError("--mlflow-uri names where MLflow logs: add --logger mlflow")
+    if "mlflow" in args.logger:  # a server that does not answer: before anything starts
+        check_server(args.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
+    if args.resume:
+        return _resume(args, stop)
+    if args.output:
+        output = Path(args.output)
+        check_new_run_dir(output)  # before Ray starts
+    else:
+        env = _config_values(args).get("env") or get_algorithm(args.algo).config_cls().env
+        output = _default_output(args.algo, env)
+    return _build(args, _config_values(args, output), stop), output
 
 
 def _recording_line(directory: str) -> str:
@@ -679,6 +671,13 @@ def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str,
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    """``flowrl tune``: a sweep of config values with Ray Tune.
+
+    Examples:
+        flowrl tune ppo --grid lr=[0.001,0.0003] --stop-iters 50
+        flowrl tune ppo --space 'lr=loguniform(1e-5,1e-2)' --num-samples 8 --scheduler asha
+        flowrl tune --resume runs/tune_ppo_CartPole-v1_TIME
+    """
     from flowrl.apps.sweeps import PBT_DOES_NOT_RESUME, metric, read_sweep, trial_rows
     from flowrl.run.algorithm import get_algorithm
 
@@ -800,6 +799,12 @@ def _start_quiet_ray(address: str | None) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``flowrl evaluate``: greedy episodes of a checkpoint.
+
+    Examples:
+        flowrl evaluate runs/ppo_CartPole-v1_TIME --episodes 3 --video videos
+        flowrl evaluate runs/ppo_CartPole-v1_TIME --env CartPole-v0 --seed 1
+    """
     from flowrl.apps.inference import resolve_checkpoint
     from flowrl.rollout.worker import EVALUATION_SEED
     from flowrl.run.algorithm import Algorithm
@@ -850,6 +855,12 @@ def _evaluated_env(args: argparse.Namespace, config: dict[str, Any]) -> dict[str
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    """``flowrl plan``: a plan's operator graph, printed or drawn, without training.
+
+    Examples:
+        flowrl plan impala --format mermaid
+        flowrl plan impala --num-workers 2 -o a.png
+    """
     from flowrl.run.algorithm import Algorithm, get_algorithm
 
     fmt, out = _plan_format(args.format, args.out)
@@ -893,6 +904,12 @@ def _plan_format(fmt: str | None, out: str | None) -> tuple[str, str | None]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``flowrl export``: a checkpoint's greedy policy as an ONNX or TorchScript file.
+
+    Examples:
+        flowrl export runs/ppo_CartPole-v1_TIME -o policy.onnx
+        flowrl export runs/ppo_two_policies --policy-id dqn -o dqn.pt
+    """
     from flowrl.apps.inference import (
         default_export_file,
         export_format,
@@ -912,6 +929,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    """``flowrl plot``: runs' learning curves in a PNG.
+
+    Examples:
+        flowrl plot runs/ppo_seed1 runs/ppo_seed2 -o curves.png
+        flowrl plot runs/tune_ppo_CartPole-v1_TIME  # a sweep: a curve per trial
+    """
     from flowrl.apps.plotting import find_runs, plot_runs
 
     check_output_file(args.out)
@@ -922,6 +945,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """``flowrl list``: the algorithms, or one algorithm's config.
+
+    Examples:
+        flowrl list
+        flowrl list ppo --env ALE/Pong-v5
+    """
     from flowrl.rollout.envs import check_env_id
     from flowrl.run.algorithm import build_config, preset_values
     from flowrl.run.presets import preset_for
