@@ -290,3 +290,26 @@ def test_an_env_inside_a_submodule_or_class_is_named_with_a_dotted_path():
     assert resolve_env("gymnasium.envs:classic_control.CartPoleEnv") is CartPoleEnv
     with pytest.raises(ConfigError, match=r"Did you mean: `CartPole`\?"):
         resolve_env("gymnasium:CartPol-v1")  # gymnasium's guess, kept
+
+
+def test_a_checkpoint_of_an_env_its_process_registered_says_how_to_load_it(tmp_path, monkeypatch):
+    """A notebook's env class is registered under its bare name, which a new process
+    lacks: loading its checkpoint said only that no gymnasium env had that name."""
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    from flowrl import load_policy
+    from flowrl.rollout import envs
+
+    class NotebookCartPole(CartPoleEnv):  # (a function's class: registered, as __main__'s)
+        pass
+
+    algo = Algorithm("ppo", env=NotebookCartPole, num_workers=0)
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    monkeypatch.delitem(envs._REGISTERED, "NotebookCartPole")  # as in a new process
+    said = r"register_env\('NotebookCartPole', NotebookCartPole\) first"
+    for load in (Algorithm.from_checkpoint, load_policy):
+        with pytest.raises(ConfigError, match=said):
+            load(path)
+    register_env("NotebookCartPole", NotebookCartPole)
+    assert load_policy(path).compute_action(np.zeros(4, np.float32)) in (0, 1)

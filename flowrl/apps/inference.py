@@ -39,6 +39,7 @@ from flowrl.rollout.multi_agent import agent_env_maker
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
+from flowrl.run.saving import check_env_here
 from flowrl.run.tracking import quiet_loggers
 
 if TYPE_CHECKING:
@@ -206,6 +207,7 @@ def load_policy(
     if isinstance(path, Algorithm):
         return _current_policy(path, policy_id)
     ckpt = path if isinstance(path, Checkpoint) else resolve_checkpoint(path)
+    check_env_here(ckpt)
     spec = get_algorithm(ckpt.meta["algo"])
     config = build_config(spec, {"preset": False, **ckpt.meta["config"], "num_workers": 0})
     state = ckpt.state["policy"]

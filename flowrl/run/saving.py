@@ -24,8 +24,10 @@ from typing import Any
 import torch
 
 from flowrl.core.callbacks import run_hook
+from flowrl.core.config import ConfigError
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.learning.policy import Weights
+from flowrl.rollout.envs import registered_creator
 from flowrl.run import checkpoints
 from flowrl.run.checkpoints import Checkpoint, CheckpointError
 from flowrl.run.spec import get_algorithm
@@ -100,6 +102,9 @@ class Checkpointing:
             ITERATION: self.iteration,
             "counters": plan["counters"],
         }
+        creator = registered_creator(self.config.env)
+        if creator is not None and ":" not in self.config.env:  # (module:Name imports)
+            meta[REGISTERED_ENV] = f"{creator.__module__}.{creator.__qualname__}"
         written = checkpoints.write(path, state, meta)
         if self.callbacks is not None:
             run_hook(self.callbacks, "on_checkpoint", algorithm=self, path=written)
@@ -160,6 +165,8 @@ class Checkpointing:
         """
         ckpt = path if isinstance(path, Checkpoint) else checkpoints.resolve(path)
         meta = ckpt.meta
+        if "env" not in overrides:
+            check_env_here(ckpt)
         if in_process:
             overrides = {**get_algorithm(meta["algo"]).config_cls.in_process(), **overrides}
         # a checkpoint states its whole config: no preset fills a field it predates
@@ -173,6 +180,25 @@ class Checkpointing:
             algo.stop()
             raise
         return algo
+
+
+#: a checkpoint's meta key: where the env was defined, when its process registered it
+#: under a bare name (a notebook's class, ``register_env``), which other processes lack
+REGISTERED_ENV = "registered_env"
+
+
+def check_env_here(ckpt: Checkpoint) -> None:
+    """A ConfigError saying what to do where ``ckpt``'s env is one that its own process
+    registered and this one has not (its name alone is no gymnasium id either)."""
+    env, where = ckpt.meta["config"].get("env"), ckpt.meta.get(REGISTERED_ENV)
+    if where and registered_creator(env) is None:
+        name = where.rpartition(".")[2] if where.rpartition(".")[2].isidentifier() else "..."
+        raise ConfigError(
+            f"checkpoint {ckpt.path} was trained on env {env!r}, defined as {where} in the "
+            f"process that trained it, which this process lacks: flowrl.register_env({env!r}, "
+            f"{name}) first (from_checkpoint also takes env={name}; flowrl evaluate, --env "
+            "module:Class with the class in a module)"
+        )
 
 
 def _device_here() -> str:
