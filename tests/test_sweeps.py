@@ -332,6 +332,27 @@ def test_a_plan_file_named_from_the_current_directory_sweeps(ray_session, tmp_pa
     assert read_sweep(Path("sweep"))["algo"] == f"{tmp_path / 'my_plan.py'}:plan"  # resumable
 
 
+@pytest.mark.slow
+def test_a_sweep_of_a_notebooks_env_class_runs_it_in_every_trial(ray_session, tmp_path):
+    """sweep(..., fixed={"env": MyEnv}), as Algorithm takes it: "env expects str", and no
+    trial process could have imported a notebook's class by name anyway."""
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    class DoubleRewardCartPole(CartPoleEnv):  # a function's: no trial process imports it
+        def step(self, action):
+            obs, reward, *rest = super().step(action)
+            return (obs, 2 * reward, *rest)
+
+    fixed = {**FAST, "env": DoubleRewardCartPole}
+    results = sweep("ppo", {"lr": [1e-3]}, fixed=fixed, stop={"training_iteration": 1},
+                    storage=tmp_path)  # fmt: skip
+    (result,) = results
+    assert result.error is None, result.error
+    metrics = result.metrics
+    assert metrics["episode_return_mean"] == pytest.approx(2 * metrics["episode_len_mean"])
+    assert trial_rows(results, ["lr"])[0]["status"] == "done"
+
+
 def test_a_sweep_says_each_trial_as_it_ends_and_where_it_stands_now_and_then(capsys):
     """A sweep said nothing between its first line and its table, minutes later."""
     from types import SimpleNamespace

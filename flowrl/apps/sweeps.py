@@ -41,6 +41,7 @@ from ray.tune.result import DONE, SHOULD_CHECKPOINT
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED, STEPS_TRAINED
 from flowrl.core.errors import one_line
 from flowrl.diagnostics.autotune import cluster_cpus
+from flowrl.rollout.envs import env_name, register_env, registered_creator
 from flowrl.rollout.worker import cpus_held_here
 from flowrl.run.algorithm import Algorithm, ensure_ray, get_algorithm, preset_values
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
@@ -52,7 +53,8 @@ from flowrl.run.tracking import quiet_loggers
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
 BUDGET_KEY = "_flowrl_step_budget"  # Tune's stop in env steps: a trial's iterations end there
 SAVE_KEY = "_flowrl_checkpoint_every_s"  # a trial's seconds between checkpoints (None: at end)
-OWN_KEYS = (ALGO_KEY, BUDGET_KEY, SAVE_KEY)  # flowrl's keys in a trial's config, not the algo's
+ENV_KEY = "_flowrl_env_creator"  # an env class or function no trial process could import
+OWN_KEYS = (ALGO_KEY, BUDGET_KEY, SAVE_KEY, ENV_KEY)  # flowrl's in a trial's config, not algo's
 SWEEP_FILE = "sweep.json"  # in a sweep's storage: its algorithm, keys, name and trials
 RUN_FILES = "run"  # in a trial's checkpoint: its flowrl run files up to there
 METRIC = EPISODE_RETURN_MEAN  # what trials are ranked by (an offline one's: ``metric``)
@@ -79,6 +81,8 @@ class FlowrlTrainable(tune.Trainable):
         for key in OUTPUT_KEYS:  # trials run side by side:
             if values.get(key):  # a directory of its own for each, under the one named
                 values[key] = str(Path(values[key]) / self.trial_id)
+        if config.get(ENV_KEY) is not None:  # a notebook's class, pickled with the config
+            register_env(values["env"], config[ENV_KEY])
         self.algo = Algorithm(config[ALGO_KEY], values)
         # trials stop at the same env steps, not an iteration past (timed ones: IMPALA's)
         self.algo.plan.context.step_budget = config.get(BUDGET_KEY)
@@ -401,6 +405,8 @@ def sweep(
     only), so that ``resume_sweep(storage)`` goes on with an interrupted sweep (Ctrl-C,
     SIGTERM) from there. ``storage`` holds one sweep: a second is refused."""
     space, fixed = dict(space or {}), dict(fixed or {})
+    if "env" in fixed:  # a class or function too (a notebook's goes to the trials with them)
+        fixed["env"] = env_name(fixed["env"])
     algo = get_algorithm(algo).name  # a plan file's path made absolute: trials run elsewhere
     check_sweep(algo, grid, space, fixed, search, scheduler, stop)
     ensure_ray(None)  # (joining RAY_ADDRESS's cluster: its CPUs are what trials fit on)
@@ -543,6 +549,8 @@ def _param_space(
     ``grid``'s and the ``space``'s, and flowrl's own: the algorithm and ``stop``'s env steps."""
     params = {k: _absolute(k, v) for k, v in fixed.items()}
     params.update({ALGO_KEY: algo, BUDGET_KEY: dict(stop or {}).get(STEPS_SAMPLED)})
+    env = params.get("env", "")
+    params[ENV_KEY] = registered_creator(env) if ":" not in env else None
     params.update({key: tune.grid_search(list(values)) for key, values in grid.items()})
     params.update({key: DISTRIBUTIONS[dist](*args) for key, (dist, args) in space.items()})
     return params
@@ -671,7 +679,7 @@ def trial_rows(
         config = result.config or (trial.config if trial is not None else {})
         history = result.metrics_dataframe
         has = history is not None and ranked_by in history
-        best = history[ranked_by].max() if has else None
+        best = float(history[ranked_by].max()) if has else None
         if result.error is not None:
             status = f"failed: {trial_error(result.error).split(':')[0]}"
         else:
