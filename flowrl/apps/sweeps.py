@@ -405,8 +405,7 @@ def sweep(
     only), so that ``resume_sweep(storage)`` goes on with an interrupted sweep (Ctrl-C,
     SIGTERM) from there. ``storage`` holds one sweep: a second is refused."""
     space, fixed = dict(space or {}), dict(fixed or {})
-    if "env" in fixed:  # a class or function too (a notebook's goes to the trials with them)
-        fixed["env"] = env_name(fixed["env"])
+    fixed.update({"env": env_name(fixed["env"])} if "env" in fixed else {})  # a class too
     algo = get_algorithm(algo).name  # a plan file's path made absolute: trials run elsewhere
     check_sweep(algo, grid, space, fixed, search, scheduler, stop)
     ensure_ray(None)  # (joining RAY_ADDRESS's cluster: its CPUs are what trials fit on)
