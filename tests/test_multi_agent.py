@@ -369,6 +369,27 @@ def test_a_turn_based_game_credits_each_agent_s_last_move_with_what_followed_it(
     assert following.valid.tolist() == [[True, False]] and lanes.illegal_moves == {"shared": 0}
 
 
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_a_games_sequences_for_v_trace_are_whole_however_many_turns_a_lane_took(use_lstm):
+    """A turn-based game's fragment holds each lane's turns, fewer than the fragment's
+    steps: IMPALA's learner cut its rows into sequences of the fragment's steps, across
+    lanes, and with an LSTM two fragments' state columns did not concatenate."""
+    from flowrl import Algorithm
+    from flowrl.core.sample_batch import MultiAgentBatch
+
+    config = {"num_workers": 0, "num_envs_per_worker": 2, "use_lstm": use_lstm}
+    with Algorithm("impala", env=TICTACTOE, **config) as algo:
+        steps = algo.config.rollout_fragment_length
+        worker = algo.workers.local_worker
+        batches = [worker.sample().policy_batches["shared"] for _ in range(3)]
+        for batch in batches:
+            valid = batch["valid"].reshape(-1, steps + 1)  # a sequence a lane (2 a game)
+            assert len(valid) == 4 and not valid[:, -1].any()  # each ends in its bootstrap
+            assert valid.sum() < 4 * steps  # turns: fewer than the steps
+        joined = MultiAgentBatch.concat([MultiAgentBatch({"shared": b}, 1) for b in batches])
+        assert len(joined.policy_batches["shared"]) == 12 * (steps + 1)
+
+
 @pytest.mark.slow
 def test_self_play_ppo_beats_a_random_tic_tac_toe_player_in_either_seat_without_illegal_moves():
     from pettingzoo.classic import tictactoe_v3

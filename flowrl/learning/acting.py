@@ -254,7 +254,7 @@ class BasePolicy:
         """Turn a sampled fragment into training rows, as ``postprocessing`` says."""
         fragment = self.add_action_logp(fragment)
         if self.postprocessing == "sequences":
-            return to_sequences(fragment)
+            return to_sequences(fragment, self.config.rollout_fragment_length)
         if self.postprocessing == "gae":
             last_values = self.compute_values(fragment.last_obs, fragment.last_state)
             cfg = self.config

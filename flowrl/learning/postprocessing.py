@@ -163,14 +163,16 @@ def n_step_transitions(
 VALID = "valid"
 
 
-def to_sequences(fragment: Fragment) -> SampleBatch:
+def to_sequences(fragment: Fragment, steps: int | None = None) -> SampleBatch:
     """A fragment as ``num_envs`` whole sequences for a learner that reads time-major
     ``[T + 1, B]`` data (V-trace), rows env-major: row ``i * (T + 1) + t`` is step ``t`` of
     env ``i``. Step ``T`` is a bootstrap step: its observation is ``last_obs``, the rest of
     it zeros. ``valid`` marks the steps to learn from (not the reset steps of NEXT_STEP
     autoreset, not the bootstrap step). Sequences of several fragments concatenate. A
     recurrent policy's ``state_in`` keeps each env's state at its first valid step, laid
-    over its rows (``first_states``, ``spread``).
+    over its rows (``first_states``, ``spread``). A fragment of fewer than ``steps`` steps
+    (a turn-based game's: its lanes' turns, right-aligned) starts with steps not to learn
+    from, so every sequence has ``steps + 1`` rows, as the learner cuts them.
 
     Examples:
         >>> cols = {"obs": np.zeros((3, 2, 4)), "rewards": np.ones((3, 2))}
@@ -178,17 +180,28 @@ def to_sequences(fragment: Fragment) -> SampleBatch:
         >>> batch = to_sequences(fragment)
         >>> len(batch), batch["valid"].reshape(2, 4)[0].tolist()
         (8, [True, True, True, False])
+        >>> to_sequences(fragment, steps=4)["valid"].reshape(2, 5)[0].tolist()
+        [False, True, True, True, False]
     """
-    steps, num_envs = fragment.valid.shape
-    columns, out = dict(fragment.columns), {}
-    state = columns.pop(STATE_IN, None)
-    for key, column in {**columns, VALID: fragment.valid}.items():
+    length, num_envs = fragment.valid.shape
+    steps = length if steps is None else steps
+    if length > steps:
+        raise ValueError(f"a fragment of {length} steps, where sequences hold {steps}")
+    pad = steps - length
+    columns = {k: _after_zeros(c, pad) for k, c in fragment.columns.items()}
+    valid, state, out = _after_zeros(fragment.valid, pad), columns.pop(STATE_IN, None), {}
+    for key, column in {**columns, VALID: valid}.items():
         last = fragment.last_obs if key == OBS else np.zeros_like(column[:1][0])
         seq = np.concatenate([column, last[None]], axis=0)  # [T + 1, N, ...]
         out[key] = seq.swapaxes(0, 1).reshape(num_envs * (steps + 1), *column.shape[2:])
     if state is not None:
-        out[STATE_IN] = spread(first_states(state, fragment.valid, steps), steps + 1)
+        out[STATE_IN] = spread(first_states(state, valid, steps), steps + 1)
     return SampleBatch(out)
+
+
+def _after_zeros(column: np.ndarray, n: int) -> np.ndarray:
+    """A time-major ``column`` after ``n`` steps of zeros."""
+    return np.concatenate([np.zeros((n, *column.shape[1:]), column.dtype), column]) if n else column
 
 
 def chunk_sequences(fragment: Fragment, length: int) -> SampleBatch:
