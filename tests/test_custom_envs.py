@@ -74,6 +74,18 @@ def test_register_env_with_a_closure_trains_on_ray_workers(ray_session, tmp_path
 
 
 @pytest.mark.slow
+def test_an_env_module_ray_workers_cannot_import_is_one_line(ray_session, tmp_path, monkeypatch):
+    """A notebook's sys.path.append makes a module importable here, not in Ray's workers:
+    the run ended in Ray's ActorDiedError, the worker's traceback inside it."""
+    (tmp_path / "only_here_envs.py").write_text(
+        "from gymnasium.envs.classic_control import CartPoleEnv as Env\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    said = r"^a rollout worker: cannot import only_here_envs .* Ray's worker processes cannot"
+    with pytest.raises(ConfigError, match=said):
+        Algorithm("ppo", env="only_here_envs:Env", num_workers=1)
+
+
 def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
     class Local(gym.Env):  # defined here, importable from nowhere: pickled by value
         observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -630,7 +630,25 @@ def _wait_until_up(actors: list[Any]) -> None:
     (``sample_timeout_s``) measures sampling, not a worker's start."""
     import ray
 
-    ray.get([actor.ping.remote() for actor in actors])
+    try:
+        ray.get([actor.ping.remote() for actor in actors])
+    except ray.exceptions.RayActorError as e:
+        raise _config_error_inside(e) or e from None
+
+
+def _config_error_inside(error: Any) -> ConfigError | None:
+    """The ConfigError a remote worker raised while it was built, which Ray's error
+    quotes at the end of the worker's traceback: an env module that the driver imports
+    from its own ``sys.path`` (a notebook's ``sys.path.append``) and Ray's workers cannot."""
+    lines = str(getattr(error, "error_msg", "")).strip().splitlines()
+    said = f"{ConfigError.__module__}.{ConfigError.__qualname__}: "
+    if not (getattr(error, "actor_init_failed", False) and lines and lines[-1].startswith(said)):
+        return None
+    message = f"a rollout worker: {lines[-1].removeprefix(said)}"
+    if message.startswith("a rollout worker: cannot import"):
+        message += (" (this process imports it, Ray's worker processes cannot: put its "
+                    "directory on PYTHONPATH before Python starts, or pip install it)")  # fmt: skip
+    return ConfigError(message)
 
 
 class WorkerSet:
