@@ -325,3 +325,26 @@ def test_a_checkpoint_of_an_env_its_process_registered_says_how_to_load_it(tmp_p
             load(path)
     register_env("NotebookCartPole", NotebookCartPole)
     assert load_policy(path).compute_action(np.zeros(4, np.float32)) in (0, 1)
+
+
+def test_an_algorithm_that_cannot_be_built_closes_the_envs_it_made():
+    """An env made before the policy refused its spaces stayed open: ale-py's said at exit
+    that it had leaked, after the one-line error."""
+    closed = []
+
+    class Counted(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)  # not SAC's Box
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(2, np.float32), 0.0, False, True, {}
+
+        def close(self):
+            closed.append(self)
+
+    with pytest.raises(ConfigError, match="SAC needs a Box action space"):
+        Algorithm("sac", env=Counted, num_workers=0, num_envs_per_worker=3)
+    assert len(closed) == 3

@@ -502,7 +502,11 @@ def vector_obs_size(space: gym.Space) -> int:
     ConfigError for images and spaces flowrl does not take."""
     check_obs_space(space)
     if is_image_space(space) or is_composite(space):
-        raise ConfigError(f"unsupported observation space {space}: need vector observations")
+        raise ConfigError(
+            f"this network takes vector observations (a twin Q-network: no images, no Dict or "
+            f"Tuple), not {space}: flatten them in an env creator of yours "
+            "(gymnasium.wrappers.FlattenObservation)"
+        )
     if isinstance(space, gym.spaces.Discrete):
         return int(space.n)
     if isinstance(space, gym.spaces.MultiDiscrete):

@@ -127,22 +127,17 @@ class RolloutWorker(ParallelIteratorWorker):
         #: a single-agent env)
         self.env = make_lanes(config, config.num_envs_per_worker, seed=seed, threads=threads,
                               callbacks=self.callbacks, worker_index=worker_index)  # fmt: skip
-        self.policies = PolicyMap()
-        for pid in self.env.policy_ids:
-            spec = self.policy_spec(pid)
-            self.policies[pid] = spec.policy_cls(
-                self.env.observation_spaces[pid],
-                self.env.action_spaces[pid],
-                spec.config,
-                device=device,
-                worker_index=worker_index,
-            )
-        writer = experience_writer(config, self.env, worker_index)
-        try:  # (the first reset)
-            self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where,
-                                   writer=writer)  # fmt: skip
-        except EnvError as e:
-            raise located(e, self._where, worker_index, ", in reset(),") from e.__cause__
+        try:  # a policy the env's spaces do not fit: the env closed (ale-py's leaks)
+            self.policies = make_policies(self.env, self.policy_spec, device, worker_index)
+            writer = experience_writer(config, self.env, worker_index)
+            try:  # (the first reset)
+                self.sampler = Sampler(self.env, self.policies, seed=seed, where=self._where,
+                                       writer=writer)  # fmt: skip
+            except EnvError as e:
+                raise located(e, self._where, worker_index, ", in reset(),") from e.__cause__
+        except BaseException:
+            self.env.close()
+            raise
         if worker_index > 0:  # what a remote worker started with lives as long as it does
             freeze_start_up()
 
@@ -305,6 +300,20 @@ class RolloutWorker(ParallelIteratorWorker):
     def close(self) -> None:
         self.flush_experiences()
         self.env.close()
+
+
+def make_policies(
+    lanes: Any, spec_of: Callable[[str], PolicySpec], device: str, worker_index: int
+) -> PolicyMap:
+    """A policy for each policy id of ``lanes``, of the class and config ``spec_of(pid)`` gives."""
+    policies = PolicyMap()
+    for pid in lanes.policy_ids:
+        spec = spec_of(pid)
+        spaces = lanes.observation_spaces[pid], lanes.action_spaces[pid]
+        policies[pid] = spec.policy_cls(
+            *spaces, spec.config, device=device, worker_index=worker_index
+        )
+    return policies
 
 
 def make_lanes(
@@ -680,16 +689,29 @@ class WorkerSet:
         args = dict(policy_cls=policy_cls, learner_cls=learner_cls, config=config,
                     policy_specs=dict(policy_specs or {}))  # fmt: skip
         self.local_worker = RolloutWorker(**args, device=config.device)
+        self._remote_cls: Any = None
+        self.remote_workers: list[Any] = []
+        self._kept: dict[str, Any] = {}
+        self._weights_deferred = False
+        try:  # a learner or a remote worker that cannot be built: nothing left running
+            self._start(args, learner_cls, workers_learn)
+        except BaseException:
+            self.stop()
+            raise
+        #: what the remote workers report, with their fragments or when asked
+        self.reports = WorkerReports(self.local_worker)
+
+    def _start(self, args: dict[str, Any], learner_cls: type[Learner] | None, learn: bool) -> None:
+        """The learner, and the remote workers, up and with the local worker's weights."""
+        config = self.config
         check_policy_ids(config, self.local_worker.env.policy_ids)
-        light = None if workers_learn else numpy_worker_args(self.local_worker)
+        light = None if learn else numpy_worker_args(self.local_worker)
         #: remote workers act in numpy, without torch (``NumpyPolicy``; module docstring)
         self.numpy_workers = light is not None
         self._remote_args = light or torch_worker_args(args)
-        self._follow_env_steps = workers_learn or follows_env_steps(self.local_worker)
+        self._follow_env_steps = learn or follows_env_steps(self.local_worker)
         if learner_cls is not None:  # built now: its networks take their seeds in order
             _ = self.local_worker.learner
-        self._remote_cls: Any = None
-        self.remote_workers: list[Any] = []
         if config.num_workers > 0:
             import ray
 
@@ -704,10 +726,6 @@ class WorkerSet:
                 _ = self.local_worker.learner.optimizers
             _wait_until_up(self.remote_workers)
             self.sync_weights()
-        #: what the remote workers report, with their fragments or when asked
-        self.reports = WorkerReports(self.local_worker)
-        self._kept: dict[str, Any] = {}
-        self._weights_deferred = False
 
     @property
     def learner(self) -> Learners:
