@@ -503,9 +503,9 @@ def vector_obs_size(space: gym.Space) -> int:
     check_obs_space(space)
     if is_image_space(space) or is_composite(space):
         raise ConfigError(
-            f"this network takes vector observations (a twin Q-network: no images, no Dict or "
-            f"Tuple), not {space}: flatten them in an env creator of yours "
-            "(gymnasium.wrappers.FlattenObservation)"
+            f"this network takes vector observations (a twin Q-network: no bare images), not "
+            f"{space}: flatten them in an env creator of yours "
+            "(gymnasium.wrappers.FlattenObservation), or make them an entry of a Dict"
         )
     if isinstance(space, gym.spaces.Discrete):
         return int(space.n)
