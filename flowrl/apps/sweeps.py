@@ -47,7 +47,7 @@ from flowrl.run.algorithm import Algorithm, ensure_ray, get_algorithm, preset_va
 from flowrl.run.evaluation import EVAL_RETURN_MEAN
 from flowrl.run.logger import LOCK, RunLogger
 from flowrl.run.runner import LINE_INTERVAL_S, run_meta, signal_handled
-from flowrl.run.spec import AlgorithmSpec
+from flowrl.run.spec import AlgorithmSpec, check_keys
 from flowrl.run.tracking import quiet_loggers
 
 ALGO_KEY = "_flowrl_algo"  # the trial config's algorithm (a name or path.py:plan)
@@ -595,6 +595,7 @@ def check_sweep(
             f"{spec.name} samples no env steps, so {STEPS_SAMPLED} never stops its trials: "
             "stop them on training_iteration"
         )
+    check_keys(spec, [*grid, *space, *fixed])
     known = spec.config_cls.__dataclass_fields__
     for key in [*grid, *space, *fixed]:
         if key.split(".")[0] not in known:  # (a dotted key sets an entry of a mapping)

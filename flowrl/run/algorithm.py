@@ -51,6 +51,7 @@ from flowrl.run.saving import Checkpointing
 from flowrl.run.spec import (
     AlgorithmSpec,
     Plan,
+    check_keys,
     check_plan_trains_its_policies,
     get_algorithm,
     policy_specs,
@@ -167,6 +168,7 @@ def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None,
     values = {**(config or {}), **overrides}
     if spec.offline and values.get("input") and "env" not in values:  # the recording's
         values["env"] = recorded_env(values["input"])
+    check_keys(spec, values)
     return spec.config_cls.from_dict({**preset_values(spec, values), **values})
 
 

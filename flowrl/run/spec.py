@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,28 @@ def list_algorithms() -> list[AlgorithmSpec]:
     from flowrl.algorithms import NAMES
 
     return [get_algorithm(name) for name in NAMES]
+
+
+def check_keys(spec: AlgorithmSpec, keys: Iterable[str]) -> None:
+    """A ConfigError for a key ``spec``'s config lacks that other algorithms' have (a
+    recurrent policy's ``use_lstm`` for DQN): it names them. A key that none has is left
+    to ``Config.from_dict``, which suggests the nearest one.
+
+    Examples:
+        >>> check_keys(get_algorithm("dqn"), ["lr", "use_lstm"])
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: dqn has no config key 'use_lstm' (ppo, a3c, impala ...
+    """
+    fields = spec.config_cls.__dataclass_fields__
+    for key in (key.split(".")[0] for key in keys):  # (a dotted key sets an entry of one)
+        if key not in fields:
+            owners = [s.name for s in list_algorithms() if key in s.config_cls.__dataclass_fields__]
+            if owners:
+                said = f"{', '.join(owners[:-1])} and {owners[-1]} have" if owners[1:] else ""
+                raise ConfigError(
+                    f"{spec.name} has no config key '{key}' ({said or owners[0] + ' has'} it)"
+                )
 
 
 def get_algorithm(ref: str) -> AlgorithmSpec:
