@@ -73,6 +73,7 @@ def test_list():
         (["train", "ppo", "--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
         (["train", "ppo", "--set", "bogus=1"], "unknown config key 'bogus'"),
         (["train", "dqn", "--set", "use_lstm=true"], "(ppo, a3c, impala and appo have it)"),
+        (["train", "ppo", "--set", "learning_rate=0.001"], "flowrl's name for it: 'lr'"),
         (["train", "ppo", "--set", "lr=fast"], "lr expects a number or a schedule"),
         (["train", "ppo", "--set", "gamma=2"], "gamma must be <= 1"),
         (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),

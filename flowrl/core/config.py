@@ -45,6 +45,46 @@ class ArgumentTypeError(ConfigError, TypeError):
     so code that catches one still does."""
 
 
+#: config values as other libraries name them (Stable-Baselines3, CleanRL), and flowrl's
+#: names for them, the first that a config has: an unknown key's hint
+OTHER_NAMES = {
+    "learning_rate": ("lr",),
+    "n_steps": ("n_step", "rollout_fragment_length"),  # an n-step return's, or a rollout's
+    "num_steps": ("rollout_fragment_length",),
+    "batch_size": ("sgd_minibatch_size", "train_batch_size"),
+    "n_epochs": ("num_sgd_iter",),
+    "update_epochs": ("num_sgd_iter",),
+    "ent_coef": ("entropy_coeff", "initial_alpha"),
+    "vf_coef": ("vf_loss_coeff",),
+    "clip_range": ("clip_param",),
+    "clip_coef": ("clip_param",),
+    "max_grad_norm": ("grad_clip",),
+    "n_envs": ("num_envs_per_worker",),
+    "num_envs": ("num_envs_per_worker",),
+    "target_kl": ("kl_target",),
+    "target_update_interval": ("target_network_update_freq",),
+    "exploration_fraction": ("exploration_timesteps",),
+    "net_arch": ("model_hiddens",),
+}
+
+
+def _hint(key: str, known: list[str]) -> str:
+    """What an unknown config ``key`` most likely meant: flowrl's name for another
+    library's, or the nearest of ``known``.
+
+    Examples:
+        >>> _hint("learning_rate", ["lr", "gamma"]), _hint("gama", ["lr", "gamma"])
+        (" (flowrl's name for it: 'lr')", " (did you mean 'gamma'?)")
+    """
+    if key == "total_timesteps":
+        return " (a run's length is its stop: --stop-timesteps N, or stop={'timesteps': N})"
+    ours = [name for name in OTHER_NAMES.get(key, ()) if name in known]
+    if ours:
+        return f" (flowrl's name for it: '{ours[0]}')"
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def param(
     default: Any,
     doc: str,
@@ -411,9 +451,9 @@ class Config:
         known = [f.name for f in dataclasses.fields(cls)]
         for key in data:
             if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ConfigError(f"unknown config key '{key}' for {cls.algo_name}{hint}")
+                raise ConfigError(
+                    f"unknown config key '{key}' for {cls.algo_name}{_hint(key, known)}"
+                )
         return cls(**data)
 
     def replace(self: C, **changes: Any) -> C:
