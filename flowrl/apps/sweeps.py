@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import ConfigError, with_dotted
+from flowrl.core.config import ConfigError, unknown_key, with_dotted
 
 try:
     from ray import tune
@@ -599,7 +599,7 @@ def check_sweep(
     known = spec.config_cls.__dataclass_fields__
     for key in [*grid, *space, *fixed]:
         if key.split(".")[0] not in known:  # (a dotted key sets an entry of a mapping)
-            raise ConfigError(f"unknown config key '{key}' for {spec.name}")
+            raise unknown_key(spec.config_cls, key.split(".")[0])
     if search not in SEARCHES:
         raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")
     if search == "optuna" and (grid or not space):

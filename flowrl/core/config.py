@@ -68,14 +68,22 @@ OTHER_NAMES = {
 }
 
 
-def _hint(key: str, known: list[str]) -> str:
-    """What an unknown config ``key`` most likely meant: flowrl's name for another
-    library's, or the nearest of ``known``.
+def unknown_key(cls: type[Config], key: str) -> ConfigError:
+    """The error for a ``key`` that config class ``cls`` lacks, with what it most likely
+    meant: flowrl's name for another library's, or the nearest of its keys.
 
     Examples:
-        >>> _hint("learning_rate", ["lr", "gamma"]), _hint("gama", ["lr", "gamma"])
-        (" (flowrl's name for it: 'lr')", " (did you mean 'gamma'?)")
+        >>> print(unknown_key(Config, "learning_rate"))
+        unknown config key 'learning_rate' for custom (flowrl's name for it: 'lr')
+        >>> print(unknown_key(Config, "gama"))
+        unknown config key 'gama' for custom (did you mean 'gamma'?)
     """
+    known = list(cls.__dataclass_fields__)
+    return ConfigError(f"unknown config key '{key}' for {cls.algo_name}{_hint(key, known)}")
+
+
+def _hint(key: str, known: list[str]) -> str:
+    """What an unknown config ``key`` most likely meant (see ``unknown_key``)."""
     if key == "total_timesteps":
         return " (a run's length is its stop: --stop-timesteps N, or stop={'timesteps': N})"
     ours = [name for name in OTHER_NAMES.get(key, ()) if name in known]
@@ -448,12 +456,9 @@ class Config:
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         """Build from a mapping, rejecting keys the config does not have."""
-        known = [f.name for f in dataclasses.fields(cls)]
         for key in data:
-            if key not in known:
-                raise ConfigError(
-                    f"unknown config key '{key}' for {cls.algo_name}{_hint(key, known)}"
-                )
+            if key not in cls.__dataclass_fields__:
+                raise unknown_key(cls, key)
         return cls(**data)
 
     def replace(self: C, **changes: Any) -> C:
