@@ -599,7 +599,7 @@ def check_sweep(
     known = spec.config_cls.__dataclass_fields__
     for key in [*grid, *space, *fixed]:
         if key.split(".")[0] not in known:  # (a dotted key sets an entry of a mapping)
-            raise unknown_key(spec.config_cls, key.split(".")[0])
+            raise unknown_key(spec.config_cls, key)
     if search not in SEARCHES:
         raise ConfigError(f"unknown search '{search}'; available: {', '.join(SEARCHES)}")
     if search == "optuna" and (grid or not space):

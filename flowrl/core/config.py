@@ -78,8 +78,8 @@ def unknown_key(cls: type[Config], key: str) -> ConfigError:
         >>> print(unknown_key(Config, "gama"))
         unknown config key 'gama' for custom (did you mean 'gamma'?)
     """
-    known = list(cls.__dataclass_fields__)
-    return ConfigError(f"unknown config key '{key}' for {cls.algo_name}{_hint(key, known)}")
+    hint = _hint(key.split(".")[0], list(cls.__dataclass_fields__))  # (a dotted key's entry)
+    return ConfigError(f"unknown config key '{key}' for {cls.algo_name}{hint}")
 
 
 def _hint(key: str, known: list[str]) -> str:
