@@ -185,7 +185,7 @@ def test_algorithms_without_composite_actions_refuse_them_in_one_line(name):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["dqn", "--set", "use_lstm=true"], "unknown config key 'use_lstm' for dqn"),
+        (["dqn", "--set", "use_lstm=true"], "dqn has no config key 'use_lstm' (ppo, a3c"),
         (
             ["ppo", "--env", "custom_envs:MaskedBox"],
             "an action_mask masks Discrete or MultiDiscrete actions",
