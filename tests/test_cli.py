@@ -78,6 +78,7 @@ def test_list():
         (["train", "ppo", "--set", "gamma=2"], "gamma must be <= 1"),
         (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),
         (["train", "ppo", "--num-workers", "two"], "expected a number or auto, got 'two'"),
+        (["train", "ppo", "--stop-timesteps", "1.5e3x"], "expected a whole number, got"),
         (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
         (["train", "ppo", "--set", "gamma=0.9", "gamma.x=1"], "gamma is 0.9, not a mapping"),
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),

@@ -55,6 +55,17 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def _whole(text: str) -> int:
+    """A whole number, written as one or as a float that is one (``1e6``, ``100_000``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
 def _num_workers(text: str) -> int | str:
     if text == "auto":
         return text
@@ -106,7 +117,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False
     """What ``train`` and ``tune`` share: the config flags and the stop flags."""
     _add_config_arguments(parser, resumes=resumes)
     parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
-    parser.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    parser.add_argument(
+        "--stop-timesteps", type=_whole, help="stop after this many env steps (1e6 is one too)"
+    )
     parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
     parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     parser.add_argument(
