@@ -4,6 +4,7 @@ refused before any worker starts."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -325,6 +326,9 @@ def test_a_checkpoint_of_an_env_its_process_registered_says_how_to_load_it(tmp_p
             load(path)
     register_env("NotebookCartPole", NotebookCartPole)
     assert load_policy(path).compute_action(np.zeros(4, np.float32)) in (0, 1)
+    register_env("partial-cartpole", functools.partial(gym.make, "CartPole-v1"))  # no __qualname__
+    with Algorithm("ppo", env="partial-cartpole", num_workers=0) as algo:
+        assert algo.save(tmp_path / "partial").is_dir()
 
 
 def test_an_algorithm_that_cannot_be_built_closes_the_envs_it_made():

@@ -104,7 +104,8 @@ class Checkpointing:
         }
         creator = registered_creator(self.config.env)
         if creator is not None and ":" not in self.config.env:  # (module:Name imports)
-            meta[REGISTERED_ENV] = f"{creator.__module__}.{creator.__qualname__}"
+            name = getattr(creator, "__qualname__", type(creator).__name__)  # (a partial's)
+            meta[REGISTERED_ENV] = f"{getattr(creator, '__module__', None) or '?'}.{name}"
         written = checkpoints.write(path, state, meta)
         if self.callbacks is not None:
             run_hook(self.callbacks, "on_checkpoint", algorithm=self, path=written)
