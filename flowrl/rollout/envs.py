@@ -175,9 +175,10 @@ def register_env(name: str, creator: EnvCreator) -> str:
     return name
 
 
-def registered_creator(name: str) -> EnvCreator | None:
-    """The creator ``register_env`` stored under ``name``, if any."""
-    return _REGISTERED.get(name)
+def registered_creator(name: str, *, only_here: bool = False) -> EnvCreator | None:
+    """The creator ``register_env`` stored under ``name``, if any; with ``only_here``, only
+    one that no other process could make from the name (not a ``module:Name``'s)."""
+    return None if only_here and ":" in name else _REGISTERED.get(name)
 
 
 def env_name(env: str | EnvCreator) -> str:

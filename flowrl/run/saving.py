@@ -102,8 +102,8 @@ class Checkpointing:
             ITERATION: self.iteration,
             "counters": plan["counters"],
         }
-        creator = registered_creator(self.config.env)
-        if creator is not None and ":" not in self.config.env:  # (module:Name imports)
+        creator = registered_creator(self.config.env, only_here=True)
+        if creator is not None:
             name = getattr(creator, "__qualname__", type(creator).__name__)  # (a partial's)
             meta[REGISTERED_ENV] = f"{getattr(creator, '__module__', None) or '?'}.{name}"
         written = checkpoints.write(path, state, meta)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import POLICY_KEYS, Config, ConfigError, OfflineConfig
+from flowrl.core.config import POLICY_KEYS, Config, ConfigError, OfflineConfig, unknown_key
 from flowrl.core.iter import LocalIterator
 from flowrl.learning.learner import Learner
 from flowrl.learning.multi import PolicySpec
@@ -149,9 +149,9 @@ def list_algorithms() -> list[AlgorithmSpec]:
 
 
 def check_keys(spec: AlgorithmSpec, keys: Iterable[str]) -> None:
-    """A ConfigError for a key ``spec``'s config lacks that other algorithms' have (a
-    recurrent policy's ``use_lstm`` for DQN): it names them. A key that none has is left
-    to ``Config.from_dict``, which suggests the nearest one.
+    """A ConfigError for a key ``spec``'s config lacks (a dotted key: its first part): one
+    that other algorithms' have is named as theirs (a recurrent policy's ``use_lstm`` for
+    DQN), another gets ``unknown_key``'s hint.
 
     Examples:
         >>> check_keys(get_algorithm("dqn"), ["lr", "use_lstm"])
@@ -160,14 +160,17 @@ def check_keys(spec: AlgorithmSpec, keys: Iterable[str]) -> None:
         flowrl.core.config.ConfigError: dqn has no config key 'use_lstm' (ppo, a3c, impala ...
     """
     fields = spec.config_cls.__dataclass_fields__
-    for key in (key.split(".")[0] for key in keys):  # (a dotted key sets an entry of one)
-        if key not in fields:
-            owners = [s.name for s in list_algorithms() if key in s.config_cls.__dataclass_fields__]
-            if owners:
-                said = f"{', '.join(owners[:-1])} and {owners[-1]} have" if owners[1:] else ""
-                raise ConfigError(
-                    f"{spec.name} has no config key '{key}' ({said or owners[0] + ' has'} it)"
-                )
+    for key in keys:
+        name = key.split(".")[0]  # (a dotted key sets an entry of a mapping)
+        if name in fields:
+            continue
+        owners = [s.name for s in list_algorithms() if name in s.config_cls.__dataclass_fields__]
+        if not owners:
+            raise unknown_key(spec.config_cls, key)
+        said = f"{', '.join(owners[:-1])} and {owners[-1]} have" if owners[1:] else ""
+        raise ConfigError(
+            f"{spec.name} has no config key '{name}' ({said or owners[0] + ' has'} it)"
+        )
 
 
 def get_algorithm(ref: str) -> AlgorithmSpec:
