@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -188,6 +190,19 @@ def test_impala_learner_thread_stops_with_the_algorithm_and_errors_surface(monke
     with pytest.raises(LearnerThreadError, match="FloatingPointError: non-finite loss"):
         broken.train()
     broken.stop()
+
+
+@pytest.mark.slow
+def test_a_script_that_ends_without_stop_exits_cleanly_with_the_learner_thread_running():
+    # torch aborted the interpreter's teardown under the daemon thread: exit 134 and
+    # "terminate called without an active exception"
+    script = (
+        "from flowrl import Algorithm\n"
+        "algo = Algorithm('impala', env='CartPole-v1', num_workers=0, train_batch_size=200)\n"
+        "for _ in range(3): algo.train()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and "terminate" not in done.stderr, done.stderr[-2000:]
 
 
 def test_impala_trains_on_atari_frames_through_the_cnn():

@@ -10,6 +10,7 @@ Examples:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import queue
 import threading
@@ -187,6 +188,13 @@ class LearnerThread(threading.Thread):
         except BaseException as e:  # surfaced in the plan by check()
             self.error = e
 
+    def start(self) -> None:
+        """Start the thread; it is stopped at the interpreter's exit if nothing stopped it
+        before (a script that ends without ``Algorithm.stop()``: torch aborts the process
+        when it is torn down under an update)."""
+        super().start()
+        atexit.register(self.stop)
+
     def __repr__(self) -> str:
         return f"LearnerThread(inbox_size={self.inbox.maxsize}, num_sgd_iter={self.num_sgd_iter})"
 
@@ -237,6 +245,7 @@ class LearnerThread(threading.Thread):
 
     def stop(self) -> None:
         """Finish the update in progress and end the thread."""
+        atexit.unregister(self.stop)
         self._stopped.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=30)
