@@ -56,6 +56,24 @@ def test_training_goes_on_after_an_interrupt():
     assert after["env_steps_trained"] > first["env_steps_trained"]
 
 
+def test_a_result_key_of_rllib_or_sb3_names_flowrls_key():
+    with Algorithm("ppo", env="CartPole-v1", **FAST) as algo:
+        result = algo.train()
+    for theirs, ours in [
+        ("episode_reward_mean", "episode_return_mean"),  # RLlib's old API stack
+        ("env_runners/episode_return_mean", "episode_return_mean"),  # its new one
+        ("rollout/ep_rew_mean", "episode_return_mean"),  # Stable-Baselines3's logger
+        ("timesteps_total", "env_steps_sampled"),
+    ]:
+        with pytest.raises(KeyError, match=f"flowrl's name for it: '{ours}'"):
+            result[theirs]
+    with pytest.raises(KeyError, match="did you mean 'episode_len_mean'"):
+        result["episode_length_mean"]
+    with pytest.raises(KeyError, match="every evaluation_interval iterations"):
+        result["evaluation/episode_return_mean"]
+    assert result.get("episode_reward_mean") is None and "episode_reward_mean" not in result
+
+
 def test_training_a_stopped_algorithm_says_it_was_stopped():
     """train() after stop() raised 'the execution plan ParallelRollouts(...)... ended', six
     lines of plan that did not say why."""

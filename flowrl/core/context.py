@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import difflib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,46 @@ WORKER_SAMPLE_S, WORKER_WEIGHTS_S = "busy/sample_s", "busy/set_weights_s"
 # what a plan's work counts as in a profile's bottleneck line (flowrl.diagnostics.profiler)
 SAMPLE, LEARN, SYNC = "sample", "learn", "weight sync"
 IDLE = "idle (no branch had an item)"  # an async union's naps, as a profile shows them
+
+#: result keys of RLlib (old and new API stacks) and Stable-Baselines3's logger, and flowrl's
+OTHER_RESULT_NAMES = {
+    "episode_reward_mean": EPISODE_RETURN_MEAN,
+    "episode_reward_max": "episode_return_max",
+    "episode_reward_min": "episode_return_min",
+    "env_runners/episode_return_mean": EPISODE_RETURN_MEAN,
+    "env_runners/episode_reward_mean": EPISODE_RETURN_MEAN,
+    "env_runners/episode_len_mean": EPISODE_LEN_MEAN,
+    "rollout/ep_rew_mean": EPISODE_RETURN_MEAN,
+    "rollout/ep_len_mean": EPISODE_LEN_MEAN,
+    "timesteps_total": STEPS_SAMPLED,
+    "num_env_steps_sampled": STEPS_SAMPLED,
+    "num_env_steps_sampled_lifetime": STEPS_SAMPLED,
+    "time/total_timesteps": STEPS_SAMPLED,
+    "num_env_steps_trained": STEPS_TRAINED,
+    "training_iteration": ITERATION,
+}
+
+
+class Result(dict):
+    """One result of ``Algorithm.train()``: a dict whose missing key is a ``KeyError`` that
+    names the key flowrl has for it (another library's name, a near spelling).
+
+    Examples:
+        >>> Result({"episode_return_mean": 21.0})["episode_reward_mean"]
+        Traceback (most recent call last):
+        KeyError: "no result 'episode_reward_mean' (flowrl's name for it: 'episode_return_mean')"
+    """
+
+    def __missing__(self, key: Any) -> Any:
+        ours = OTHER_RESULT_NAMES.get(key)
+        if ours in self:
+            hint = f" (flowrl's name for it: '{ours}')"
+        elif isinstance(key, str) and key.startswith("evaluation/"):
+            hint = " (none this iteration: evaluation runs every evaluation_interval iterations)"
+        else:
+            close = difflib.get_close_matches(str(key), [str(k) for k in self], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise KeyError(f"no result {key!r}{hint}")
 
 
 class TimerStat:

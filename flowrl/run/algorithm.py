@@ -25,7 +25,7 @@ import torch
 
 from flowrl.core.callbacks import load_callbacks, run_hook
 from flowrl.core.config import Config, ConfigError, fixed
-from flowrl.core.context import ITERATION, STEPS_SAMPLED
+from flowrl.core.context import ITERATION, STEPS_SAMPLED, Result
 from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.core.schedules import is_schedule, scheduled
 from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_auto, ray_running
@@ -417,6 +417,7 @@ class Algorithm(Checkpointing):
                 raise
             if result is not NotReady:
                 check_result(result, self._plan_fn)
+                result = Result(result)
                 self.last_result = result  # a run logs it even when evaluation or a hook raises
                 result.update(self.evaluation.step(self.iteration))
                 result.update(schedules)
