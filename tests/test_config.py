@@ -36,6 +36,13 @@ def test_bad_values_name_the_field(values, message):
     assert message in str(err.value)
 
 
+def test_seed_none_draws_a_seed_that_the_config_keeps():
+    drawn = {PPOConfig(seed=None).seed for _ in range(3)}
+    assert all(isinstance(s, int) and 0 <= s < 2**31 for s in drawn) and len(drawn) > 1
+    config = PPOConfig(seed=None)
+    assert PPOConfig.from_dict(config.to_dict()).seed == config.seed  # as saved, it repeats
+
+
 def test_round_trip_through_dict():
     cfg = PPOConfig(lr=3e-4, model_hiddens=(8,))
     assert PPOConfig.from_dict(cfg.to_dict()) == cfg

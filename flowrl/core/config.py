@@ -25,6 +25,7 @@ import inspect
 import itertools
 import json
 import math
+import secrets
 import types
 import typing
 from collections.abc import Mapping
@@ -326,7 +327,9 @@ class Config:
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
     )
-    seed: int = param(0, "seed for envs, torch and sampling", ge=0, le=2**31 - 1)
+    seed: int = param(
+        0, "seed for envs, torch and sampling (None: one drawn at random)", ge=0, le=2**31 - 1
+    )
     gamma: float = param(0.99, "discount factor", ge=0, le=1)
     lr: Schedule = param(5e-4, "learning rate (Adam); or a schedule", gt=0, schedule=True)  # noqa: RUF009
     adam_eps: float = param(1e-5, "Adam's epsilon in the optimiser that lr sets", gt=0)
@@ -438,6 +441,8 @@ class Config:
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
+        if self.seed is None:  # as other libraries read it; the drawn seed is kept, and saved
+            object.__setattr__(self, "seed", secrets.randbelow(2**31))
         for f in dataclasses.fields(self):
             if f.metadata.get("schedule"):
                 value = _to_schedule(f.name, getattr(self, f.name), f.metadata)
