@@ -709,6 +709,28 @@ def test_a_plan_that_produces_no_result_dicts_is_one_line(tmp_path, capsys):
                    "StandardMetricsReporting(...))"], err  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "train, message",
+    [
+        # the class ran as a constructor on every batch: the run went on without training
+        ("combine(ConcatBatches(min_batch_size=200)).for_each(TrainOneStep)",
+         "for_each(TrainOneStep) takes an operator, not its class: for_each(TrainOneStep(...))"),
+        ("for_each(ConcatBatches(min_batch_size=200)).for_each(TrainOneStep(workers))",
+         "learning takes a batch of experiences, got a list (ConcatBatches gives lists to "
+         ".combine(), not to .for_each())"),
+    ],
+)  # fmt: skip
+def test_an_operator_misapplied_in_a_plan_is_one_line(tmp_path, capsys, train, message):
+    from flowrl.apps.cli import main
+
+    ops = "from flowrl.ops import ConcatBatches, ParallelRollouts, TrainOneStep\n    "
+    plan = _plan_file(tmp_path, ops + f"return ParallelRollouts(workers).{train}")
+    args = ["train", f"{plan}:plan", "--num-workers", "0", "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"flowrl: error: {message}"), err
+
+
 def test_a_plan_that_raises_is_its_own_error_and_where(tmp_path, capsys):
     from flowrl.apps.cli import main
 

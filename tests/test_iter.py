@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flowrl.core.config import ArgumentTypeError
 from flowrl.core.context import PlanContext
 from flowrl.core.iter import LocalIterator, NotReady, Operator
 
@@ -156,3 +157,17 @@ def test_gate_binds_an_operator_to_the_plan_context():
     assert next(it) == 1
     it.context.counters["n"] = 2
     assert next(it) is NotReady
+
+
+@pytest.mark.parametrize("method", ["for_each", "filter", "combine"])
+def test_an_operators_class_or_a_value_is_refused_where_a_function_of_items_goes(method):
+    class Double(Operator):
+        def __call__(self, item):
+            return 2 * item
+
+    items = LocalIterator.from_items([1, 2])
+    with pytest.raises(ArgumentTypeError, match=rf"{method}\(Double\) takes an operator, not"):
+        getattr(items, method)(Double)
+    with pytest.raises(ArgumentTypeError, match=f"{method} takes a function of each item, got 5"):
+        getattr(items, method)(5)
+    assert items.for_each(Double()).take(2) == [2, 4]

@@ -27,6 +27,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from flowrl.core import channels as ch
 from flowrl.core.channels import ChannelServer
+from flowrl.core.config import ArgumentTypeError
 from flowrl.core.context import IDLE, PlanContext
 
 T = TypeVar("T")
@@ -140,6 +141,20 @@ def _describe(fn: Any) -> str:
     if isinstance(fn, Operator):
         return repr(fn)
     return getattr(fn, "__name__", None) or repr(fn)
+
+
+def _applied(method: str, fn: Any) -> str:
+    """``fn``'s name in the plan's description, once it is something ``method`` can apply
+    to each item. An operator's class (``for_each(TrainOneStep)``) would be built from each
+    item instead, and the plan would go on without ever training."""
+    if isinstance(fn, type) and issubclass(fn, Operator):
+        raise ArgumentTypeError(
+            f"{method}({fn.__name__}) takes an operator, not its class: "
+            f"{method}({fn.__name__}(...)), with the arguments it takes"
+        )
+    if not callable(fn):
+        raise ArgumentTypeError(f"{method} takes a function of each item, got {fn!r}")
+    return _describe(fn)
 
 
 def _bind(fn: Any, context: PlanContext) -> None:
@@ -301,7 +316,7 @@ class LocalIterator(PlanNode, Generic[T]):
             for item in it:
                 yield item if item is NotReady else fn(item)
 
-        return self._derive(gen, f"for_each({_describe(fn)})", op=fn)
+        return self._derive(gen, f"for_each({_applied('for_each', fn)})", op=fn)
 
     def filter(self, fn: Callable[[T], bool]) -> LocalIterator[T]:
         """Keep the items for which ``fn`` is true."""
@@ -312,7 +327,7 @@ class LocalIterator(PlanNode, Generic[T]):
                 if item is NotReady or fn(item):
                     yield item
 
-        return self._derive(gen, f"filter({_describe(fn)})", op=fn)
+        return self._derive(gen, f"filter({_applied('filter', fn)})", op=fn)
 
     def gate(self, is_open: Callable[[], bool]) -> LocalIterator[T]:
         """Pull from upstream only while ``is_open()`` is true; ``NotReady`` while it is
@@ -330,7 +345,8 @@ class LocalIterator(PlanNode, Generic[T]):
 
     def combine(self, fn: Callable[[T], Iterable[U]]) -> LocalIterator[U]:
         """Apply ``fn`` (which returns a list) to every item and flatten the lists."""
-        return self._derive(functools.partial(_combined, fn), f"combine({_describe(fn)})", op=fn)
+        name = f"combine({_applied('combine', fn)})"
+        return self._derive(functools.partial(_combined, fn), name, op=fn)
 
     def flatten(self) -> LocalIterator[Any]:
         """Turn a stream of lists into a stream of their elements."""
@@ -1008,15 +1024,15 @@ class ParallelIterator(PlanNode, Generic[T]):
 
     def for_each(self, fn: Callable[[T], U]) -> ParallelIterator[U]:
         """Apply ``fn`` to every item, on the actors."""
-        return self._with("for_each", fn, suffix=f"for_each({_describe(fn)})")
+        return self._with("for_each", fn, suffix=f"for_each({_applied('for_each', fn)})")
 
     def filter(self, fn: Callable[[T], bool]) -> ParallelIterator[T]:
         """Keep the items for which ``fn`` is true, on the actors."""
-        return self._with("filter", fn, suffix=f"filter({_describe(fn)})")
+        return self._with("filter", fn, suffix=f"filter({_applied('filter', fn)})")
 
     def combine(self, fn: Callable[[T], Iterable[U]]) -> ParallelIterator[U]:
         """for_each + flatten, on the actors."""
-        return self._with("combine", fn, suffix=f"combine({_describe(fn)})")
+        return self._with("combine", fn, suffix=f"combine({_applied('combine', fn)})")
 
     def flatten(self) -> ParallelIterator[Any]:
         return self._with("flatten", suffix="flatten()")

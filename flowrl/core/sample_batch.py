@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.core.config import ArgumentTypeError
+
 OBS = "obs"
 ACTIONS = "actions"
 REWARDS = "rewards"
@@ -257,6 +259,22 @@ class ArrayPool:
         if len(arrays) > self.slots:
             del arrays[0]  # the oldest: whoever holds it keeps it
         return arrays[-1][: shape[0]]
+
+
+def check_batch(item: Any, taker: str) -> None:
+    """An ``ArgumentTypeError`` unless ``item``, which ``taker`` was given, is a batch.
+
+    Examples:
+        >>> check_batch([], "learning")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        flowrl.core.config.ArgumentTypeError: learning takes a batch of experiences, got a list ...
+    """
+    if not isinstance(item, MultiAgentBatch):
+        hint = " (ConcatBatches gives lists to .combine(), not to .for_each())"
+        raise ArgumentTypeError(
+            f"{taker} takes a batch of experiences, got a {type(item).__name__}"
+            + (hint if isinstance(item, list) else "")
+        )
 
 
 def _refs(array: np.ndarray) -> int:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flowrl.core.config import Config
-from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch
+from flowrl.core.sample_batch import SINGLE, MultiAgentBatch, SampleBatch, check_batch
 
 if TYPE_CHECKING:  # a rollout worker that acts in numpy holds a PolicyMap without torch
     from flowrl.learning.acting import BasePolicy as Policy
@@ -142,6 +142,7 @@ class Learners:
         return {pid: learner.optimizers for pid, learner in self.learners.items()}
 
     def _parts(self, batch: MultiAgentBatch) -> dict[str, SampleBatch]:
+        check_batch(batch, "learning")
         return {pid: b for pid, b in batch.policy_batches.items() if pid in self.learners and b}
 
     def learn_on_batch(self, batch: MultiAgentBatch, **kwargs: Any) -> PolicyStats:
