@@ -372,6 +372,8 @@ def test_custom_plan_in_a_few_lines():
         ({"algo": "nope"}, "unknown algorithm 'nope'"),
         ({"env": "NoSuchEnv-v0"}, "unknown env id 'NoSuchEnv-v0'"),
         ({"env": "CartPole-v1", "bogus": 1}, "unknown config key 'bogus'"),
+        # Stable-Baselines3's PPO("MlpPolicy", "CartPole-v1") puts the env second
+        ({"config": "CartPole-v1"}, r"the second argument is the config .* got 'CartPole-v1'"),
     ],
 )
 def test_bad_input_raises_config_error(kwargs, message):

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from flowrl.core.callbacks import load_callbacks, run_hook
-from flowrl.core.config import Config, ConfigError, fixed
+from flowrl.core.config import ArgumentTypeError, Config, ConfigError, fixed
 from flowrl.core.context import ITERATION, STEPS_SAMPLED, Result
 from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.core.schedules import is_schedule, scheduled
@@ -159,6 +159,11 @@ def build_config(spec: AlgorithmSpec, config: Config | Mapping[str, Any] | None,
     mapping's values go over the algorithm's preset for the env (``flowrl.run.presets``)
     unless they say ``preset=False``; a Config is taken as it is. An offline algorithm's
     env is by default its recording's (``input``)."""
+    if not isinstance(config, Config | Mapping | None):  # Stable-Baselines3's PPO(policy, env)
+        raise ArgumentTypeError(
+            f"the second argument is the config (a Config or a dict), got {config!r}: "
+            f"an env goes by name, Algorithm({spec.name!r}, env=...)"
+        )
     if isinstance(config, Mapping) and "env" in config:
         config = {**config, "env": env_name(config["env"])}
     if "env" in overrides:
