@@ -22,7 +22,13 @@ def test_parse_grid_reads_json_lists_and_names_a_bad_item():
         "lr": [0.001, 0.0003],
         "model_hiddens": [[32], [64, 64]],
     }
-    for bad in ("lr=0.001", "lr=[]", "=[1]", "lr=[1,"):
+    # without brackets, which zsh (macOS's shell) reads as a file pattern unless quoted
+    assert parse_grid(["lr=0.001,3e-4", "use_lstm=true,false", "gamma=0.99"]) == {
+        "lr": [0.001, 0.0003],
+        "use_lstm": [True, False],
+        "gamma": [0.99],
+    }
+    for bad in ("lr", "lr=", "lr=[]", "=[1]", "lr=[1,", "lr=1,,2"):
         with pytest.raises(ConfigError, match="--grid expects KEY="):
             parse_grid([bad])
 
@@ -130,7 +136,7 @@ def test_tune_without_the_tune_extra_is_one_line_naming_it(capsys, monkeypatch):
 def test_tune_command_refuses_bad_input_in_one_line(capsys):
     for args, message in (
         (["tune", "ppo"], "needs at least one --grid"),
-        (["tune", "ppo", "--grid", "lr=0.1"], "--grid expects KEY="),
+        (["tune", "ppo", "--grid", "lr="], "--grid expects KEY="),
         (["tune", "ppo", "--grid", "lrr=[0.1]"], "unknown config key 'lrr'"),
         (["tune", "ppo", "--grid", "lrr.x=[0.1]"], "unknown config key 'lrr.x'"),
         (["tune", "ppo", "--grid", "gamma.x=[1]"], "gamma expects float, got {'x': 1}"),

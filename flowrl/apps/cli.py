@@ -271,8 +271,9 @@ def _add_tune_parser(sub: Any) -> None:
     _add_list_argument(
         tune,
         "--grid",
-        "KEY=[V1,V2]",
-        "values to try for a config key, as a JSON list (repeatable: every combination)",
+        "KEY=V1,V2",
+        "values to try for a config key, comma-separated, or a JSON list for values that are "
+        "lists (repeatable: every combination)",
     )
     _add_list_argument(
         tune,
@@ -674,7 +675,7 @@ def _searched(args: argparse.Namespace) -> tuple[dict[str, list[Any]], dict[str,
     grid, space = parse_grid(args.grid), parse_space(args.space)
     if not grid and not space:
         raise ConfigError(
-            "flowrl tune needs at least one --grid KEY=[V1,V2,...] or --space KEY=DIST(ARGS)"
+            "flowrl tune needs at least one --grid KEY=V1,V2,... or --space KEY=DIST(ARGS)"
         )
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
@@ -687,7 +688,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """``flowrl tune``: a sweep of config values with Ray Tune.
 
     Examples:
-        flowrl tune ppo --grid lr=[0.001,0.0003] --stop-iters 50
+        flowrl tune ppo --grid lr=0.001,0.0003 --stop-iters 50
         flowrl tune ppo --space 'lr=loguniform(1e-5,1e-2)' --num-samples 8 --scheduler asha
         flowrl tune --resume runs/tune_ppo_CartPole-v1_TIME
     """

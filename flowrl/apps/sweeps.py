@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import ConfigError, with_dotted
+from flowrl.core.config import ConfigError, parse_set_value, with_dotted
 
 try:
     from ray import tune
@@ -243,19 +243,30 @@ class SweepProgress(tune.Callback):
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
-    """``key=[v1,v2]`` items (JSON lists) as ``{key: [v1, v2]}``; a ConfigError names a
-    bad one."""
-    import json
+    """``key=v1,v2`` items (each value read as ``--set`` reads one), or ``key=[v1,v2]``
+    (a JSON list, for values that are lists themselves), as ``{key: [v1, v2]}``; a
+    ConfigError names a bad one. The bare form is what zsh, the macOS shell, passes
+    unquoted: it takes ``[...]`` for a file pattern.
 
+    Examples:
+        >>> parse_grid(["lr=0.001,3e-4", "model_hiddens=[[32],[64,64]]"])
+        {'lr': [0.001, 0.0003], 'model_hiddens': [[32], [64, 64]]}
+    """
     grid: dict[str, list[Any]] = {}
     for item in items:
         key, sep, text = item.partition("=")
-        try:
-            values = json.loads(text) if sep else None
-        except ValueError:
-            values = None
-        if not key or not isinstance(values, list) or not values:
-            raise ConfigError(f"--grid expects KEY=[V1,V2,...] (a JSON list), got '{item}'")
+        text = text.strip()
+        if not text.startswith("["):
+            values = [parse_set_value(v.strip()) for v in text.split(",")] if text else None
+        else:
+            try:
+                values = json.loads(text)
+            except ValueError:
+                values = None
+        if not (key and sep) or not isinstance(values, list) or not values or "" in values:
+            raise ConfigError(
+                f"--grid expects KEY=V1,V2,... (or a JSON list, KEY='[V1,V2]'), got '{item}'"
+            )
         grid[key.strip()] = values
     return grid
 
