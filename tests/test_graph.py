@@ -68,7 +68,7 @@ EXPECTED = {
         ("for_each(Enqueue())", "LearnerThread(inbox_size=4, num_sgd_iter=2)"),
         ("LearnerThread(inbox_size=4, num_sgd_iter=2)", "Dequeue(learner)"),
     ],
-    "appo": [("LearnerThread(inbox_size=4, num_sgd_iter=2)", "Dequeue(learner)")],
+    "appo": [("LearnerThread(inbox_size=4, num_sgd_iter=4)", "Dequeue(learner)")],
     "apex": [
         ("for_each(StoreToReplayBuffer())", "replay: 2 shards"),
         ("replay: 2 shards", "2 x ReplayActor (Ray actors)"),
