@@ -28,6 +28,11 @@ def test_values_are_coerced_to_field_types():
         ({"num_sgd_iter": 2.5}, "num_sgd_iter expects int"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda"),
         ({"model_hiddens": [0]}, "model_hiddens must be >= 1"),
+        # RLlib's names (its new API stack's, and its model dict)
+        ({"num_epochs": 5}, "flowrl's name for it: 'num_sgd_iter'"),
+        ({"num_env_runners": 2}, "flowrl's name for it: 'num_workers'"),
+        ({"framework": "torch"}, "flowrl runs on torch: leave it out"),
+        ({"model": {"fcnet_hiddens": [64]}}, "model_hiddens (fcnet_hiddens), use_lstm"),
     ],
 )
 def test_bad_values_name_the_field(values, message):

@@ -66,6 +66,14 @@ OTHER_NAMES = {
     "target_update_interval": ("target_network_update_freq",),
     "exploration_fraction": ("exploration_timesteps",),
     "net_arch": ("model_hiddens",),
+    # RLlib's (its new API stack's, and the model dict's)
+    "num_epochs": ("num_sgd_iter",),
+    "minibatch_size": ("sgd_minibatch_size",),
+    "num_env_runners": ("num_workers",),
+    "num_rollout_workers": ("num_workers",),
+    "num_envs_per_env_runner": ("num_envs_per_worker",),
+    "train_batch_size_per_learner": ("train_batch_size",),
+    "fcnet_hiddens": ("model_hiddens",),
 }
 
 
@@ -87,6 +95,8 @@ def _hint(key: str, known: list[str]) -> str:
     """What an unknown config ``key`` most likely meant (see ``unknown_key``)."""
     if key == "total_timesteps":
         return " (a run's length is its stop: --stop-timesteps N, or stop={'timesteps': N})"
+    if key == "framework":
+        return " (flowrl runs on torch: leave it out)"
     ours = [name for name in OTHER_NAMES.get(key, ()) if name in known]
     if ours:
         return f" (flowrl's name for it: '{ours[0]}')"
@@ -443,6 +453,11 @@ class Config:
         hints = typing.get_type_hints(type(self))
         if self.seed is None:  # as other libraries read it; the drawn seed is kept, and saved
             object.__setattr__(self, "seed", secrets.randbelow(2**31))
+        if isinstance(self.model, Mapping):  # RLlib's model dict
+            raise ConfigError(
+                "model names your own model class ('module:Class'); RLlib's model settings "
+                "are config keys here: model_hiddens (fcnet_hiddens), use_lstm, lstm_cell_size"
+            )
         for f in dataclasses.fields(self):
             if f.metadata.get("schedule"):
                 value = _to_schedule(f.name, getattr(self, f.name), f.metadata)
