@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -75,9 +76,32 @@ def test_register_env_with_a_closure_trains_on_ray_workers(ray_session, tmp_path
 
 
 @pytest.mark.slow
+def test_an_env_module_on_a_path_added_here_trains_on_the_ray_workers_flowrl_starts(tmp_path):
+    """A notebook's sys.path.append made a module importable here and not in Ray's workers:
+    a local Ray that flowrl starts now puts the added directory on its workers' path."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "path_added_envs.py").write_text(
+        "from gymnasium.envs.classic_control import CartPoleEnv as Env\n"
+    )
+    script = (
+        f"import sys; sys.path.append({str(tmp_path / 'envs')!r})\n"
+        "from flowrl import Algorithm\n"
+        "from path_added_envs import Env\n"
+        "for env in ('path_added_envs:Env', Env):  # a name, and a class pickled by reference\n"
+        "    algo = Algorithm('ppo', env=env, num_workers=1, train_batch_size=256)\n"
+        "    assert algo.train()['env_steps_sampled'] >= 256\n"
+        "    algo.stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_an_env_module_ray_workers_cannot_import_is_one_line(ray_session, tmp_path, monkeypatch):
-    """A notebook's sys.path.append makes a module importable here, not in Ray's workers:
-    the run ended in Ray's ActorDiedError, the worker's traceback inside it."""
+    """With Ray already running, a module on a path added since is importable here, not in
+    Ray's workers: the run ended in Ray's ActorDiedError, the worker's traceback inside it."""
     (tmp_path / "only_here_envs.py").write_text(
         "from gymnasium.envs.classic_control import CartPoleEnv as Env\n"
     )

@@ -655,7 +655,8 @@ def _config_error_inside(error: Any) -> ConfigError | None:
         return None
     message = f"a rollout worker: {lines[-1].removeprefix(said)}"
     if message.startswith("a rollout worker: cannot import"):
-        message += (" (this process imports it, Ray's worker processes cannot: put its "
+        message += (" (this process imports it, Ray's worker processes cannot: Ray started "
+                    "before its directory was added to sys.path, or runs elsewhere; put the "
                     "directory on PYTHONPATH before Python starts, or pip install it)")  # fmt: skip
     return ConfigError(message)
 

@@ -9,12 +9,19 @@ copying them. flowrl starts Ray with the limit at 512 KiB (a 500 KB reply: 1.4 m
 2.7 ms through the store); image fragments (megabytes) still go through the store, whose
 reads are zero-copy. Measured on a 2-core host: ``benchmarks/sampling.py``.
 
+A local Ray's worker processes also import from the directories this process added to
+its ``sys.path`` (a notebook's ``sys.path.append("envs/")``): they are put on the workers'
+``PYTHONPATH``, so an env module the driver imports, Ray's workers import too.
+
 Examples:
     >>> init_ray(num_cpus=2, include_dashboard=False)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 from typing import Any
 
 # Ray's settings for a cluster flowrl starts; a cluster you start keeps its own
@@ -29,4 +36,28 @@ def init_ray(**kwargs: Any) -> Any:
     if kwargs.get("address") is None:
         system = {**RAY_SYSTEM_CONFIG, **kwargs.pop("_system_config", {})}
         kwargs["_system_config"] = system
+        if (paths := added_paths()) and "runtime_env" not in kwargs:
+            given = os.environ.get("PYTHONPATH")
+            joined = os.pathsep.join([*paths, given] if given else paths)
+            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": joined}}
     return ray.init(**kwargs)
+
+
+def added_paths() -> list[str]:
+    """The directories on this process's ``sys.path`` that Ray's workers would not have:
+    not Python's own, not an environment's packages, not already on PYTHONPATH, not the
+    script's directory or the working directory (Ray adds those itself). Passing them
+    costs a few seconds of Ray's start, so only what was added is passed."""
+    own = {os.path.realpath(p) for p in sysconfig.get_paths().values()}
+    own |= {os.path.realpath(sys.path[0] or os.curdir), os.path.realpath(os.curdir)}
+    given = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for path in sys.path:
+        real = os.path.realpath(path) if path else ""
+        if not real or real in own or path in given or not os.path.isdir(real):
+            continue
+        if any(real == p or real.startswith(p + os.sep) for p in prefixes):
+            continue
+        out.append(real)
+    return list(dict.fromkeys(out))
