@@ -77,6 +77,15 @@ OTHER_NAMES = {
 }
 
 
+def _check_not_rllib_model(model: Any) -> None:
+    """A ConfigError for RLlib's ``model`` dict, whose settings are config keys here."""
+    if isinstance(model, Mapping):
+        raise ConfigError(
+            "model names your own model class ('module:Class'); RLlib's model settings "
+            "are config keys here: model_hiddens (fcnet_hiddens), use_lstm, lstm_cell_size"
+        )
+
+
 def unknown_key(cls: type[Config], key: str) -> ConfigError:
     """The error for a ``key`` that config class ``cls`` lacks, with what it most likely
     meant: flowrl's name for another library's, or the nearest of its keys.
@@ -337,9 +346,7 @@ class Config:
     sample_timeout_s: float = param(
         120.0, "seconds a remote worker may take for one request before it is restarted", gt=0
     )
-    seed: int = param(
-        0, "seed for envs, torch and sampling (None: one drawn at random)", ge=0, le=2**31 - 1
-    )
+    seed: int = param(0, "seed of envs, torch and sampling; None: a random one", ge=0, le=2**31 - 1)
     gamma: float = param(0.99, "discount factor", ge=0, le=1)
     lr: Schedule = param(5e-4, "learning rate (Adam); or a schedule", gt=0, schedule=True)  # noqa: RUF009
     adam_eps: float = param(1e-5, "Adam's epsilon in the optimiser that lr sets", gt=0)
@@ -453,11 +460,7 @@ class Config:
         hints = typing.get_type_hints(type(self))
         if self.seed is None:  # as other libraries read it; the drawn seed is kept, and saved
             object.__setattr__(self, "seed", secrets.randbelow(2**31))
-        if isinstance(self.model, Mapping):  # RLlib's model dict
-            raise ConfigError(
-                "model names your own model class ('module:Class'); RLlib's model settings "
-                "are config keys here: model_hiddens (fcnet_hiddens), use_lstm, lstm_cell_size"
-            )
+        _check_not_rllib_model(self.model)
         for f in dataclasses.fields(self):
             if f.metadata.get("schedule"):
                 value = _to_schedule(f.name, getattr(self, f.name), f.metadata)
