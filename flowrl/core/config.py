@@ -28,7 +28,7 @@ import math
 import secrets
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from flowrl.core.schedules import Schedule
@@ -106,7 +106,18 @@ def _hint(key: str, known: list[str]) -> str:
         return " (a run's length is its stop: --stop-timesteps N, or stop={'timesteps': N})"
     if key == "framework":
         return " (flowrl runs on torch: leave it out)"
-    ours = [name for name in OTHER_NAMES.get(key, ()) if name in known]
+    return name_hint(key, known, OTHER_NAMES)
+
+
+def name_hint(key: str, known: Sequence[str], others: Mapping[str, Sequence[str]]) -> str:
+    """What ``key``, which is not one of ``known``, most likely meant: flowrl's name for
+    another library's (``others``: their name -> flowrl's candidates), or the nearest.
+
+    Examples:
+        >>> name_hint("ent_coef", ["entropy_coeff", "lr"], OTHER_NAMES)
+        " (flowrl's name for it: 'entropy_coeff')"
+    """
+    ours = [name for name in others.get(key, ()) if name in known]
     if ours:
         return f" (flowrl's name for it: '{ours[0]}')"
     close = difflib.get_close_matches(key, known, n=1)

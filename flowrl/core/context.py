@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import difflib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from flowrl.core.config import name_hint
 
 # counters (``context.counters``); the first three are also result keys
 STEPS_SAMPLED = "env_steps_sampled"
@@ -46,20 +47,20 @@ IDLE = "idle (no branch had an item)"  # an async union's naps, as a profile sho
 
 #: result keys of RLlib (old and new API stacks) and Stable-Baselines3's logger, and flowrl's
 OTHER_RESULT_NAMES = {
-    "episode_reward_mean": EPISODE_RETURN_MEAN,
-    "episode_reward_max": "episode_return_max",
-    "episode_reward_min": "episode_return_min",
-    "env_runners/episode_return_mean": EPISODE_RETURN_MEAN,
-    "env_runners/episode_reward_mean": EPISODE_RETURN_MEAN,
-    "env_runners/episode_len_mean": EPISODE_LEN_MEAN,
-    "rollout/ep_rew_mean": EPISODE_RETURN_MEAN,
-    "rollout/ep_len_mean": EPISODE_LEN_MEAN,
-    "timesteps_total": STEPS_SAMPLED,
-    "num_env_steps_sampled": STEPS_SAMPLED,
-    "num_env_steps_sampled_lifetime": STEPS_SAMPLED,
-    "time/total_timesteps": STEPS_SAMPLED,
-    "num_env_steps_trained": STEPS_TRAINED,
-    "training_iteration": ITERATION,
+    "episode_reward_mean": (EPISODE_RETURN_MEAN,),
+    "episode_reward_max": ("episode_return_max",),
+    "episode_reward_min": ("episode_return_min",),
+    "env_runners/episode_return_mean": (EPISODE_RETURN_MEAN,),
+    "env_runners/episode_reward_mean": (EPISODE_RETURN_MEAN,),
+    "env_runners/episode_len_mean": (EPISODE_LEN_MEAN,),
+    "rollout/ep_rew_mean": (EPISODE_RETURN_MEAN,),
+    "rollout/ep_len_mean": (EPISODE_LEN_MEAN,),
+    "timesteps_total": (STEPS_SAMPLED,),
+    "num_env_steps_sampled": (STEPS_SAMPLED,),
+    "num_env_steps_sampled_lifetime": (STEPS_SAMPLED,),
+    "time/total_timesteps": (STEPS_SAMPLED,),
+    "num_env_steps_trained": (STEPS_TRAINED,),
+    "training_iteration": (ITERATION,),
 }
 
 
@@ -74,14 +75,10 @@ class Result(dict):
     """
 
     def __missing__(self, key: Any) -> Any:
-        ours = OTHER_RESULT_NAMES.get(key)
-        if ours in self:
-            hint = f" (flowrl's name for it: '{ours}')"
-        elif isinstance(key, str) and key.startswith("evaluation/"):
+        if str(key).startswith("evaluation/"):
             hint = " (none this iteration: evaluation runs every evaluation_interval iterations)"
         else:
-            close = difflib.get_close_matches(str(key), [str(k) for k in self], n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            hint = name_hint(str(key), [str(k) for k in self], OTHER_RESULT_NAMES)
         raise KeyError(f"no result {key!r}{hint}")
 
 
