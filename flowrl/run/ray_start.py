@@ -20,8 +20,8 @@ Examples:
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-import sysconfig
 from typing import Any
 
 # Ray's settings for a cluster flowrl starts; a cluster you start keeps its own
@@ -44,20 +44,13 @@ def init_ray(**kwargs: Any) -> Any:
 
 
 def added_paths() -> list[str]:
-    """The directories on this process's ``sys.path`` that Ray's workers would not have:
-    not Python's own, not an environment's packages, not already on PYTHONPATH, not the
-    script's directory or the working directory (Ray adds those itself). Passing them
-    costs a few seconds of Ray's start, so only what was added is passed."""
-    own = {os.path.realpath(p) for p in sysconfig.get_paths().values()}
-    own |= {os.path.realpath(sys.path[0] or os.curdir), os.path.realpath(os.curdir)}
-    given = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    out = []
-    for path in sys.path:
-        real = os.path.realpath(path) if path else ""
-        if not real or real in own or path in given or not os.path.isdir(real):
-            continue
-        if any(real == p or real.startswith(p + os.sep) for p in prefixes):
-            continue
-        out.append(real)
-    return list(dict.fromkeys(out))
+    """The directories on this process's ``sys.path`` that a new interpreter of the same
+    Python (as a Ray worker is) would not have, less the script's and the working
+    directory, which Ray adds itself. Asked of a new interpreter, not guessed: its
+    ``.pth`` files, user site and PYTHONPATH are the workers' too. Passing directories costs
+    Ray's start a few seconds, so only what this process added is passed."""
+    show = "import sys; print('\\n'.join(sys.path))"
+    fresh = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True)
+    have = {os.path.realpath(p) for p in [*fresh.stdout.splitlines(), sys.path[0], os.curdir]}
+    out = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
+    return list(dict.fromkeys(p for p in out if p not in have))
