@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -10,8 +11,11 @@ import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 
+import flowrl
 from flowrl import Algorithm, ConfigError, register_env
+from flowrl.apps.inference import OTHER_METHODS as POLICY_METHODS
 from flowrl.ops import ParallelRollouts, StandardMetricsReporting, TrainOneStep
+from flowrl.run.algorithm import OTHER_METHODS
 
 FAST = dict(num_workers=0, num_envs_per_worker=2, rollout_fragment_length=32, train_batch_size=64)
 
@@ -72,6 +76,27 @@ def test_a_result_key_of_rllib_or_sb3_names_flowrls_key():
     with pytest.raises(KeyError, match="every evaluation_interval iterations"):
         result["evaluation/episode_return_mean"]
     assert result.get("episode_reward_mean") is None and "episode_reward_mean" not in result
+
+
+def test_a_method_of_sb3_or_rllib_names_flowrls_way_which_runs(tmp_path):
+    """SB3's model.learn(total_timesteps=N) and model.predict(obs), RLlib's
+    algo.compute_single_action(obs): each was a bare AttributeError. Each way named runs."""
+    with Algorithm("ppo", env="CartPole-v1", **FAST) as algo:
+        policy = flowrl.load_policy(algo)
+        names = {"algo": algo, "flowrl": flowrl, "Algorithm": Algorithm, "policy": policy,
+                 "N": 64, "obs": np.zeros(4, np.float32), "path": tmp_path / "checkpoint",
+                 "weights": algo.workers.local_worker.get_weights()}  # fmt: skip
+        for methods, owner in [(OTHER_METHODS, algo), (POLICY_METHODS, policy)]:
+            for theirs, ours in methods.items():
+                with pytest.raises(AttributeError, match=re.escape(f"(flowrl's way: {ours})")):
+                    getattr(owner, theirs)
+        with pytest.raises(AttributeError, match="did you mean 'evaluate'"):
+            algo.evalute()
+        for ours in [*OTHER_METHODS.values(), *POLICY_METHODS.values()]:  # (stop() last)
+            made = eval(ours, names)
+            if isinstance(made, Algorithm | gym.Env):
+                made.close() if isinstance(made, gym.Env) else made.stop()
+        assert not hasattr(algo, "_private") and not hasattr(algo, "learn")
 
 
 def test_training_a_stopped_algorithm_says_it_was_stopped():

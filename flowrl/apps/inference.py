@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ConfigError, no_attribute
 from flowrl.core.context import EPISODE_RETURN_MEAN
 from flowrl.core.sample_batch import STATE_IN, STATE_OUT
 from flowrl.learning.policy import Policy
@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 FORMATS = ("onnx", "torchscript")
 # the file names each format writes (a suffix names its format)
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
+#: acting methods of Stable-Baselines3's models and RLlib's algorithms, and a loaded policy's
+OTHER_METHODS = {
+    "predict": "policy.compute_action(obs)",
+    "compute_single_action": "policy.compute_action(obs)",
+}
 
 
 def _item(action: np.ndarray) -> Any:
@@ -62,6 +67,9 @@ class LoadedPolicy:
     ) -> None:
         self.policy, self.algo, self.env = policy, algo, env
         self.env_config = dict(env_config or {})
+
+    def __getattr__(self, name: str) -> Any:
+        raise no_attribute(self, name, OTHER_METHODS)
 
     def make_env(self, render_mode: str | None = None) -> Any:
         """One env as the policy was trained on (its ``env_config``), whose observations

@@ -124,6 +124,28 @@ def name_hint(key: str, known: Sequence[str], others: Mapping[str, Sequence[str]
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def no_attribute(obj: object, name: str, others: Mapping[str, str]) -> AttributeError:
+    """The AttributeError for ``obj``'s missing ``name``, with what it most likely meant:
+    flowrl's way to do what another library's method of that name does (``others``: their
+    name -> flowrl's expression), or the nearest public attribute.
+
+    Examples:
+        >>> class Thing:
+        ...     def train(self): ...
+        >>> print(no_attribute(Thing(), "learn", {"learn": "thing.train()"}))
+        'Thing' object has no attribute 'learn' (flowrl's way: thing.train())
+        >>> print(no_attribute(Thing(), "trian", {}))
+        'Thing' object has no attribute 'trian' (did you mean 'train'?)
+    """
+    message = f"{type(obj).__name__!r} object has no attribute {name!r}"
+    if name in others:
+        return AttributeError(f"{message} (flowrl's way: {others[name]})")
+    if name.startswith("_"):  # (Python's and IPython's own probes: no hint to look for)
+        return AttributeError(message)
+    public = [n for n in dir(obj) if not n.startswith("_")]
+    return AttributeError(message + name_hint(name, public, {}))
+
+
 def param(
     default: Any,
     doc: str,

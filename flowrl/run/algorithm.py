@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from flowrl.core.callbacks import load_callbacks, run_hook
-from flowrl.core.config import ArgumentTypeError, Config, ConfigError, fixed
+from flowrl.core.config import ArgumentTypeError, Config, ConfigError, fixed, no_attribute
 from flowrl.core.context import ITERATION, STEPS_SAMPLED, Result
 from flowrl.core.iter import LocalIterator, NotReady
 from flowrl.core.schedules import is_schedule, scheduled
@@ -60,6 +60,23 @@ from flowrl.run.spec import (
 logger = logging.getLogger(__name__)
 #: the warnings said in this process (``_say_if_images_are_large``)
 _SAID: set[str] = set()
+
+#: methods of Stable-Baselines3's models and RLlib's algorithms, and flowrl's way to do
+#: what each does (an Algorithm's missing attribute names it)
+OTHER_METHODS = {
+    "learn": "algo.run(stop={'timesteps': N})",
+    "predict": "flowrl.load_policy(algo).compute_action(obs)",
+    "compute_single_action": "flowrl.load_policy(algo).compute_action(obs)",
+    "get_policy": "flowrl.load_policy(algo)",
+    "get_env": "flowrl.load_policy(algo).make_env()",
+    "get_weights": "algo.workers.local_worker.get_weights()",
+    "set_weights": "algo.workers.local_worker.set_weights(weights)",
+    "save_checkpoint": "algo.save(path)",
+    "restore_from_path": "algo.restore(path)",
+    "load": "Algorithm.from_checkpoint(path)",
+    "cleanup": "algo.stop()",
+    "close": "algo.stop()",
+}
 
 
 def check_env(spec: AlgorithmSpec, config: Config) -> None:
@@ -376,14 +393,13 @@ class Algorithm(Checkpointing):
         stop: StopCriteria | None = None,
         **overrides: Any,
     ) -> Algorithm:
-        """Measure the plan (``choose_layout``: a few
-        seconds of sampling and learning in-process) and build the algorithm with the
-        fastest layout of workers and envs, which ``layout`` reports with the reason.
-        When the in-process run that measured learning is the choice, it is returned and
-        goes on from where it got, its results so far in ``unreported`` (which
-        ``run`` logs first). ``stop`` is the run's ``StopCriteria`` (pass
-        the same to ``run``): the measuring run ends where a result meets it, and is
-        then the run. With a cluster ``address``, Ray joins it first and
+        """Measure the plan (``choose_layout``: a few seconds of sampling and learning
+        in-process) and build the algorithm with the fastest layout of workers and envs,
+        which ``layout`` reports with the reason. When the in-process run that measured
+        learning is the choice, it is returned and goes on from where it got, its results
+        so far in ``unreported`` (which ``run`` logs first). ``stop`` is the run's
+        ``StopCriteria`` (pass the same to ``run``): the measuring run ends where a result
+        meets it, and is then the run. With a cluster ``address``, Ray joins it first and
         every layout has workers; an algorithm may ask for more (Ape-X: 2).
 
         Examples:
@@ -394,6 +410,9 @@ class Algorithm(Checkpointing):
 
     def __repr__(self) -> str:
         return f"Algorithm({self.spec.name}, env={self.config.env!r})\nplan: {self.plan}"
+
+    def __getattr__(self, name: str) -> Any:
+        raise no_attribute(self, name, OTHER_METHODS)
 
     @property
     def iteration(self) -> int:
