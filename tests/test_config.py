@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from flowrl import list_algorithms
 from flowrl.algorithms.ppo import PPOConfig
-from flowrl.core.config import Config, ConfigError, parse_set_value
+from flowrl.core.config import RLLIB_BUILDER, Config, ConfigError, parse_set_value
 
 
 def test_values_are_coerced_to_field_types():
@@ -39,6 +40,24 @@ def test_bad_values_name_the_field(values, message):
     with pytest.raises(ConfigError) as err:
         PPOConfig.from_dict(values)
     assert message in str(err.value)
+
+
+def test_rllibs_builder_and_another_librarys_key_name_flowrls_way():
+    """PPOConfig().environment("CartPole-v1").training(lr=...) and config.learning_rate
+    were a bare AttributeError."""
+    config, setting = PPOConfig(), "PPOConfig(env=..., lr=...), or config.replace"
+    for call, way in [
+        (lambda: config.environment("CartPole-v1"), setting),
+        (lambda: config.training(lr=1e-3), setting),
+        (lambda: config.build(), "flowrl's way: Algorithm('ppo', config)"),
+        (lambda: config.learning_rate, "flowrl's way: config.lr"),
+        (lambda: config.gama, "did you mean 'gamma'"),
+    ]:  # fmt: skip
+        with pytest.raises(AttributeError, match=re.escape(way)):
+            call()
+    assert getattr(config, "learning_starts", 0) == 0 and not hasattr(config, "_private")
+    for spec in list_algorithms():  # no builder method is a key of flowrl's
+        assert not set(RLLIB_BUILDER) & set(spec.config_cls.__dataclass_fields__)
 
 
 def test_seed_none_draws_a_seed_that_the_config_keeps():

@@ -146,6 +146,34 @@ def no_attribute(obj: object, name: str, others: Mapping[str, str]) -> Attribute
     return AttributeError(message + name_hint(name, public, {}))
 
 
+#: the builder methods of RLlib's AlgorithmConfig, whose settings are config keys here
+RLLIB_BUILDER = (
+    "environment", "training", "env_runners", "rollouts", "framework", "resources", "evaluation",
+    "debugging", "reporting", "multi_agent", "learners", "api_stack", "fault_tolerance",
+    "checkpointing", "offline_data", "update_from_dict",
+)  # fmt: skip
+
+
+def other_ways(config: Config) -> dict[str, str]:
+    """flowrl's way to do what another library's attribute of a config does: RLlib's
+    ``AlgorithmConfig`` builder methods (a key is set when the config is made, or in a
+    copy: ``replace``; ``Algorithm`` builds it), and another library's name of a key.
+
+    Examples:
+        >>> ways = other_ways(Config())
+        >>> ways["training"], ways["learning_rate"]
+        ('Config(env=..., lr=...), or config.replace(lr=...)', 'config.lr')
+    """
+    setting = f"{type(config).__name__}(env=..., lr=...), or config.replace(lr=...)"
+    build = f"Algorithm({config.algo_name!r}, config)"
+    keys = {
+        theirs: f"config.{ours[0]}"
+        for theirs, names in OTHER_NAMES.items()
+        if (ours := [n for n in names if n in config.__dataclass_fields__])
+    }
+    return {**keys, **dict.fromkeys(RLLIB_BUILDER, setting), "build": build, "build_algo": build}
+
+
 def param(
     default: Any,
     doc: str,
@@ -520,6 +548,9 @@ class Config:
     def replace(self: C, **changes: Any) -> C:
         """A validated copy with ``changes`` applied."""
         return type(self).from_dict({**self.to_dict(), **changes})
+
+    def __getattr__(self, name: str) -> Any:
+        raise no_attribute(self, name, other_ways(self))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__dict__.get("_fixed"):  # (see ``fixed``)
