@@ -130,3 +130,26 @@ def test_the_band_is_students_t_interval_of_the_seeds_mean():
     assert mean[-1] == 2.0
     _, high = stats.t.interval(0.95, 2, loc=2.0, scale=stats.sem([1.0, 3.0, 2.0]))
     assert abs(band[-1] - (high - 2.0)) < 1e-3
+
+
+def test_long_labels_fold_the_legend_into_fewer_columns_inside_the_figure():
+    """Four runs whose configs differ in three settings each: four columns of their labels
+    ran past both edges of the PNG, cutting every label (and one group) off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from flowrl.apps.plotting import legend_below
+
+    labels = [f"ppo num_envs_per_worker={n} rollout_fragment_length=128 train_batch_size=2048"
+              for n in (8, 16, 32, 64)] + ["x" * 150]  # fmt: skip
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    for label in labels:
+        axes[0].plot([0, 1], [0, 1], label=label)
+    legend_below(fig, axes[0])
+    (legend,) = fig.legends
+    extent = legend.get_window_extent(fig.canvas.get_renderer())
+    assert extent.x0 >= 0 and extent.x1 <= fig.bbox.width
+    assert len(legend.get_texts()) == 5 and legend.get_texts()[-1].get_text().count("\n") == 1
+    plt.close(fig)

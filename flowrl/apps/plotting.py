@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,21 @@ def t_95(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+def legend_below(fig: Any, ax: Any, most_columns: int = 4) -> None:
+    """The legend of ``ax``'s curves below the axes, where it covers no curve: one column
+    per curve, up to ``most_columns``, and fewer where long labels would run past the
+    figure's edges (a label too long for a line of its own is folded)."""
+    handles, labels = ax.get_legend_handles_labels()
+    labels = [textwrap.fill(label, 100) for label in labels]
+    renderer = fig.canvas.get_renderer()
+    for columns in range(min(len(labels), most_columns), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=columns,
+                            fontsize="small")  # fmt: skip
+        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return
+        legend.remove()
+
+
 def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
     """Draw the returns of ``run_dirs`` (``find_runs``: runs, or what holds them) against
     env steps and wall-clock into the PNG ``out``."""
@@ -179,7 +195,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
                 for n in names
             ]
             grid, mean, band = mean_and_band(curves)
-            (line,) = ax.plot(grid, mean, label=label + _how_many(names, runs))
+            (line,) = ax.plot(grid, mean, label=label + _how_many(names, runs),
+                              marker="o" if len(grid) == 1 else None)  # fmt: skip
             if len(names) > 1:
                 ax.fill_between(grid, mean - band, mean + band, alpha=0.25, color=line.get_color())
     for ax, (_, xlabel) in zip(axes, X_AXES, strict=True):
@@ -187,9 +204,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         ax.set_ylabel("episode return (mean)")
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    # below the axes, where it covers no curve; one column per group up to 4
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
-               ncol=min(len(groups), 4), fontsize="small")  # fmt: skip
+    legend_below(fig, axes[0])
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
