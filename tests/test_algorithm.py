@@ -73,6 +73,8 @@ def test_a_result_key_of_rllib_or_sb3_names_flowrls_key():
             result[theirs]
     with pytest.raises(KeyError, match="did you mean 'episode_len_mean'"):
         result["episode_length_mean"]
+    with pytest.raises(KeyError, match="did you mean 'episode_return_mean'"):
+        result["episode_return"]  # (difflib's nearest is episode_return_min)
     with pytest.raises(KeyError, match="every evaluation_interval iterations"):
         result["evaluation/episode_return_mean"]
     assert result.get("episode_reward_mean") is None and "episode_reward_mean" not in result

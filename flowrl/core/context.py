@@ -77,6 +77,8 @@ class Result(dict):
     def __missing__(self, key: Any) -> Any:
         if str(key).startswith("evaluation/"):
             hint = " (none this iteration: evaluation runs every evaluation_interval iterations)"
+        elif f"{key}_mean" in self:  # (difflib's nearest: its _min)
+            hint = f" (did you mean '{key}_mean'?)"
         else:
             hint = name_hint(str(key), [str(k) for k in self], OTHER_RESULT_NAMES)
         raise KeyError(f"no result {key!r}{hint}")
