@@ -317,6 +317,27 @@ def test_an_unknown_env_name_says_how_to_register_one_and_another_version_does_n
         assert "package:EnvId" not in str(raised.value)
 
 
+def test_an_id_a_known_package_registers_names_the_package_and_pip_where_missing(monkeypatch):
+    """MiniGrid-Empty-5x5-v0 with minigrid installed got the general hint only."""
+    from flowrl.rollout import envs
+
+    with pytest.raises(ConfigError, match="name it minigrid:MiniGrid-Empty-5x5-v0"):
+        envs.resolve_env("MiniGrid-Empty-5x5-v0")
+    monkeypatch.setattr(
+        envs,
+        "REGISTERED_ON_IMPORT",
+        {"Here-": ("json", "x"), "Gone-": ("no_such_module_q", "gone-pkg")},
+    )
+    with pytest.raises(
+        ConfigError, match=r"\(json registers it when imported: name it json:Here-v0\)$"
+    ):
+        envs.resolve_env("Here-v0")
+    with pytest.raises(
+        ConfigError, match="pip install gone-pkg, then name it no_such_module_q:Gone-v1"
+    ):
+        envs.resolve_env("Gone-v1")
+
+
 def test_an_env_inside_a_submodule_or_class_is_named_with_a_dotted_path():
     """As an entry point names it (``mpe2:simple_spread_v3.parallel_env``): gymnasium's
     own ``module:EnvId`` said that no env of the whole name existed."""

@@ -219,6 +219,19 @@ def is_atari(env_id: str) -> bool:
 
 #: the flowrl extra that installs a package an env module may import
 EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco"}
+#: gymnasium ids that a package registers once imported, by how they begin: the module to
+#: name (``module:EnvId``) and what pip installs it as
+REGISTERED_ON_IMPORT = {
+    **dict.fromkeys(("MiniGrid-", "BabyAI-"), ("minigrid", "minigrid")),
+    "popgym-": ("popgym", "popgym"),
+    "MiniWorld-": ("miniworld", "miniworld"),
+    "highway-": ("highway_env", "highway-env"),
+    "dm_control/": ("shimmy", "shimmy[dm-control]"),
+    **dict.fromkeys(
+        ("Fetch", "HandManipulate", "HandReach", "AntMaze", "PointMaze", "Adroit"),
+        ("gymnasium_robotics", "gymnasium-robotics"),
+    ),
+}
 
 
 def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
@@ -256,12 +269,22 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
                 f"gymnasium env of that name.{guess}"
             ) from None
         if not sep and isinstance(e, gym.error.NameNotFound):  # (not another version's)
-            hint = (
+            hint = _registering_package(env) or (
                 " (an env a package registers when imported: package:EnvId, as "
                 "minigrid:MiniGrid-DoorKey-5x5-v0; your own env: module:ClassOrFactory, or "
                 "flowrl.register_env first)"
             )
         raise ConfigError(f"unknown env id '{env}': {e}{hint}") from None
+
+
+def _registering_package(env: str) -> str:
+    """The hint for an unknown id that a known package registers once imported (its name,
+    and pip's where it is not installed); "" for another id."""
+    for start, (module, package) in REGISTERED_ON_IMPORT.items():
+        if env.startswith(start):
+            install = "" if importlib.util.find_spec(module) else f"pip install {package}, then "
+            return f" ({module} registers it when imported: {install}name it {module}:{env})"
+    return ""
 
 
 def _attribute(module: Any, path: str) -> Any:
