@@ -2,16 +2,16 @@
 MLP Q-network's Q-values, without torch, for the per-step calls of sampling.
 
 A rollout step runs the policy on a handful of rows (one per env), where torch's per-call
-overhead is most of the cost: on CartPole's 8 envs, ``Policy.compute_actions`` takes about
-44 us in torch and 16 us in numpy. ``ActingPlan.of(policy)`` names the weights (by their
-state-dict keys) that make up the forward pass where one applies (flowrl's
-``ActorCritic`` or, with ``use_lstm``, ``RecurrentActorCritic``: vector observations,
-MLPs, Discrete or Box actions, no action mask), else None; ``ActingPlan.of_q_network``
-does the same for flowrl's MLP ``QNetwork`` (dueling or not). ``NumpyActing`` runs a plan on
-arrays: numpy views of the torch module's weights (``NumpyActing.of``; they follow the
-weights as they change in place) or the arrays a rollout worker without torch was sent
-(``flowrl.learning.numpy_policy``), each matrix copied once per weights into the layout
-its product reads (``copy``). This module imports torch only to read a module.
+overhead is most of the cost (``benchmarks/sampling.py`` measures both).
+``ActingPlan.of(policy)`` names the weights (by their state-dict keys) that make up the
+forward pass where one applies (flowrl's ``ActorCritic`` or, with ``use_lstm``,
+``RecurrentActorCritic``: vector observations, MLPs, Discrete or Box actions, no action
+mask), else None; ``ActingPlan.of_q_network`` does the same for flowrl's MLP ``QNetwork``
+(dueling or not). ``NumpyActing`` runs a plan on arrays: numpy views of the torch module's
+weights (``NumpyActing.of``; they follow the weights as they change in place) or the arrays
+a rollout worker without torch was sent (``flowrl.learning.numpy_policy``), each matrix
+copied once per weights into the layout its product reads (``copy``). This module imports
+torch only to read a module.
 
 Examples:
     >>> from flowrl import Config, Policy

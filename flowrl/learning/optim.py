@@ -1,15 +1,13 @@
 """Adam on torch's fused kernel, without ``torch.optim``'s start-up cost.
 
 Every ``torch.optim`` optimiser imports ``torch._dynamo`` (and with it sympy and the
-compiler stack) the first time it is built or stepped: about 1 s, a sixth of the time
-``flowrl train ppo --env CartPole-v1`` used to take to reach 450. ``FusedAdam``
-makes the same update with the same kernel (``torch._fused_adam_``, what
-``torch.optim.Adam(fused=True)`` calls) and keeps its state in the same
-``state_dict`` format, so checkpoints load either way. The kernel is private, so
-``adam`` checks it once per process against Adam's update written out (two steps of
-three numbers, microseconds) and falls back to ``torch.optim.Adam`` where torch lacks it or
-it disagrees; the suite pins ``FusedAdam`` to ``torch.optim.Adam(fused=True)`` on the
-torch it installs.
+compiler stack) the first time it is built or stepped, a large part of a short run.
+``FusedAdam`` makes the same update with the same kernel (``torch._fused_adam_``, what
+``torch.optim.Adam(fused=True)`` calls) and keeps its state in the same ``state_dict``
+format, so checkpoints load either way. The kernel is private, so ``adam`` checks it once
+per process against Adam's update written out (two steps of three numbers, microseconds) and
+falls back to ``torch.optim.Adam`` where torch lacks it or it disagrees; the suite pins
+``FusedAdam`` to ``torch.optim.Adam(fused=True)`` on the torch it installs.
 
 Examples:
     >>> net = torch.nn.Linear(4, 2)

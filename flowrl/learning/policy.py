@@ -98,8 +98,8 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 def inference(method: Method) -> Method:
     """``torch.inference_mode`` around a policy method, entered only when it is not on
-    already: the rollout loop turns it on once per fragment, and entering it costs about
-    3 us, 1-2% of a CartPole rollout step.
+    already: the rollout loop turns it on once per fragment, where entering it per step
+    would cost a share of a small env's step.
 
     Examples:
         >>> class MyPolicy(Policy):

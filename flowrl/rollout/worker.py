@@ -422,8 +422,7 @@ def torch_worker_args(args: dict[str, Any]) -> dict[str, Any]:
 def freeze_start_up() -> None:
     """Collect garbage once and keep what survives (modules, env, policy) out of the
     collector's later passes (``gc.freeze``): otherwise the first full pass over them runs
-    in the middle of some later call (about 0.1 s in a remote worker without torch, which
-    made its first metrics request miss its 50 ms)."""
+    in the middle of some later call, long enough to miss a metrics request's deadline."""
     gc.collect()
     gc.freeze()
 

@@ -308,8 +308,7 @@ def _learner_threads(config: Config, policies: Mapping[str, Any], torchs: int) -
 def _weight_sizes(module: torch.nn.Module) -> Iterator[int]:
     """The entries of each weight of ``module``, a recurrent cell's counted per gate: the
     cell steps its sequences one time step at a time, a row per sequence instead of per
-    minibatch row, so only larger cells pay for a second thread (PPO learned 1.5x faster
-    on one thread with 128 cells, alike with 256, and 1.3x faster on two with 512)."""
+    minibatch row, so only a large cell gains from a second thread."""
     recurrent = (torch.nn.RNNCellBase, torch.nn.RNNBase)
     for m in module.modules():
         for w in m.parameters(recurse=False):
