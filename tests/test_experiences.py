@@ -272,6 +272,10 @@ def test_minari_datasets_both_ways(tmp_path, monkeypatch):
     assert main([*run, "--stop-iters", "3", "--no-progress", "--output", str(tmp_path / "bc")]) == 0
     summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
     assert summary["best_evaluation_episode_return_mean"] >= 150
+    with pytest.raises(
+        ConfigError, match="download it once with `minari download D4RL/door/human-v2`"
+    ):
+        recorded_env("minari:D4RL/door/human-v2")  # (Minari's own: "Use download=True")
 
 
 def test_a_recording_with_nan_rows_is_one_clear_error(tmp_path):

@@ -83,23 +83,30 @@ def recorded_env(source: str | os.PathLike[str]) -> str:
     if not str(source).startswith(PREFIX):
         return read_manifest(source)[0]["env"]
     dataset_id = str(source).removeprefix(PREFIX)
-    try:
-        spec = _minari().load_dataset(dataset_id).env_spec
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(f"no local Minari dataset {dataset_id}: {e}") from None
+    spec = _load(dataset_id).env_spec
     if spec is None:
         raise ConfigError(f"Minari dataset {dataset_id} names no env: name it (--env ID)")
     return spec.id
 
 
+def _load(dataset_id: str) -> Any:
+    """The local Minari dataset ``dataset_id``; a ConfigError that says how to download
+    one that is not here (flowrl downloads nothing itself)."""
+    try:
+        return _minari().load_dataset(dataset_id)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no local Minari dataset {dataset_id}: download it once with `minari download "
+            f"{dataset_id}`"
+        ) from None
+    except ValueError as e:
+        raise ConfigError(f"no local Minari dataset {dataset_id}: {e}") from None
+
+
 def read_minari(dataset_id: str) -> tuple[dict[str, SampleBatch], dict[str, tuple[Any, Any]]]:
     """A local Minari dataset's steps as a recording's rows (one policy, ``SINGLE``; an
     episode's id is Minari's) and its spaces."""
-    minari = _minari()
-    try:
-        dataset = minari.load_dataset(dataset_id)
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(f"no local Minari dataset {dataset_id}: {e}") from None
+    dataset = _load(dataset_id)
     obs_space, action_space = dataset.observation_space, dataset.action_space
     parts: dict[str, list[np.ndarray]] = {}
     for episode in dataset.iterate_episodes():
