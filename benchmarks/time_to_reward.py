@@ -1,15 +1,15 @@
-"""Time to reward: wall-clock from process start to an episode return of 450 on CartPole-v1
-for flowrl PPO (its defaults: 2 Ray workers; and with ``--num-workers 0``, which suits
-CartPole on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers), beside
-RLlib's PPO, IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is
-installed), each in a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s``
-seconds; one that has not reached the reward by then reports its return and env steps.
-``--algos dqn apex`` compares Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X): wall-clock
-and env steps sampled per second of training. ``--algos bc marwil iql`` learn offline from
-50k steps of a PPO policy trained to 475 (recorded once, kept in benchmarks/runs/), to a
-greedy evaluation of ``--reward``, beside RLlib's BC and MARWIL on the same files (RLlib's
-IQL takes Box actions only). ``RLLIB_PYTHON`` names an interpreter with ``ray[rllib]`` when
-this one has none (RLlib pins gymnasium).
+"""Time to reward: wall-clock from process start to an episode return of 450 on CartPole-v1 for
+flowrl PPO (its defaults: 2 Ray workers; and with ``--num-workers 0``, which suits CartPole
+on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers), beside RLlib's PPO,
+IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is installed), each in
+a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s`` seconds; one that has not
+reached the reward by then reports its return and env steps. ``--algos dqn apex`` compares
+flowrl's DQN with RLlib's tuned one, and Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X):
+wall-clock and env steps sampled per second of training. ``--algos bc marwil iql`` learn
+offline from 50k steps of a PPO policy trained to 475 (recorded once, kept in
+benchmarks/runs/), to a greedy evaluation of ``--reward``, beside RLlib's BC and MARWIL on
+the same files (RLlib's IQL takes Box actions only). ``RLLIB_PYTHON`` names an interpreter
+with ``ray[rllib]`` when this one has none (RLlib pins gymnasium).
 
     python benchmarks/time_to_reward.py [--seeds 0 1 2] [--reward 450] [--algos ppo impala appo]
 
@@ -30,8 +30,9 @@ from typing import Any
 
 from common import print_table, write_results
 
-# RLlib's tuned CartPole-v1 examples (tuned_examples/{ppo,impala,appo}/cartpole_*.py), with
-# 2 env runners of 8 envs each: the workers and envs flowrl's defaults use
+# RLlib's tuned CartPole-v1 examples (tuned_examples/{ppo,impala,appo,dqn}/cartpole_*.py),
+# with 2 env runners of 8 envs each, the workers and envs flowrl's defaults use; DQN's as
+# its example has it, one env sampled beside the learner (flowrl's DQN default too)
 RLLIB_CONFIGS = {
     "ppo": """from ray.rllib.algorithms.ppo import PPOConfig as Config
 training, model = dict(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01), {}""",
@@ -41,6 +42,14 @@ training = dict(train_batch_size_per_learner=500, grad_clip=40.0, grad_clip_by="
 model = dict(vf_share_layers=True)""",
     "appo": """from ray.rllib.algorithms.appo import APPOConfig as Config
 training, model = dict(vf_loss_coeff=0.05, entropy_coeff=0.0), dict(vf_share_layers=True)""",
+    "dqn": """from ray.rllib.algorithms.dqn import DQNConfig as Config
+training = dict(lr=0.0005, train_batch_size_per_learner=32, n_step=(2, 5), double_q=True,
+                dueling=True, epsilon=[(0, 1.0), (10000, 0.02)],
+                replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
+                                      "capacity": 50000, "alpha": 0.6, "beta": 0.4})
+model = dict(fcnet_hiddens=[256], fcnet_activation="tanh", fcnet_bias_initializer="zeros_",
+             head_fcnet_hiddens=[256], head_fcnet_bias_initializer="zeros_")
+runners = dict(num_env_runners=0, num_envs_per_env_runner=1)""",
 }
 # RLlib's offline algorithms on flowrl's recording: its Parquet columns are RLlib's but for
 # the next observation's name; greedy evaluation of 10 episodes every 3 iterations in
@@ -89,12 +98,13 @@ import ray
 # aggregator actors, env runners) and otherwise waits for them forever
 ray.init(num_cpus=8, include_dashboard=False)
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+runners = dict(num_env_runners=2, num_envs_per_env_runner=8)
 {config}
 reward, budget, seed, cap = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(
     sys.argv[4])
 config = (
     Config().environment("CartPole-v1").debugging(seed=seed)
-    .env_runners(num_env_runners=2, num_envs_per_env_runner=8).training(**training)
+    .env_runners(**runners).training(**training)
     .rl_module(model_config=DefaultModelConfig(**model))
 )
 algo = config.build_algo()
