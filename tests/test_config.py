@@ -56,6 +56,15 @@ def test_rllibs_builder_and_another_librarys_key_name_flowrls_way():
         with pytest.raises(AttributeError, match=re.escape(way)):
             call()
     assert getattr(config, "learning_starts", 0) == 0 and not hasattr(config, "_private")
+
+    @dataclasses.dataclass
+    class Broken(PPOConfig):
+        @property
+        def broken(self) -> int:
+            return self.no_such_field  # (its own error, not "no attribute 'broken'")
+
+    with pytest.raises(AttributeError, match="no attribute 'no_such_field'"):
+        _ = Broken().broken
     for spec in list_algorithms():  # no builder method is a key of flowrl's
         assert not set(RLLIB_BUILDER) & set(spec.config_cls.__dataclass_fields__)
 

@@ -137,6 +137,9 @@ def no_attribute(obj: object, name: str, others: Mapping[str, str]) -> Attribute
         >>> print(no_attribute(Thing(), "trian", {}))
         'Thing' object has no attribute 'trian' (did you mean 'train'?)
     """
+    descriptor = inspect.getattr_static(type(obj), name, None)
+    if hasattr(descriptor, "__get__"):  # a property that raised AttributeError: raise it again
+        descriptor.__get__(obj, type(obj))
     message = f"{type(obj).__name__!r} object has no attribute {name!r}"
     if name in others:
         return AttributeError(f"{message} (flowrl's way: {others[name]})")
