@@ -5,7 +5,8 @@ IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is install
 a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s`` seconds; one that has not
 reached the reward by then reports its return and env steps. ``--algos dqn apex`` compares
 flowrl's DQN with RLlib's tuned one, and Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X):
-wall-clock and env steps sampled per second of training. ``--algos bc marwil iql`` learn
+wall-clock and env steps sampled per second of training. ``--algos sac`` runs flowrl's SAC
+and RLlib's tuned one on Pendulum-v1 to a return of -250. ``--algos bc marwil iql`` learn
 offline from 50k steps of a PPO policy trained to 475 (recorded once, kept in
 benchmarks/runs/), to a greedy evaluation of ``--reward``, beside RLlib's BC and MARWIL on
 the same files (RLlib's IQL takes Box actions only). ``RLLIB_PYTHON`` names an interpreter
@@ -50,7 +51,22 @@ training = dict(lr=0.0005, train_batch_size_per_learner=32, n_step=(2, 5), doubl
 model = dict(fcnet_hiddens=[256], fcnet_activation="tanh", fcnet_bias_initializer="zeros_",
              head_fcnet_hiddens=[256], head_fcnet_bias_initializer="zeros_")
 runners = dict(num_env_runners=0, num_envs_per_env_runner=1)""",
+    # tuned_examples/sac/pendulum_sac.py, its returns averaged over flowrl SAC's 10 episodes
+    "sac": """from torch import nn
+from ray.rllib.algorithms.sac import SACConfig as Config
+training = dict(initial_alpha=1.001, actor_lr=2e-4, critic_lr=8e-4, alpha_lr=9e-4, lr=None,
+                target_entropy="auto", n_step=(2, 5), tau=0.005, train_batch_size_per_learner=256,
+                target_network_update_freq=1, num_steps_sampled_before_learning_starts=256,
+                replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
+                                      "capacity": 100000, "alpha": 1.0, "beta": 0.0})
+model = dict(fcnet_hiddens=[256, 256], fcnet_activation="relu",
+             fcnet_kernel_initializer=nn.init.xavier_uniform_, head_fcnet_hiddens=[],
+             head_fcnet_activation=None, head_fcnet_kernel_initializer="orthogonal_",
+             head_fcnet_kernel_initializer_kwargs={"gain": 0.01})
+runners, smoothing = dict(num_env_runners=0, num_envs_per_env_runner=1), 10""",
 }
+#: the env and return of an algorithm that is not measured on CartPole-v1 to ``--reward``
+TARGETS = {"sac": ("Pendulum-v1", -250.0)}
 # RLlib's offline algorithms on flowrl's recording: its Parquet columns are RLlib's but for
 # the next observation's name; greedy evaluation of 10 episodes every 3 iterations in
 # parallel to training, batch 1024 and lr 8e-4, as RLlib's BC example
@@ -98,14 +114,15 @@ import ray
 # aggregator actors, env runners) and otherwise waits for them forever
 ray.init(num_cpus=8, include_dashboard=False)
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-runners = dict(num_env_runners=2, num_envs_per_env_runner=8)
+runners, smoothing = dict(num_env_runners=2, num_envs_per_env_runner=8), 100
 {config}
 reward, budget, seed, cap = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(
     sys.argv[4])
 config = (
-    Config().environment("CartPole-v1").debugging(seed=seed)
+    Config().environment(sys.argv[5]).debugging(seed=seed)
     .env_runners(**runners).training(**training)
     .rl_module(model_config=DefaultModelConfig(**model))
+    .reporting(metrics_num_episodes_for_smoothing=smoothing)
 )
 algo = config.build_algo()
 train_start = time.time()
@@ -136,7 +153,12 @@ def default_layout(algo: str) -> str:
 
 
 def flowrl_run(
-    algo: str, reward: float, budget: int, seed: int, num_workers: int | str | None = None
+    algo: str,
+    reward: float,
+    budget: int,
+    seed: int,
+    num_workers: int | str | None = None,
+    env: str = "CartPole-v1",
 ) -> dict:
     """``flowrl train ALGO`` as a user runs it; the clock includes imports and Ray start.
     ``num_workers`` None keeps the algorithm's configured default; ``"auto"`` is what
@@ -148,7 +170,7 @@ def flowrl_run(
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         subprocess.run(
-            [flowrl, "train", algo, "--env", "CartPole-v1", "--seed", str(seed),
+            [flowrl, "train", algo, "--env", env, "--seed", str(seed),
              "--stop-reward", str(reward), "--stop-timesteps", str(budget), "--no-progress",
              "--output", out, *workers],
             check=True, capture_output=True, text=True,
@@ -237,7 +259,9 @@ def rllib_python() -> str | None:
     return sys.executable
 
 
-def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) -> dict | None:
+def rllib_run(
+    algo: str, reward: float, budget: int, seed: int, cap_s: float, env: str = "CartPole-v1"
+) -> dict | None:
     python = rllib_python()
     if python is None:
         return None
@@ -245,7 +269,7 @@ def rllib_run(algo: str, reward: float, budget: int, seed: int, cap_s: float) ->
     start = time.perf_counter()
     try:  # the cap is checked between train() calls; a train() that hangs is cut here
         out = subprocess.run(
-            [python, "-c", script, str(reward), str(budget), str(seed), str(cap_s)],
+            [python, "-c", script, str(reward), str(budget), str(seed), str(cap_s), env],
             check=True, capture_output=True, text=True, timeout=cap_s + 120,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -281,8 +305,9 @@ def main() -> None:
                     a, recording, r, s, args.rllib_cap_s
                 )
         for algo in [a for a in args.algos if a not in OFFLINE]:
-            contenders[f"flowrl {algo} ({default_layout(algo)})"] = lambda r, b, s, a=algo: (
-                flowrl_run(a, r, b, s)
+            env, target = TARGETS.get(algo, ("CartPole-v1", args.reward))
+            contenders[f"flowrl {algo} ({default_layout(algo)})"] = (
+                lambda r, b, s, a=algo, e=env, t=target: flowrl_run(a, t, b, s, env=e)
             )
             if algo == "ppo":  # CartPole on 2 cores: sampling in the learner's process, no Ray
                 contenders["flowrl ppo (num_workers=0)"] = lambda r, b, s: flowrl_run(
@@ -293,8 +318,8 @@ def main() -> None:
                 )
             if algo in RLLIB_CONFIGS:  # RLlib 2.x has no Ape-X
                 # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
-                contenders[f"rllib {algo}"] = lambda r, b, s, a=algo: rllib_run(
-                    a, r, max(b, 2_000_000), s, args.rllib_cap_s
+                contenders[f"rllib {algo}"] = lambda r, b, s, a=algo, e=env, t=target: rllib_run(
+                    a, t, max(b, 2_000_000), s, args.rllib_cap_s, env=e
                 )
         for name, fn in contenders.items():
             result = fn(args.reward, args.budget, seed)
@@ -320,12 +345,15 @@ def main() -> None:
         s["steps/s x single learner"] = (
             s["median_env_steps_per_s"] / single["median_env_steps_per_s"] if mine else None
         )
-    print(f"CartPole-v1: wall-clock from process start to return {args.reward:g}")
+    targets = {a: TARGETS.get(a, ("CartPole-v1", args.reward)) for a in args.algos}
+    print("wall-clock from process start to the return:", ", ".join(
+        f"{a} on {env} to {reward:g}" for a, (env, reward) in targets.items()))  # fmt: skip
     print_table(rows)
     print_table(summary)
     default = args.algos == parser.get_default("algos")
     name = "time_to_reward" if default else "time_to_reward_" + "_".join(args.algos)
-    write_results(name, {"reward": args.reward, "runs": rows, "summary": summary})
+    write_results(name, {"reward": args.reward, "targets": targets, "runs": rows,
+                         "summary": summary})  # fmt: skip
 
 
 if __name__ == "__main__":
