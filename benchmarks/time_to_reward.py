@@ -132,7 +132,8 @@ while ret < reward and steps < budget and time.time() - start < cap:
     runners = result["env_runners"]
     steps = result.get("num_env_steps_sampled_lifetime",
                        runners.get("num_env_steps_sampled_lifetime", 0))
-    ret = runners.get("episode_return_mean", float("-inf"))
+    ret = runners.get("episode_return_mean", float("nan"))
+    ret = float("-inf") if ret != ret else ret  # (NaN: no episode has ended yet)
 print("RESULT", ret >= reward, steps, time.time() - train_start, ret)
 """
 
