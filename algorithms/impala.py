@@ -166,22 +166,27 @@ class IMPALALearner(Learner):
         return loss, {k: v.detach() for k, v in stats.items()}
 
 
-def learner_thread(workers: WorkerSet, config: IMPALAConfig) -> LearnerThread:
-    """The thread that trains on the batches the plan enqueues (IMPALA's and APPO's)."""
+def learner_thread(
+    workers: WorkerSet, config: IMPALAConfig, *, one_ahead: bool = False
+) -> LearnerThread:
+    """The thread that trains on the batches the plan enqueues (IMPALA's and APPO's);
+    ``one_ahead``: its inbox takes one batch (see ``enqueue_rollouts``)."""
     return LearnerThread(
         workers.local_worker,
-        inbox_size=config.learner_queue_size,
+        inbox_size=1 if one_ahead else config.learner_queue_size,
         num_sgd_iter=config.num_sgd_iter,
         sgd_minibatch_size=config.sgd_minibatch_size,
     )
 
 
 def enqueue_rollouts(
-    workers: WorkerSet, config: IMPALAConfig, learner: LearnerThread
+    workers: WorkerSet, config: IMPALAConfig, learner: LearnerThread, *, one_ahead: bool = False
 ) -> LocalIterator[Any]:
     """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue;
     with aggregation workers, they gather and concatenate the fragments and pass the
-    weights on (AggregatedRollouts)."""
+    weights on (AggregatedRollouts). ``one_ahead``: the rollouts are pulled only while the
+    learner's inbox has room, so the plan samples the next batch while the learner trains
+    one, and no further ahead."""
     aggregated = config.num_aggregation_workers > 0 and bool(workers.remote_workers)
     if aggregated:  # one request per worker: the weights an aggregator forwards act sooner
         rollouts = AggregatedRollouts(
@@ -192,6 +197,8 @@ def enqueue_rollouts(
         )
     else:
         rollouts = ParallelRollouts(workers, mode="async")
+    if one_ahead:
+        rollouts = rollouts.gate(learner.has_room)
     rollouts = rollouts.for_each(
         BroadcastWeights(learner, broadcast_interval=config.broadcast_interval)
     )
@@ -209,10 +216,14 @@ def enqueue_rollouts(
 
 def execution_plan(workers: WorkerSet, config: IMPALAConfig) -> LocalIterator[dict[str, Any]]:
     """rollouts(async) -> BroadcastWeights -> [MixInReplay] -> ConcatBatches -> Enqueue into
-    the learner thread; Dequeue -> report, the two branches side by side."""
-    learner = learner_thread(workers, config)
+    the learner thread; Dequeue -> report, the two branches side by side. In process (no
+    remote workers) sampling shares the process with the learner and, unchecked, ran
+    batches ahead of it, a lag IMPALA's update does not survive (APPO's clipped one
+    does): there it samples one batch ahead at most."""
+    one_ahead = not workers.remote_workers
+    learner = learner_thread(workers, config, one_ahead=one_ahead)
     train_op = Concurrently(
-        [enqueue_rollouts(workers, config, learner), Dequeue(learner)],
+        [enqueue_rollouts(workers, config, learner, one_ahead=one_ahead), Dequeue(learner)],
         mode="async",
         output_indexes=[1],
     )

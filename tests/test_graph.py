@@ -64,9 +64,10 @@ EXPECTED = {
     "sac": [
         ("Replay(batch_size=256)", "for_each(TrainOneStep(num_sgd_iter=1, sgd_minibatch_size=0))")
     ],
-    "impala": [
-        ("for_each(Enqueue())", "LearnerThread(inbox_size=4, num_sgd_iter=2)"),
-        ("LearnerThread(inbox_size=4, num_sgd_iter=2)", "Dequeue(learner)"),
+    "impala": [  # in process: sampled one batch ahead of the learner at most
+        ("ParallelRollouts(async, local)", "gate(has_room)"),
+        ("for_each(Enqueue())", "LearnerThread(inbox_size=1, num_sgd_iter=2)"),
+        ("LearnerThread(inbox_size=1, num_sgd_iter=2)", "Dequeue(learner)"),
     ],
     "appo": [("LearnerThread(inbox_size=4, num_sgd_iter=4)", "Dequeue(learner)")],
     "apex": [
