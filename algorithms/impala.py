@@ -78,7 +78,9 @@ class IMPALAConfig(ActorCriticConfig):
     sgd_minibatch_size: int = param(0, "rows per minibatch (whole sequences); 0: all", ge=0)
     vtrace_clip_rho_threshold: float = param(1.0, "V-trace rho-bar (importance weights)", gt=0)
     vtrace_clip_c_threshold: float = param(1.0, "V-trace c-bar (trace coefficients)", gt=0)
-    learner_queue_size: int = param(4, "batches waiting for the learner thread at most", ge=1)
+    learner_queue_size: int = param(
+        4, "batches waiting for the learner thread at most (IMPALA in process: 1)", ge=1
+    )
     broadcast_interval: int = param(1, "a worker's fragments between weight pushes to it", ge=1)
     replay_proportion: float = param(0.0, "replayed batches mixed in per new batch", ge=0)
     replay_buffer_num_slots: int = param(100, "batches kept for replay", ge=1)
