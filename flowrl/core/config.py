@@ -28,7 +28,7 @@ import math
 import secrets
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from flowrl.core.schedules import Schedule
@@ -117,11 +117,16 @@ def name_hint(key: str, known: Sequence[str], others: Mapping[str, Sequence[str]
         >>> name_hint("ent_coef", ["entropy_coeff", "lr"], OTHER_NAMES)
         " (flowrl's name for it: 'entropy_coeff')"
     """
-    ours = [name for name in others.get(key, ()) if name in known]
-    if ours:
-        return f" (flowrl's name for it: '{ours[0]}')"
+    if ours := flowrl_name(key, known, others):
+        return f" (flowrl's name for it: '{ours}')"
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def flowrl_name(key: str, known: Collection[str], others: Mapping[str, Sequence[str]]) -> str:
+    """flowrl's name, among ``known``, for another library's ``key`` (``others``); "" where
+    it has none."""
+    return next((name for name in others.get(key, ()) if name in known), "")
 
 
 def no_attribute(obj: object, name: str, others: Mapping[str, str]) -> AttributeError:
@@ -169,10 +174,11 @@ def other_ways(config: Config) -> dict[str, str]:
     """
     setting = f"{type(config).__name__}(env=..., lr=...), or config.replace(lr=...)"
     build = f"Algorithm({config.algo_name!r}, config)"
+    fields = config.__dataclass_fields__
     keys = {
-        theirs: f"config.{ours[0]}"
-        for theirs, names in OTHER_NAMES.items()
-        if (ours := [n for n in names if n in config.__dataclass_fields__])
+        theirs: f"config.{ours}"
+        for theirs in OTHER_NAMES
+        if (ours := flowrl_name(theirs, fields, OTHER_NAMES))
     }
     return {**keys, **dict.fromkeys(RLLIB_BUILDER, setting), "build": build, "build_algo": build}
 
