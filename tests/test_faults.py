@@ -444,7 +444,9 @@ def test_replaced_and_restored_workers_go_on_with_the_runs_exploration(ray_sessi
 
 
 @pytest.mark.slow
-def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session):
+def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session, caplog):
+    """The warning names what the env raised and its line: "rollout worker 1 failed" alone
+    left a user whose env raised on every worker now and then with nothing to go on."""
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
     config = {**QUICK, "num_workers": 2}
     with Algorithm("ppo", env="fault_envs:RaiseOnce-v0", **config) as algo:
@@ -452,6 +454,10 @@ def test_an_env_that_raises_on_a_remote_worker_is_replaced(ray_session):
         assert summary["stopped_by"] == "iterations"
         assert algo.last_result["num_worker_restarts"] == 1
     fault_envs.RAISE_MARKER.unlink(missing_ok=True)
+    cause = "raised ValueError: the simulator crashed (raised at "
+    replaced = [r.getMessage() for r in caplog.records if "training goes on" in r.getMessage()]
+    assert len(replaced) == 1 and cause in replaced[0], replaced
+    assert "fault_envs.py:" in replaced[0], "it points at the env's own line"
 
 
 @pytest.mark.slow

@@ -68,6 +68,9 @@ class EnvError(RuntimeError):
     def __init__(self, message: str, worker_index: int) -> None:
         super().__init__(message, worker_index)  # both, so it pickles through Ray
         self.message, self.worker_index = message, worker_index
+        #: ``file:line`` of the env's code that raised (``located``): it crosses Ray with
+        #: the error, where the traceback does not
+        self.raised_at: str | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -91,7 +94,10 @@ def located(e: EnvError, where: str, worker_index: int, during: str = "") -> Env
         where, during = f"{where}{during.rstrip(',')}:", ""
     else:
         during += " raised"
-    return type(e)(f"{where}{during} {e.message}", worker_index).with_traceback(trace)
+    error = type(e)(f"{where}{during} {e.message}", worker_index).with_traceback(trace)
+    frames = traceback.extract_tb(trace)
+    error.raised_at = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+    return error
 
 
 def step_env(env: Any, actions: Any) -> Any:

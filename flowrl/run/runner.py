@@ -355,7 +355,11 @@ def _train_with_recovery(algo: Trainable, budget: FailureBudget) -> dict[str, An
                 ) from e
             replaced = algo.rebuild_after_failure(broken)
             algo.plan.context.counters[WORKER_RESTARTS] += len(replaced)
-            logger.warning("replaced %s; training goes on", ", ".join(replaced) or "nothing")
+            logger.warning(
+                "replaced %s after %s; training goes on",
+                ", ".join(replaced) or "nothing",
+                describe_error(e),
+            )
             continue
         budget.earn()
         return result
@@ -438,6 +442,8 @@ def describe_error(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     if frames:
         line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
+    elif getattr(error, "raised_at", None):  # an env's error from a Ray worker
+        line += f" (raised at {error.raised_at})"
     elif remote:
         line += " (raised in a Ray worker)"
     return line
