@@ -80,3 +80,17 @@ def cluster_env():
     ray_tmp = tempfile.mkdtemp(prefix="flowrl-cluster-", dir="/tmp")  # short socket paths
     yield {**os.environ, "RAY_TMPDIR": ray_tmp}
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def a_display(monkeypatch):
+    """A display as a desktop has one, drawn to by SDL's dummy driver: the windows the
+    envs open are real pygame windows, shown nowhere. Returns the frames drawn."""
+    pygame = pytest.importorskip("pygame")
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    drawn = []
+    for name in ("flip", "update"):  # the two ways a pygame window shows a new frame
+        shown = getattr(pygame.display, name)
+        monkeypatch.setattr(pygame.display, name, lambda *a, f=shown: drawn.append(1) or f(*a))
+    return drawn

@@ -208,10 +208,11 @@ def runnable(command: str) -> bool:
 
 
 @pytest.mark.slow
-def test_the_commands_in_the_docs_run(tmp_path, monkeypatch, capsys):
+def test_the_commands_in_the_docs_run(tmp_path, monkeypatch, capsys, a_display):
     """Every quick command of the getting-started page, the command reference, the
     evaluation and the tracking pages runs as written (a run directory that a page names
-    with TIME is the one the reference's first train wrote)."""
+    with TIME is the one the reference's first train wrote; ``--render`` draws to a
+    display as a desktop's)."""
     monkeypatch.chdir(tmp_path)
     pages = ["getting-started.md", "reference/cli.md", "evaluation.md", "sweeps.md"]
     commands = [c for page in pages for c in commands_in((DOCS / page).read_text())]

@@ -216,6 +216,33 @@ def test_an_env_that_renders_no_frames_cannot_be_recorded(tmp_path):
     algo.stop()
 
 
+def test_render_shows_each_episode_in_a_window_as_it_plays(a_display, tmp_path, capsys):
+    """`flowrl evaluate RUN --render`, as RL Zoo's enjoy.py: the episodes in a window, one
+    at a time, a frame per step (CartPole's human mode draws every reset and step)."""
+    with Algorithm("ppo", num_workers=0, seed=3) as algo:
+        stats = algo.evaluate(2, render=True)
+        path = algo.save(tmp_path / "ckpt")
+    assert stats["episodes"] == 2
+    assert len(a_display) >= 2 * stats["episode_len_mean"]
+    a_display.clear()
+    assert main(["evaluate", str(path), "--episodes", "1", "--render"]) == 0
+    assert "over 1 episodes" in capsys.readouterr().out and a_display
+
+
+def test_render_without_a_display_or_with_video_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    with Algorithm("ppo", num_workers=0) as algo:
+        path = algo.save(tmp_path / "ckpt")
+    for more, message in [
+        ([], "no display to show env CartPole-v1 on (DISPLAY is not set); write its episodes"),
+        (["--video", str(tmp_path / "v")], "--video writes the episodes and --render shows"),
+    ]:
+        assert main(["evaluate", str(path), "--render", *more]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
 def test_train_with_video_writes_each_evaluation_in_its_run_directory(tmp_path):
     """Checking OUTPUT/videos made it, so the run then refused its own directory as not
     empty: flowrl train --video never ran."""

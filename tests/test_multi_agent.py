@@ -517,6 +517,20 @@ def test_evaluation_videos_of_a_game_one_file_per_game(tmp_path):
         poles.stop()
 
 
+@pytest.mark.slow
+def test_a_game_is_shown_in_a_window_and_an_env_that_draws_none_is_refused(a_display):
+    """``render=True`` for a multi-agent env: the creator gets render_mode="human" (a
+    tic-tac-toe window shows a move a second)."""
+    from flowrl import Algorithm, ConfigError
+
+    with Algorithm("ppo", env=TICTACTOE, num_workers=0) as algo:
+        assert algo.evaluate(1, render=True)["episodes"] == 1
+    assert len(a_display) >= 5, "a frame per move, and a game has five at least"
+    refused = pytest.raises(ConfigError, match="cannot be shown: it renders no human frames")
+    with Algorithm("ppo", env=POLES, num_workers=0) as algo, refused:
+        algo.evaluate(1, render=True)
+
+
 def aec_poles():
     """IndependentCartPoles through PettingZoo's AEC API (parallelizable)."""
     from pettingzoo.utils.conversions import parallel_to_aec

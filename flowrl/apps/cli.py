@@ -204,6 +204,11 @@ def _add_evaluate_parser(sub: Any) -> None:
     evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
     evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
     evaluate.add_argument(
+        "--render",
+        action="store_true",
+        help="show each episode in a window as it plays (the env's render_mode human)",
+    )
+    evaluate.add_argument(
         "--env",
         help="evaluate on another env of the same spaces (a variant; module:Class for an env "
         "the run was given as an object); default: the checkpoint's",
@@ -817,6 +822,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     Examples:
         flowrl evaluate runs/ppo_CartPole-v1_TIME --episodes 3 --video videos
+        flowrl evaluate runs/ppo_CartPole-v1_TIME --episodes 3 --render
         flowrl evaluate runs/ppo_CartPole-v1_TIME --env CartPole-v0 --seed 1
     """
     from flowrl.apps.inference import resolve_checkpoint
@@ -825,12 +831,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.video and args.render:
+        raise ConfigError("--video writes the episodes and --render shows them: give one")
     ckpt = resolve_checkpoint(args.checkpoint)
     _warn_skipped(ckpt)
     env = _evaluated_env(args, ckpt.meta["config"])
     seed = EVALUATION_SEED if args.seed is None else args.seed
     with Algorithm.from_checkpoint(ckpt, in_process=True, **env) as algo:
-        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video, seed=seed)
+        res = algo.evaluate(args.episodes, explore=args.explore, video_dir=args.video,
+                            render=args.render, seed=seed)  # fmt: skip
     print(
         f"{algo.spec.name} on {algo.config.env} ({ckpt.path}): episode_return_mean "
         f"{res['episode_return_mean']:.2f} over {res['episodes']} episodes "

@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -421,42 +422,46 @@ def check_video_extra(env: str) -> None:
         )
 
 
-def make_recording_env(
+def make_shown_env(
     env: str,
     *,
-    video_dir: str,
     seed: int,
+    video_dir: str | None = None,
     env_config: Mapping[str, Any] | None = None,
     name_prefix: str = "eval",
 ) -> gym.vector.VectorEnv:
-    """One env, as a vector env of one, that writes each of its episodes to ``video_dir``
+    """One env, as a vector env of one, whose episodes are shown: written to ``video_dir``
     as ``{name_prefix}-episode-{i}.mp4`` (gymnasium's ``RecordVideo``, so the ``video``
-    extra: moviepy, and pygame for the classic-control envs).
+    extra: moviepy, and pygame for the classic-control envs), or without it drawn in a
+    window as they play (``render_mode="human"``).
 
-    The env renders ``rgb_array`` frames: a creator gets ``render_mode="rgb_array"`` when
-    it takes it, and must render so otherwise. Atari ids get the preprocessing of
-    ``make_vector_env`` from gymnasium's wrappers, which see the full-colour screen.
+    A creator gets the render mode when it takes it, and must render so otherwise. Atari
+    ids get the preprocessing of ``make_vector_env`` from gymnasium's wrappers, which see
+    the full-colour screen.
     """
-    check_video_extra(env)
-    check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
-    one = make_single_env(env, env_config, render_mode="rgb_array")
+    mode, doing = ("rgb_array", "recorded") if video_dir else ("human", "shown")
+    if video_dir:
+        check_video_extra(env)
+        check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
+    one = make_single_env(env, env_config, render_mode=mode)
     fps = one.metadata.get("render_fps", 60) // 4 if is_atari(env) else None  # a frame a step
-    if one.render_mode != "rgb_array":
+    if one.render_mode != mode:
         one.close()
         raise ConfigError(
-            f"env {env} cannot be recorded: it renders no rgb_array frames (render_mode "
-            f"{one.render_mode!r}; let its creator take render_mode='rgb_array')"
+            f"env {env} cannot be {doing}: it renders no {mode} frames (render_mode "
+            f"{one.render_mode!r}; let its creator take render_mode='{mode}')"
         )
     try:
         one.reset(seed=seed)
         one.render()  # a renderer's missing package (pygame) fails here, not mid-episode
-        one = gym.wrappers.RecordVideo(
-            one, video_dir, episode_trigger=lambda _: True, name_prefix=name_prefix, fps=fps
-        )
+        if video_dir:
+            one = gym.wrappers.RecordVideo(
+                one, video_dir, episode_trigger=lambda _: True, name_prefix=name_prefix, fps=fps
+            )
     except gym.error.DependencyNotInstalled as e:
         one.close()
         raise ConfigError(
-            f"recording {env} needs a package that is not installed ({e}); "
+            f"env {env} cannot be {doing}: a package is not installed ({e}); "
             'pip install "flowrl-ray[video]"'
         ) from None
     except Exception as e:  # no OpenGL for MuJoCo, say
@@ -467,6 +472,24 @@ def make_recording_env(
     vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     vec.action_space.seed(seed)
     return as_records(vec)
+
+
+def check_display(env: str) -> None:
+    """A ConfigError where no window can be shown: on Linux without a display (neither
+    ``DISPLAY`` nor ``WAYLAND_DISPLAY`` set), where a renderer would draw nowhere and say
+    nothing of it.
+
+    Examples:
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"DISPLAY": ":0"}):
+        ...     check_display("CartPole-v1")  # a display: nothing to say
+    """
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    if sys.platform.startswith("linux") and not display:
+        raise ConfigError(
+            f"no display to show env {env} on (DISPLAY is not set); write its episodes "
+            "as videos instead (flowrl evaluate --video DIR)"
+        )
 
 
 def make_single_env(

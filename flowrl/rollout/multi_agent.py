@@ -139,14 +139,15 @@ _AGENT_ENVS: dict[str, str] = {}  # env and its config -> "parallel", "turns" or
 
 
 def agent_env_maker(
-    env: str, env_config: Mapping[str, Any] | None = None, *, render: bool = False
+    env: str, env_config: Mapping[str, Any] | None = None, *, render: str | None = None
 ) -> Callable[[], Any] | None:
     """A function making one copy of ``env`` when it is a multi-agent env, else None (a
     creator function is called once per process to tell). A Parallel-API env comes as it
     is, an AEC env that PettingZoo can make parallel through ``aec_to_parallel``, and a
     turn-based AEC game as it is, for ``TurnLanes`` (the
-    function's ``turn_based`` says so). With ``render``, copies render ``rgb_array``
-    frames, or making one is a ConfigError."""
+    function's ``turn_based`` says so). With ``render`` (a render mode: ``rgb_array``
+    frames to record, ``human`` for a window), copies render so, or making one is a
+    ConfigError."""
     target, kwargs = resolve_env(env), dict(env_config or {})
     if isinstance(target, gym.envs.registration.EnvSpec):
         return None
@@ -165,13 +166,13 @@ def agent_env_maker(
     if not _AGENT_ENVS[key]:
         return None
 
-    render_mode = "rgb_array" if render else None  # when it takes it
-    args, kw = creator_arguments(env, target, kwargs, render_mode=render_mode)
+    args, kw = creator_arguments(env, target, kwargs, render_mode=render)  # when it takes it
 
     def make() -> Any:
         one = call_creator(env, target, args, kw, kwargs)
-        if render and getattr(one, "render_mode", None) != "rgb_array":
-            raise ConfigError(f"env {env} cannot be recorded: it renders no rgb_array frames")
+        if render and getattr(one, "render_mode", None) != render:
+            doing = "recorded" if render == "rgb_array" else "shown"
+            raise ConfigError(f"env {env} cannot be {doing}: it renders no {render} frames")
         if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
             from pettingzoo.utils.conversions import aec_to_parallel
 

@@ -56,8 +56,9 @@ from flowrl.learning.numpy_policy import NumpyPolicy
 from flowrl.rollout.envs import (
     EnvCreator,
     EnvError,
+    check_display,
     located,
-    make_recording_env,
+    make_shown_env,
     make_vector_env,
     register_env,
     registered_creator,
@@ -274,15 +275,17 @@ class RolloutWorker(ParallelIteratorWorker):
         explore: bool = False,
         seed: int = EVALUATION_SEED,
         video_dir: str | None = None,
+        window: bool = False,
         after_step: Callable[[list[Episode]], None] | None = None,
     ) -> list[Episode]:
         """Run exactly ``episodes`` fresh episodes (greedy actions unless ``explore``);
-        with ``video_dir``, one at a time, each written there as an MP4. ``after_step``
-        hears of every step, with the episodes it ended (a progress bar's)."""
+        with ``video_dir``, one at a time, each written there as an MP4; with ``window``,
+        one at a time in a window. ``after_step`` hears of every step, with the episodes
+        it ended (a progress bar's)."""
         try:
             return evaluate_policies(
                 self.config, self.policies, episodes, explore=explore, seed=seed,
-                video_dir=video_dir, where=self._where, after_step=after_step,
+                video_dir=video_dir, window=window, where=self._where, after_step=after_step,
             )  # fmt: skip
         except EnvError as e:  # the env's fault, or episodes that never end: this worker's
             raise located(e, self._where, self.worker_index, ", evaluating,") from e.__cause__
@@ -323,22 +326,27 @@ def make_lanes(
     seed: int,
     threads: int = 0,
     video_dir: str | None = None,
+    window: bool = False,
     callbacks: Callbacks | None = None,
     worker_index: int = 0,
 ) -> Any:
     """``cfg``'s env as lanes of ``copies`` envs: a vector env's (one policy; with
-    ``video_dir``, one env recording its episodes there), or a multi-agent env's copies (a
-    Parallel env's or a turn-based game's), each agent mapped to a policy; ``callbacks``'
-    episode hooks run on them as worker ``worker_index``'s."""
+    ``video_dir``, one env recording its episodes there; with ``window``, one showing them
+    in a window), or a multi-agent env's copies (a Parallel env's or a turn-based game's),
+    each agent mapped to a policy; ``callbacks``' episode hooks run on them as worker
+    ``worker_index``'s."""
     hooks = {"callbacks": callbacks, "worker_index": worker_index}
-    make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=bool(video_dir))
+    render = "rgb_array" if video_dir else "human" if window else None
+    if window:
+        check_display(cfg.env)
+    make_agent_env = agent_env_maker(cfg.env, cfg.env_config, render=render)
     if make_agent_env is not None:
         policy_of = policy_mapping(cfg.policy_mapping, list(cfg.policies))
         kind = TurnLanes if make_agent_env.turn_based else AgentLanes
         return kind(make_agent_env, num_envs=copies, policy_of=policy_of, **hooks)
-    if video_dir:  # one env: its episodes are written one at a time
-        env = make_recording_env(cfg.env, video_dir=video_dir, seed=seed,
-                                 env_config=cfg.env_config)  # fmt: skip
+    if render:  # one env: its episodes are written or shown one at a time
+        env = make_shown_env(cfg.env, video_dir=video_dir, seed=seed,
+                             env_config=cfg.env_config)  # fmt: skip
     else:
         env = make_vector_env(cfg.env, num_envs=copies, seed=seed, num_threads=threads,
                               env_config=cfg.env_config)  # fmt: skip
@@ -354,16 +362,20 @@ def evaluate_policies(
     seed: int,
     video_dir: str | None,
     where: str,
+    window: bool = False,
     after_step: Callable[[list[Episode]], None] | None = None,
 ) -> list[Episode]:
     """Exactly ``episodes`` episodes of ``policies`` on fresh envs of ``cfg``'s env (a
     multi-agent env's copies with every policy acting as mapped); with ``video_dir``, one
-    env whose episodes are written there. ``after_step`` as ``Sampler.episodes`` has it."""
+    env whose episodes are written there; with ``window``, one that shows them in a window.
+    ``after_step`` as ``Sampler.episodes`` has it."""
+    if video_dir and window:
+        raise ConfigError("episodes are written to video_dir or shown in a window: not both")
     with contextlib.ExitStack() as stack:
         if video_dir:
             stack.enter_context(headless_rendering())
-        copies = 1 if video_dir else min(episodes, cfg.num_envs_per_worker)
-        lanes = make_lanes(cfg, copies, seed=seed, video_dir=video_dir)
+        copies = 1 if video_dir or window else min(episodes, cfg.num_envs_per_worker)
+        lanes = make_lanes(cfg, copies, seed=seed, video_dir=video_dir, window=window)
         stack.callback(lanes.close)  # before the rendering variables go (videos are written)
         sampler = Sampler(lanes, policies, seed=seed, where=where)  # resets the lanes
         hooks = [after_step] if after_step is not None else []

@@ -504,21 +504,20 @@ class Algorithm(Checkpointing):
         *,
         explore: bool = False,
         video_dir: str | None = None,
+        render: bool = False,
         progress: bool | None = None,
         seed: int = EVALUATION_SEED,
     ) -> dict[str, Any]:
-        """Mean return and length over ``episodes`` fresh episodes of the current policy;
-        with ``video_dir``, each episode is also written there as an MP4. ``progress``
-        draws a bar of the episodes on stderr (default: when stderr is a terminal). The
-        episodes' seeds start from ``seed``: by default, those of every evaluation."""
+        """Mean return and length over ``episodes`` fresh episodes of the current policy,
+        each also written to ``video_dir`` as an MP4 or, with ``render``, shown in a window
+        as it plays. ``progress`` draws a bar of the episodes on stderr (default: when stderr
+        is a terminal). The episodes' seeds start from ``seed`` (default: every evaluation's)."""
         if episodes < 1:
             raise ConfigError(f"episodes must be >= 1, got {episodes}")
         with EvaluationBar(episodes, progress) as bar:
-            return episode_stats(
-                self.workers.local_worker.evaluate(
-                    episodes, explore=explore, seed=seed, video_dir=video_dir, after_step=bar
-                )
-            )
+            return episode_stats(self.workers.local_worker.evaluate(
+                episodes, explore=explore, seed=seed, video_dir=video_dir, window=render,
+                after_step=bar))  # fmt: skip
 
     def stop(self) -> None:
         """Stop the plan (its learner thread, its requests in flight) and the workers (Ray
