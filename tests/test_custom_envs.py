@@ -111,6 +111,39 @@ def test_an_env_module_ray_workers_cannot_import_is_one_line(ray_session, tmp_pa
         Algorithm("ppo", env="only_here_envs:Env", num_workers=1)
 
 
+class MapsOnlyHere(gym.Wrapper):
+    """CartPole that reads a file only this process has: a Ray worker's raises."""
+
+    def __init__(self):
+        if os.environ.get("MAPS_HERE") != str(os.getpid()):
+            raise FileNotFoundError("maps/level1.txt")
+        super().__init__(gym.make("CartPole-v1"))
+
+
+@pytest.mark.slow
+def test_an_env_that_raises_as_a_ray_worker_builds_it_is_one_line(
+    ray_session, monkeypatch, tmp_path, capsys
+):
+    """The run ended in Ray's "ActorDiedError: The actor died because of an error raised in
+    its creation task", which named neither the error nor the env's line."""
+    import linecache
+
+    from flowrl.apps.cli import main
+
+    monkeypatch.setenv("MAPS_HERE", str(os.getpid()))
+    said = r"^a rollout worker could not start: FileNotFoundError: maps/level1.txt$"
+    with pytest.raises(RuntimeError, match=said) as raised:
+        Algorithm("ppo", env="test_custom_envs:MapsOnlyHere", num_workers=1)
+    file, line = raised.value.raised_at.rsplit(":", 1)
+    assert "raise FileNotFoundError" in linecache.getline(file, int(line)), "the env's line"
+    args = ["--env", "test_custom_envs:MapsOnlyHere", "--num-workers", "1", "--no-progress"]
+    assert main(["train", "ppo", *args, "--output", str(tmp_path / "run")]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (this process's Ray streams
+    # the worker's own log before it: the CLI's run exits before that comes)
+    assert last.startswith("flowrl: error: WorkerStartError: a rollout worker could not start")
+    assert "FileNotFoundError: maps/level1.txt (raised at " in last, last
+
+
 def test_a_notebook_style_class_trains_on_ray_workers(ray_session):
     class Local(gym.Env):  # defined here, importable from nowhere: pickled by value
         observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

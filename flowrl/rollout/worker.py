@@ -39,6 +39,7 @@ from flowrl.core.callbacks import Callbacks, load_callbacks
 from flowrl.core.channels import Ticket, taking_turns
 from flowrl.core.config import Config, ConfigError
 from flowrl.core.context import WORKER_SAMPLE_S, WORKER_WEIGHTS_S, PlanContext
+from flowrl.core.errors import quoted_error
 from flowrl.core.iter import (
     Carry,
     Operator,
@@ -653,18 +654,34 @@ def _wait_until_up(actors: list[Any]) -> None:
     try:
         ray.get([actor.ping.remote() for actor in actors])
     except ray.exceptions.RayActorError as e:
-        raise _config_error_inside(e) or e from None
+        raise _error_inside(e) or e from None
 
 
-def _config_error_inside(error: Any) -> ConfigError | None:
-    """The ConfigError a remote worker raised while it was built, which Ray's error
-    quotes at the end of the worker's traceback: an env module that the driver imports
-    from its own ``sys.path`` (a notebook's ``sys.path.append``) and Ray's workers cannot."""
-    lines = str(getattr(error, "error_msg", "")).strip().splitlines()
-    said = f"{ConfigError.__module__}.{ConfigError.__qualname__}: "
-    if not (getattr(error, "actor_init_failed", False) and lines and lines[-1].startswith(said)):
+class WorkerStartError(RuntimeError):
+    """A remote rollout worker raised while it was built (its env or its policy): what it
+    raised, in one line, and ``raised_at``, the line of code that raised it."""
+
+    def __init__(self, message: str, raised_at: str | None = None) -> None:
+        super().__init__(message, raised_at)
+        self.message, self.raised_at = message, raised_at
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _error_inside(error: Any) -> Exception | None:
+    """What a remote worker raised while it was built, which Ray's error quotes at the end
+    of the worker's traceback: a ConfigError as itself (an env module that the driver
+    imports from its own ``sys.path``, a notebook's ``sys.path.append``, and Ray's
+    workers cannot), anything else as a WorkerStartError; None for a worker that died."""
+    quoted = quoted_error(str(getattr(error, "error_msg", "")))
+    if not getattr(error, "actor_init_failed", False) or quoted is None:
         return None
-    message = f"a rollout worker: {lines[-1].removeprefix(said)}"
+    said, raised_at = quoted
+    config_error = f"{ConfigError.__module__}.{ConfigError.__qualname__}: "
+    if not said.startswith(config_error):
+        return WorkerStartError(f"a rollout worker could not start: {said}", raised_at)
+    message = f"a rollout worker: {said.removeprefix(config_error)}"
     if message.startswith("a rollout worker: cannot import"):
         message += (" (this process imports it, Ray's worker processes cannot: Ray started "
                     "before its directory was added to sys.path, or runs elsewhere; put the "

@@ -440,10 +440,10 @@ def describe_error(error: BaseException) -> str:
     error = cause if remote else error
     line = one_line(error)
     frames = traceback.extract_tb(error.__traceback__)
-    if frames:
-        line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
-    elif getattr(error, "raised_at", None):  # an env's error from a Ray worker
+    if getattr(error, "raised_at", None):  # where an env or a Ray worker raised
         line += f" (raised at {error.raised_at})"
+    elif frames:
+        line += f" (raised at {frames[-1].filename}:{frames[-1].lineno})"
     elif remote:
         line += " (raised in a Ray worker)"
     return line
