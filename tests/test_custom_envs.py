@@ -350,6 +350,23 @@ def test_an_unknown_env_name_says_how_to_register_one_and_another_version_does_n
         assert "package:EnvId" not in str(raised.value)
 
 
+def test_an_id_without_its_version_or_an_older_atari_id_names_the_id_to_give():
+    """``CartPole`` and RL Zoo's ``PongNoFrameskip-v4`` got the general hint; and once ale-py
+    was imported (an Atari run earlier in a notebook) ``PongNoFrameskip-v4`` resolved, as
+    raw screens flowrl does not preprocess."""
+    import ale_py  # noqa: F401  (registers the older ids too)
+
+    from flowrl.rollout.envs import resolve_env
+
+    for env, said in (("CartPole", "CartPole-v1"), ("ALE/Pong", "ALE/Pong-v5")):
+        with pytest.raises(ConfigError, match=rf"\(did you mean {said}\?\)$"):
+            resolve_env(env)
+    for env, game in (("PongNoFrameskip-v4", "Pong"), ("Breakout-v5", "Breakout")):
+        with pytest.raises(ConfigError, match=f"older id of an Atari game.*--env ALE/{game}-v5"):
+            resolve_env(env)
+    assert resolve_env("MountainCar-v0").id == "MountainCar-v0"  # its name fits, no ROM
+
+
 def test_an_id_a_known_package_registers_names_the_package_and_pip_where_missing(monkeypatch):
     """MiniGrid-Empty-5x5-v0 with minigrid installed got the general hint only."""
     from flowrl.rollout import envs

@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -265,6 +266,12 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
             if not callable(attr):
                 raise ConfigError(f"env {env} is {attr!r}, not an env class or function")
             return attr
+    if not sep and (game := older_atari_id(env)):
+        raise ConfigError(
+            f"env {env} is an older id of an Atari game: flowrl plays Atari games as ale-py's "
+            f"ALE/ ids, --env {game}, preprocessed as NoFrameskip-v4 runs were (a frame skip "
+            "of 4, 84x84 grey frames, 4 stacked, no sticky actions)"
+        )
     try:
         return gym.spec(name if sep else env)
     except gym.error.Error as e:
@@ -275,13 +282,52 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
                 f"unknown env '{env}': {module_name} has no {name}, and registers no "
                 f"gymnasium env of that name.{guess}"
             ) from None
-        if not sep and isinstance(e, gym.error.NameNotFound):  # (not another version's)
+        if not sep and (newest := _newest_version(env)):
+            hint = newest
+        elif not sep and isinstance(e, gym.error.NameNotFound):  # (not another version's)
             hint = _registering_package(env) or (
                 " (an env a package registers when imported: package:EnvId, as "
                 "minigrid:MiniGrid-DoorKey-5x5-v0; your own env: module:ClassOrFactory, or "
                 "flowrl.register_env first)"
             )
         raise ConfigError(f"unknown env id '{env}': {e}{hint}") from None
+
+
+#: an Atari id as gym registered them before ale-py's ``ALE/`` ones (``PongNoFrameskip-v4``,
+#: RL Zoo's and CleanRL's), or an ``ALE/`` game without its namespace (``Pong-v5``)
+_OLDER_ATARI = re.compile(r"^([A-Z][A-Za-z]*?)(?:NoFrameskip|Deterministic)?-v[045]$")
+
+
+def older_atari_id(env: str) -> str | None:
+    """The ``ALE/`` id of the Atari game that ``env`` names by an older id
+    (``PongNoFrameskip-v4`` -> ``ALE/Pong-v5``), which flowrl plays preprocessed as
+    NoFrameskip-v4 runs were (ale-py registers the older ids too, as raw screens once it is
+    imported); None for another id.
+
+    Examples:
+        >>> older_atari_id("BreakoutNoFrameskip-v4"), older_atari_id("CartPole-v1")
+        ('ALE/Breakout-v5', None)
+    """
+    older = _OLDER_ATARI.match(env)
+    ale = importlib.util.find_spec("ale_py") if older else None  # (found, not imported)
+    if older is None or ale is None or not ale.submodule_search_locations:
+        return None
+    game = f"ALE/{older[1]}-v5"
+    rom = Path(ale.submodule_search_locations[0], "roms", f"{_ale_game(game)}.bin")
+    return game if rom.is_file() else None
+
+
+def _newest_version(env: str) -> str:
+    """The hint for an id given without its version: the newest (``CartPole`` ->
+    ``CartPole-v1``); "" for another id.
+
+    Examples:
+        >>> _newest_version("CartPole")
+        ' (did you mean CartPole-v1?)'
+    """
+    versions = [s for s in gym.registry.values() if s.id.rsplit("-v", 1)[0] == env]
+    newest = max(versions, key=lambda s: s.version or 0, default=None)
+    return f" (did you mean {newest.id}?)" if newest and newest.version is not None else ""
 
 
 def _registering_package(env: str) -> str:
