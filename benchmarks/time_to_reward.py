@@ -1,8 +1,9 @@
 """Time to reward: wall-clock from process start to an episode return of 450 on CartPole-v1 for
 flowrl PPO (its defaults: 2 Ray workers; and with ``--num-workers 0``, which suits CartPole
-on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers), beside RLlib's PPO,
-IMPALA and APPO on their tuned CartPole examples (when ``ray[rllib]`` is installed), each in
-a fresh process, in one run. RLlib runs stop at ``--rllib-cap-s`` seconds; one that has not
+on a 2-core machine), IMPALA and APPO (their defaults, 2 Ray workers; and each as
+``flowrl train`` alone runs it, its layout measured), beside RLlib's PPO, IMPALA and APPO
+on their tuned CartPole examples (when ``ray[rllib]`` is installed), each in a fresh
+process, in one run. RLlib runs stop at ``--rllib-cap-s`` seconds; one that has not
 reached the reward by then reports its return and env steps. ``--algos dqn apex`` compares
 flowrl's DQN with RLlib's tuned one, and Ape-X with flowrl's DQN (RLlib 2.x has no Ape-X):
 wall-clock and env steps sampled per second of training. ``--algos sac`` runs flowrl's SAC
@@ -65,6 +66,9 @@ model = dict(fcnet_hiddens=[256, 256], fcnet_activation="relu",
              head_fcnet_kernel_initializer_kwargs={"gain": 0.01})
 runners, smoothing = dict(num_env_runners=0, num_envs_per_env_runner=1), 10""",
 }
+#: the algorithms also run as ``flowrl train`` runs them alone (layout auto), where on this
+#: machine the automatic layout may differ from the configured default
+AUTO_TOO = ("ppo", "impala", "appo")
 #: the env and return of an algorithm that is not measured on CartPole-v1 to ``--reward``
 TARGETS = {"sac": ("Pendulum-v1", -250.0)}
 # RLlib's offline algorithms on flowrl's recording: its Parquet columns are RLlib's but for
@@ -314,8 +318,9 @@ def main() -> None:
                 contenders["flowrl ppo (num_workers=0)"] = lambda r, b, s: flowrl_run(
                     "ppo", r, b, s, num_workers=0
                 )
-                contenders["flowrl ppo (flowrl train as it comes: auto)"] = lambda r, b, s: (
-                    flowrl_run("ppo", r, b, s, num_workers="auto")
+            if algo in AUTO_TOO:  # what flowrl train alone does: measure, then pick
+                contenders[f"flowrl {algo} (flowrl train as it comes: auto)"] = (
+                    lambda r, b, s, a=algo: flowrl_run(a, r, b, s, num_workers="auto")
                 )
             if algo in RLLIB_CONFIGS:  # RLlib 2.x has no Ape-X
                 # RLlib's tuned examples allow 2M env steps; its time cap bounds them here
