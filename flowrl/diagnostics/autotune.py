@@ -228,11 +228,11 @@ def best_layout(
     in-process layout samples in ``PAYBACK_S`` seconds (a cheap env on a short run
     stays in-process; Ray must win back its start within half a minute)."""
     if horizon_steps is None:
-        in_process = max(predict(costs, 0, envs, 1) for envs in costs.sample_s)
+        in_process = max(predict(costs, 0, envs, 1) for envs in _in_process_envs(costs))
         horizon_steps = int(PAYBACK_S * in_process)
     candidates = []
     for workers in range(min_workers, max(1, min_workers, costs.cpus) + 1):
-        for envs in sorted(costs.sample_s):
+        for envs in sorted(costs.sample_s) if workers else _in_process_envs(costs):
             fragment = max(1, round(round_steps / (max(workers, 1) * envs)))
             if workers > min_workers and fragment < floor:  # in-process: measured ones only
                 continue
@@ -254,6 +254,15 @@ def best_layout(
     )
 
 
+def _in_process_envs(costs: Costs) -> list[int]:
+    """The envs counts whose in-process layouts compete: the measured run's alone where
+    there is one. It has the cheapest sampling per step, so another count's prediction
+    could only beat its measured rate by what the model leaves out: sampling in process
+    shares the interpreter with a learner thread, and the fewer the envs the more Python
+    each step costs (docs/dataflow.md, "Automatic layout")."""
+    return [costs.measured[0]] if costs.measured else sorted(costs.sample_s)
+
+
 def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs) -> str:
     """Why ``best`` of the ``candidates``: its predicted rate, the costs it comes from, and
     the best rate with another number of workers."""
@@ -263,10 +272,12 @@ def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs
         default=None,
     )
     where = "in-process (no Ray)" if not best["num_workers"] else f"{best['num_workers']} workers"
+    ran = (0, best["num_envs_per_worker"]) == (best["num_workers"], (costs.measured or [0])[0])
     ahead = ", beside the rounds asked ahead" if costs.rounds_ahead and best["num_workers"] else ""
     reason = (
         f"layout auto: {where} x {best['num_envs_per_worker']} envs x "
-        f"{best['fragment']} steps, ~{best['steps_per_s']:,.0f} env steps/s predicted on "
+        f"{best['fragment']} steps, ~{best['steps_per_s']:,.0f} env steps/s "
+        f"{'measured' if ran else 'predicted'} on "
         f"{costs.cpus} CPUs (one env step {1e6 * costs.sample_s[best['num_envs_per_worker']]:.0f}"
         f" us, learning {1e6 * costs.learn_s:.0f} us per env step"
         f"{' on a learner thread' if costs.learner_thread else ''}"
