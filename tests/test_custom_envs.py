@@ -365,6 +365,11 @@ def test_an_id_without_its_version_or_an_older_atari_id_names_the_id_to_give():
         with pytest.raises(ConfigError, match=f"older id of an Atari game.*--env ALE/{game}-v5"):
             resolve_env(env)
     assert resolve_env("MountainCar-v0").id == "MountainCar-v0"  # its name fits, no ROM
+    gym.register("Tetris-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:  # a game's name, registered by another package: that package's env
+        assert resolve_env("Tetris-v0").id == "Tetris-v0"
+    finally:
+        del gym.registry["Tetris-v0"]
 
 
 def test_an_id_a_known_package_registers_names_the_package_and_pip_where_missing(monkeypatch):

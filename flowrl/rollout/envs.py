@@ -312,6 +312,9 @@ def older_atari_id(env: str) -> str | None:
     ale = importlib.util.find_spec("ale_py") if older else None  # (found, not imported)
     if older is None or ale is None or not ale.submodule_search_locations:
         return None
+    own = gym.registry.get(env)  # an env of another package's of that name is its own
+    if own is not None and not str(own.entry_point).startswith("ale_py"):
+        return None
     game = f"ALE/{older[1]}-v5"
     rom = Path(ale.submodule_search_locations[0], "roms", f"{_ale_game(game)}.bin")
     return game if rom.is_file() else None
