@@ -33,7 +33,13 @@ from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
 from flowrl.run.logger import check_output_file
-from flowrl.run.runner import StopCriteria, agent_returns, sigint_ignored, signal_handled
+from flowrl.run.runner import (
+    StopCriteria,
+    agent_returns,
+    raise_interrupt,
+    sigint_ignored,
+    signal_handled,
+)
 
 if TYPE_CHECKING:
     from flowrl.run.spec import AlgorithmSpec
@@ -1061,12 +1067,8 @@ def _warnings_as_lines() -> Iterator[None]:
 def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """SIGTERM (``kill``, ``docker stop``, a scheduler's preemption) inside is a Ctrl-C: a
     run writes its last checkpoint and summary, where the signal's default ended the
-    process at once."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return signal_handled(signal.SIGTERM, interrupt)
+    process at once (``raise_interrupt``: even where Python drops the exception)."""
+    return signal_handled(signal.SIGTERM, raise_interrupt)
 
 
 def console_main() -> int:

@@ -244,6 +244,20 @@ def signal_handled(signum: int, handler: Any) -> Iterator[None]:
         signal.signal(signum, previous)
 
 
+#: an interrupt that ``raise_interrupt`` raised: set until ``run`` handles one, so one that
+#: Python swallowed still stops the run at its next result
+_INTERRUPTED = threading.Event()
+
+
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """A signal handler that is a Ctrl-C (KeyboardInterrupt), and which ``run`` still
+    obeys where Python swallowed it. A handler raises wherever the main thread is, and
+    an exception raised inside a weakref callback or a ``__del__`` (importlib's module
+    locks have one) is printed as "Exception ignored" and dropped: the run went on."""
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
 def sigint_ignored() -> contextlib.AbstractContextManager[None]:
     """Ctrl-C is ignored inside: cleanup that a second Ctrl-C would tear, such as the last
     checkpoint, completes."""
@@ -608,6 +622,8 @@ def _next_result(
     one; the last (a stop criterion holds), when it holds no evaluation, with the one still
     running on the evaluation worker waited for, as the progress bar says: it scores the
     final weights."""
+    if _INTERRUPTED.is_set():  # raised where Python dropped it (``raise_interrupt``)
+        raise KeyboardInterrupt
     if pending:
         return pending.pop(0)
     context = algo.plan.context
@@ -694,7 +710,9 @@ def _finish(
     last_checkpoint: Path | None,
 ) -> tuple[dict[str, Any], Exception | None]:
     """The summary, the final checkpoint and summary.json; returns the summary and the
-    error to raise (``error``, or a final checkpoint that could not be written)."""
+    error to raise (``error``, or a final checkpoint that could not be written). An
+    interrupt meant for the run is spent."""
+    _INTERRUPTED.clear()
     summary = {
         "algo": algo.spec.name,
         "env": algo.config.env,
