@@ -272,7 +272,7 @@ def _reason(best: dict[str, Any], candidates: list[dict[str, Any]], costs: Costs
         default=None,
     )
     where = "in-process (no Ray)" if not best["num_workers"] else f"{best['num_workers']} workers"
-    ran = (0, best["num_envs_per_worker"]) == (best["num_workers"], (costs.measured or [0])[0])
+    ran = not best["num_workers"] and costs.measured is not None  # in process: the run's
     ahead = ", beside the rounds asked ahead" if costs.rounds_ahead and best["num_workers"] else ""
     reason = (
         f"layout auto: {where} x {best['num_envs_per_worker']} envs x "

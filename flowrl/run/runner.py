@@ -244,8 +244,8 @@ def signal_handled(signum: int, handler: Any) -> Iterator[None]:
         signal.signal(signum, previous)
 
 
-#: an interrupt that ``raise_interrupt`` raised: set until ``run`` handles one, so one that
-#: Python swallowed still stops the run at its next result
+#: an interrupt that ``raise_interrupt`` raised, set until the run it was meant for
+#: finishes: one that Python swallowed still stops the run at its next result
 _INTERRUPTED = threading.Event()
 
 
