@@ -488,7 +488,7 @@ def make_shown_env(
     ids get the preprocessing of ``make_vector_env`` from gymnasium's wrappers, which see
     the full-colour screen.
     """
-    mode, doing = ("rgb_array", "recorded") if video_dir else ("human", "shown")
+    mode = "rgb_array" if video_dir else "human"
     if video_dir:
         check_video_extra(env)
         check_video_dir(video_dir)  # before an env is made: nothing to close on the way out
@@ -496,10 +496,7 @@ def make_shown_env(
     fps = one.metadata.get("render_fps", 60) // 4 if is_atari(env) else None  # a frame a step
     if one.render_mode != mode:
         one.close()
-        raise ConfigError(
-            f"env {env} cannot be {doing}: it renders no {mode} frames (render_mode "
-            f"{one.render_mode!r}; let its creator take render_mode='{mode}')"
-        )
+        raise render_refused(env, mode, one.render_mode)
     try:
         one.reset(seed=seed)
         one.render()  # a renderer's missing package (pygame) fails here, not mid-episode
@@ -510,7 +507,7 @@ def make_shown_env(
     except gym.error.DependencyNotInstalled as e:
         one.close()
         raise ConfigError(
-            f"env {env} cannot be {doing}: a package is not installed ({e}); "
+            f"env {env} cannot be {RENDERED_FOR[mode]}: a package is not installed ({e}); "
             'pip install "flowrl-ray[video]"'
         ) from None
     except Exception as e:  # no OpenGL for MuJoCo, say
@@ -521,6 +518,23 @@ def make_shown_env(
     vec = gym.vector.SyncVectorEnv([lambda: one], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     vec.action_space.seed(seed)
     return as_records(vec)
+
+
+#: what an env made with each render mode is for: its episodes recorded, or shown in a window
+RENDERED_FOR = {"rgb_array": "recorded", "human": "shown"}
+
+
+def render_refused(env: str, mode: str, got: Any) -> ConfigError:
+    """The error for ``env``, made to render ``mode``, whose ``render_mode`` is ``got``.
+
+    Examples:
+        >>> str(render_refused("Corridor", "human", None)).split(" (")[0]
+        'env Corridor cannot be shown: it renders no human frames'
+    """
+    return ConfigError(
+        f"env {env} cannot be {RENDERED_FOR[mode]}: it renders no {mode} frames (render_mode "
+        f"{got!r}; let its creator take render_mode='{mode}')"
+    )
 
 
 def check_display(env: str) -> None:

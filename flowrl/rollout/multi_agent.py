@@ -36,6 +36,7 @@ from flowrl.rollout.envs import (
     call_creator,
     creator_arguments,
     makes_vector_envs,
+    render_refused,
     resolve_env,
     step_env,
 )
@@ -170,9 +171,8 @@ def agent_env_maker(
 
     def make() -> Any:
         one = call_creator(env, target, args, kw, kwargs)
-        if render and getattr(one, "render_mode", None) != render:
-            doing = "recorded" if render == "rgb_array" else "shown"
-            raise ConfigError(f"env {env} cannot be {doing}: it renders no {render} frames")
+        if render and (got := getattr(one, "render_mode", None)) != render:
+            raise render_refused(env, render, got)
         if hasattr(one, "agent_iter") and not make.turn_based:  # AEC, parallel inside
             from pettingzoo.utils.conversions import aec_to_parallel
 
