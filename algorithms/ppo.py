@@ -46,7 +46,7 @@ from flowrl.ops import (
     TrainOneStep,
 )
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import ATARI, MUJOCO, Preset
+from flowrl.run.presets import ATARI, LUNAR_LANDER, MUJOCO, Preset
 from flowrl.run.spec import AlgorithmSpec
 
 
@@ -122,6 +122,25 @@ PRESETS = (
             "grad_clip": 0.5,
             "normalize_rewards": True,
             "normalize_observations": True,
+        },
+    ),
+    Preset(
+        LUNAR_LANDER,
+        "RL Baselines3 Zoo's ppo.yml for LunarLander: 16 envs x 1024 steps per update, 4 "
+        "epochs of 64-row minibatches, gamma 0.999, lambda 0.98, entropy 0.01, lr 3e-4; "
+        "in process, with its 1024-step fragments: the automatic layout's 64-step ones cut "
+        "GAE's long horizon short and learnt slower (docs/benchmarks.md)",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 16,
+            "rollout_fragment_length": 1024,
+            "train_batch_size": 16384,
+            "sgd_minibatch_size": 64,
+            "num_sgd_iter": 4,
+            "lr": 3e-4,
+            "gamma": 0.999,
+            "gae_lambda": 0.98,
+            "entropy_coeff": 0.01,
         },
     ),
 )

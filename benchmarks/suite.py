@@ -1,6 +1,6 @@
 """flowrl on the third-party benchmarks users know, at published budgets, beside the published
 results: PPO and SAC on MuJoCo, PPO on MiniGrid DoorKey, PPO with and without memory on POPGym,
-DQN and PPO on Atari.
+PPO on gymnasium's lunar lander, DQN and PPO on Atari.
 
 Each run is ``flowrl train`` as a user runs it (presets and layout auto), to a budget of env
 steps. A row holds its final training return (the mean of the episodes the run's metrics
@@ -12,7 +12,7 @@ beside pandas 3).
     python benchmarks/suite.py --part ppo-mujoco [--seeds 1 2 3]
     python benchmarks/suite.py --aggregate [PART ...]
 
-Needs the ``bench`` extra (mujoco, minigrid, popgym). Writes
+Needs the ``bench`` extra (mujoco, minigrid, popgym, box2d). Writes
 ``benchmarks/results/suite_<part>.json`` after every run; a rerun skips the runs a results
 file already holds, so a long part can be stopped and taken up again; a SAC run stopped
 part way (SAC, PPO) goes on from its last checkpoint (``benchmarks/runs/``).
@@ -44,12 +44,19 @@ class Run(NamedTuple):
     published_std: float | None = None
     source: str = ""
     #: evaluate the final checkpoint as the published runs do: 10 episodes at this epsilon
+    #: (0: greedy)
     eval_eps: float | None = None
 
 
 CLEANRL_PPO = "CleanRL ppo_continuous_action, v4 envs, 1M steps, 3 seeds, about 25 min a run"
 CLEANRL_SAC = "CleanRL sac_continuous_action, v4 envs, 1M steps, about 175 min a run"
 RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
+#: PPO on the lander, greedy at the end, beside RL Zoo's own PPO agent (ppo.yml's settings,
+#: 1M steps) as its model card (sb3/ppo-LunarLander-v2 on Hugging Face) gives its
+#: deterministic evaluation
+PPO_LANDER = Run("ppo", "LunarLander-v3", 1_000_000, published=233.56, published_std=53.89,
+                 source="RL Zoo's sb3/ppo-LunarLander-v2 agent (ppo.yml, 1M steps), its "
+                 "model card's deterministic evaluation", eval_eps=0.0)  # fmt: skip
 #: CleanRL's dqn_atari run for 1M steps (its schedule scaled to that budget: epsilon to
 #: 0.01 over 100k, learning from 80k, 1M buffer), two seeds: each its final evaluation's
 #: mean over episodes at epsilon 0.05 (67.1 and 102.0; the mean and spread of the two)
@@ -142,6 +149,7 @@ PARTS: dict[str, list[Run]] = {
     ]
     # the card 32 steps back: sequences long enough for the gradient to reach it
     + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
+    "lunar-lander": [PPO_LANDER],
     "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [
@@ -194,12 +202,14 @@ def run_part(part: str, seeds: list[int], more: list[str]) -> list[dict]:
 
 def evaluate(out: Path, eps: float, episodes: int = 10) -> dict:
     """The run's final checkpoint played for ``episodes`` whole games at epsilon ``eps``
-    (CleanRL's and the Atari papers' evaluation): their mean, min and max return."""
+    (CleanRL's and the Atari papers' evaluation; 0: greedy, any algorithm's): their mean,
+    min and max return."""
     from flowrl.run.algorithm import Algorithm
 
-    algo = Algorithm.from_checkpoint(out, in_process=True, exploration_eps=eps)
+    epsilon = {"exploration_eps": eps} if eps else {}
+    algo = Algorithm.from_checkpoint(out, in_process=True, **epsilon)
     try:
-        res = algo.evaluate(episodes, explore=True)
+        res = algo.evaluate(episodes, explore=bool(eps))
     finally:
         algo.stop()
     low, high = res["episode_return_min"], res["episode_return_max"]
@@ -233,7 +243,9 @@ def _evaluated(rows: list[dict]) -> str:
     if not scored:
         return "-"
     scores = [r["eval_return"] for r in scored]
-    return f"{np.mean(scores):.3g} +/- {np.std(scores):.3g} (epsilon {scored[0]['eval_eps']})"
+    eps = scored[0]["eval_eps"]
+    how = f"epsilon {eps}" if eps else "greedy"
+    return f"{np.mean(scores):.3g} +/- {np.std(scores):.3g} ({how})"
 
 
 def _published(row: dict) -> str:
@@ -246,13 +258,15 @@ def _published(row: dict) -> str:
 def aggregate(parts: list[str]) -> dict | None:
     """IQM of return / published return over the rows of ``parts`` that have a published
     figure, with a stratified bootstrap interval; tasks keep the seeds all of them have,
-    and a task of one run is left out (a bootstrap resamples several; ``left_out``)."""
+    and a task of one run is left out (a bootstrap resamples several; ``left_out``). A row
+    whose final checkpoint was evaluated as the published runs were counts that return."""
     paths = [RESULTS / f"suite_{part}.json" for part in parts]
     rows = [r for path in paths if path.exists() for r in json.loads(path.read_text())["rows"]
             if "error" not in r and r.get("published") and r["return"] is not None]  # fmt: skip
     per_task: dict[tuple[str, str], list[float]] = {}
     for r in sorted(rows, key=lambda r: (r["algo"], r["env"])):
-        per_task.setdefault((r["algo"], r["env"]), []).append(r["return"] / r["published"])
+        score = r["eval_return"] if r.get("eval_return") is not None else r["return"]
+        per_task.setdefault((r["algo"], r["env"]), []).append(score / r["published"])
     tasks = [t for t, s in per_task.items() if len(s) > 1]
     if not tasks:
         return None

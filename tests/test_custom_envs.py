@@ -189,6 +189,21 @@ def test_an_env_module_missing_an_extras_package_names_the_extra(monkeypatch):
         Algorithm("ppo", env="flowrl.rollout.toy_multi_agent:RememberCues", num_workers=0)
 
 
+def test_a_gymnasium_env_missing_its_package_names_flowrls_extra(monkeypatch, capsys):
+    """gymnasium's own advice for Box2D (swig, then a build from source) is not what a
+    user needs: the extra installs Box2D's wheel."""
+    from flowrl.apps.cli import main
+
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # not installed, as import sees it
+    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+        monkeypatch.delitem(sys.modules, name)  # imported anew, without Box2D
+    assert main(["train", "ppo", "--env", "LunarLander-v3", "--num-workers", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "flowrl: error: env LunarLander-v3 needs Box2D, which is not installed: "
+        "pip install 'flowrl-ray[box2d]'"
+    ]
+
+
 def test_an_env_instance_is_refused_naming_what_to_pass_instead():
     env = gym.make("CartPole-v1")  # as Stable-Baselines3 takes it
     with pytest.raises(ConfigError, match=r"env instance .* its id \(env='CartPole-v1'\)"):

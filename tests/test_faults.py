@@ -591,7 +591,6 @@ def test_a_removed_node_does_not_end_the_run(cluster_env):
             "sees no CUDA GPU",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU"),
         ),
-        (["train", "ppo", "--env", "LunarLander-v3"], "needs a package that is not installed"),
         (["train", "ppo", "--num-workers", "0", "--address", "127.0.0.1:1"], "runs in-process"),
         (["train", "ppo", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
         (["train", "ppo", "--output", "/proc/version"], "is a file, not a directory"),

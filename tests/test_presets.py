@@ -1,4 +1,5 @@
-"""Presets: an algorithm's settings for Atari or MuJoCo envs, under the user's own values."""
+"""Presets: an algorithm's settings for Atari, MuJoCo or lunar lander envs, under the user's
+own values."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from flowrl.apps.cli import main
 from flowrl.run.algorithm import build_config
-from flowrl.run.presets import ATARI, MUJOCO, env_family, preset_for
+from flowrl.run.presets import ATARI, LUNAR_LANDER, MUJOCO, env_family, preset_for
 from flowrl.run.spec import get_algorithm, list_algorithms
 
 PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.presets]
@@ -21,6 +22,9 @@ PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.
         ("ALE/Pong-v5", ATARI),
         ("Hopper-v5", MUJOCO),
         ("HalfCheetah-v5", MUJOCO),
+        ("LunarLander-v3", LUNAR_LANDER),
+        ("LunarLanderContinuous-v3", LUNAR_LANDER),
+        ("BipedalWalker-v3", None),  # Box2D too, but it learns with other settings
         ("CartPole-v1", None),
     ],
 )
@@ -30,7 +34,7 @@ def test_env_families(env, family):
 
 @pytest.mark.parametrize(("algo", "preset"), PRESETS, ids=[f"{a}-{p.family}" for a, p in PRESETS])
 def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(algo, preset):
-    env = "ALE/Pong-v5" if preset.family == ATARI else "Hopper-v5"
+    env = {ATARI: "ALE/Pong-v5", MUJOCO: "Hopper-v5", LUNAR_LANDER: "LunarLander-v3"}[preset.family]
     spec = get_algorithm(algo)
     fields = spec.config_cls.__dataclass_fields__
     assert set(preset.values) <= set(fields), set(preset.values) - set(fields)
@@ -49,7 +53,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 8
+    assert len(PRESETS) == 9
     assert build_config(spec, {}) == spec.config_cls()
 
 

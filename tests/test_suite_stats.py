@@ -70,3 +70,28 @@ def test_a_dqn_row_is_evaluated_from_its_final_checkpoint_at_an_epsilon(tmp_path
     row = {"algo": "dqn", "env": "CartPole-v1", "return": 9.0, "seconds": 1, "steps_per_s": 1}
     [line] = suite.table([{**row, **scores}])
     assert line["evaluated"].endswith("(epsilon 0.05)")
+
+
+def test_a_ppo_row_is_evaluated_greedily_and_the_aggregate_counts_that_return(
+    tmp_path, monkeypatch
+):
+    """RL Zoo scores its lander agent deterministically: a PPO checkpoint plays greedy (it
+    has no epsilon), and a row that was evaluated enters the aggregate with that score."""
+    import json
+
+    import suite
+
+    from flowrl import Algorithm
+
+    with Algorithm("ppo", env="CartPole-v1", num_workers=0, seed=0) as algo:
+        algo.train()
+        algo.save(tmp_path / "checkpoints" / "checkpoint_000001")
+    scores = suite.evaluate(tmp_path, 0.0, episodes=2)
+    assert scores["eval_min"] <= scores["eval_return"] <= scores["eval_max"]
+    row = {"algo": "ppo", "env": "A", "return": 1.0, "published": 2.0, "eval_eps": 0.0}
+    [line] = suite.table([{**row, **scores, "seconds": 1, "steps_per_s": 1}])
+    assert line["evaluated"].endswith("(greedy)")
+    rows = [{**row, "eval_return": r} for r in (4.0, 4.0)]
+    (tmp_path / "suite_x.json").write_text(json.dumps({"rows": rows}))
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    assert suite.aggregate(["x"])["iqm_normalised"] == pytest.approx(2.0)

@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +227,43 @@ def is_atari(env_id: str) -> bool:
 
 #: the flowrl extra that installs a package an env module may import
 EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco"}
+#: gymnasium's env families that need a package of their own: its name, and the flowrl
+#: extra that installs it
+FAMILY_PACKAGES = {"box2d": ("Box2D", "box2d"), "mujoco": ("MuJoCo", "mujoco")}
+
+
+def gymnasium_family(target: Any) -> str | None:
+    """The family of a gymnasium env (``classic_control``, ``box2d``, ``mujoco``...), from
+    its spec's entry point; None for other envs.
+
+    Examples:
+        >>> gymnasium_family(gym.spec("LunarLander-v3")), gymnasium_family(gym.spec("Ant-v5"))
+        ('box2d', 'mujoco')
+    """
+    entry = getattr(target, "entry_point", None)
+    if not isinstance(entry, str) or not entry.startswith("gymnasium.envs."):
+        return None
+    return entry.removeprefix("gymnasium.envs.").split(".")[0].split(":")[0]
+
+
+@contextlib.contextmanager
+def installed(env: str, target: Any) -> Iterator[None]:
+    """A package missing as the block makes ``env`` (gymnasium's DependencyNotInstalled) as
+    a ConfigError that says what to install: flowrl's extra for gymnasium's Box2D and
+    MuJoCo envs (gymnasium's own advice builds Box2D from source with swig; the extra
+    installs its wheel), else gymnasium's words."""
+    try:
+        yield
+    except gym.error.DependencyNotInstalled as e:
+        package = FAMILY_PACKAGES.get(gymnasium_family(target) or "")
+        if package is None:
+            raise ConfigError(f"{env} needs a package that is not installed: {e}") from None
+        name, extra = package
+        raise ConfigError(
+            f"env {env} needs {name}, which is not installed: pip install 'flowrl-ray[{extra}]'"
+        ) from None
+
+
 #: gymnasium ids that a package registers once imported, by how they begin: the module to
 #: name (``module:EnvId``) and what pip installs it as
 REGISTERED_ON_IMPORT = {
@@ -378,13 +415,11 @@ def make_vector_env(
     cannot take are a ConfigError naming the space.
     """
     target, kwargs = resolve_env(env), dict(env_config or {})
-    try:
+    with installed(env, target):
         if isinstance(target, gym.envs.registration.EnvSpec):
             vec = _make_registered(env, target, num_envs, num_threads, kwargs)
         else:
             vec = _make_from_creator(env, target, num_envs, kwargs)
-    except gym.error.DependencyNotInstalled as e:
-        raise ConfigError(f"{env} needs a package that is not installed: {e}") from None
     mode = vec.metadata.get("autoreset_mode")
     if mode is not None and getattr(mode, "name", str(mode)) != "NEXT_STEP":
         vec.close()
@@ -576,7 +611,8 @@ def make_single_env(
         one = gym.wrappers.AtariPreprocessing(one, noop_max=30, frame_skip=4, screen_size=84)
         return gym.wrappers.FrameStackObservation(one, stack_size=4)
     if isinstance(target, gym.envs.registration.EnvSpec):
-        return gym.make(target.id, **render, **kwargs)
+        with installed(env, target):
+            return gym.make(target.id, **render, **kwargs)
     if makes_vector_envs(target):
         raise ConfigError(
             f"env {env} makes vector envs, and this needs one env (to record its episodes, "

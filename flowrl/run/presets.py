@@ -1,16 +1,15 @@
 """Presets: settings known to learn a family of envs, applied under your own values.
 
-A run on an Atari id (``ALE/...``) or a gymnasium MuJoCo env gets its algorithm's preset for
-that family, when there is one, in place of the CartPole-sized defaults; anything you set
-yourself (``--set``, a config file, keyword arguments) still wins, and ``preset=false``
-turns presets off. ``flowrl list ALGO --env ID`` shows what a run would use. Atari ids also
-get ale-py's standard preprocessing and the Nature CNN whatever the preset (see
-``flowrl.rollout.envs`` and ``flowrl.learning.models``).
+A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env or gymnasium's lunar lander gets
+its algorithm's preset for that family, when there is one, in place of the CartPole-sized
+defaults; anything you set yourself (``--set``, a config file, keyword arguments) still
+wins, and ``preset=false`` turns presets off. ``flowrl list ALGO --env ID`` shows what a
+run would use. Atari ids also get ale-py's standard preprocessing and the Nature CNN
+whatever the preset (see ``flowrl.rollout.envs`` and ``flowrl.learning.models``).
 
 Each algorithm file lists its presets (``PRESETS``, in its spec); each names where its
-numbers come from. Where the source schedules a value (a
-linearly decaying learning rate, say), the preset takes its starting value: flowrl has no
-schedules yet.
+numbers come from. Where the source schedules a value (a linearly decaying learning rate,
+say), the preset gives that schedule or takes its starting value, and says which.
 
 Examples:
     >>> from flowrl.run.algorithm import get_algorithm
@@ -25,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flowrl.rollout.envs import is_atari, resolve_env
+from flowrl.rollout.envs import gymnasium_family, is_atari, resolve_env
 
-ATARI, MUJOCO = "atari", "mujoco"
+ATARI, MUJOCO, LUNAR_LANDER = "atari", "mujoco", "lunar lander"
 
 
 @dataclass(frozen=True)
@@ -42,17 +41,19 @@ class Preset:
 
 
 def env_family(env: str) -> str | None:
-    """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, else None."""
+    """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, ``"lunar
+    lander"`` for its Box2D lander (discrete or continuous), else None (the other Box2D
+    envs, a walker and a racing car from pixels, learn with other settings)."""
     if is_atari(env):
         return ATARI
     try:
         target = resolve_env(env)
     except Exception:  # an unknown env is reported where it is used, not here
         return None
-    entry = getattr(target, "entry_point", None)
-    if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):
-        return MUJOCO
-    return None
+    family = gymnasium_family(target)
+    if family == "box2d" and ".lunar_lander:" in target.entry_point:
+        return LUNAR_LANDER
+    return MUJOCO if family == "mujoco" else None
 
 
 def preset_for(spec: Any, env: str) -> Preset | None:
