@@ -67,6 +67,17 @@ _HOMES = {
 
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
+        from flowrl.algorithms import NAMES
+
+        if name.lower() in NAMES and name != name.lower():
+            # ``from flowrl import PPO``, as Stable-Baselines3 and RLlib have it: Python
+            # would say only "cannot import name"; an ImportError of our own goes through
+            # the import whole, and says flowrl's way
+            raise ImportError(
+                f"flowrl has no {name} class: an algorithm is built by its name, "
+                f"flowrl.Algorithm({name.lower()!r}, env=...)",
+                name="flowrl",
+            )
         raise AttributeError(f"module 'flowrl' has no attribute '{name}'")
     value = getattr(importlib.import_module(_HOMES[name]), name)
     globals()[name] = value  # found directly from now on

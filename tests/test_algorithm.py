@@ -80,6 +80,15 @@ def test_a_result_key_of_rllib_or_sb3_names_flowrls_key():
     assert result.get("episode_reward_mean") is None and "episode_reward_mean" not in result
 
 
+def test_importing_an_algorithm_class_as_sb3_and_rllib_do_names_flowrls_way():
+    """``from flowrl import PPO`` was Python's bare "cannot import name 'PPO'"."""
+    with pytest.raises(ImportError, match=re.escape("flowrl.Algorithm('ppo', env=...)")):
+        from flowrl import PPO  # noqa: F401
+    with pytest.raises(ImportError, match=re.escape("flowrl.Algorithm('apex', env=...)")):
+        from flowrl import ApeX  # noqa: F401
+    assert not hasattr(flowrl, "ppo_typo")  # any other name: an AttributeError, as before
+
+
 def test_a_method_of_sb3_or_rllib_names_flowrls_way_which_runs(tmp_path):
     """SB3's model.learn(total_timesteps=N) and model.predict(obs), RLlib's
     algo.compute_single_action(obs): each was a bare AttributeError. Each way named runs."""
