@@ -257,7 +257,7 @@ def installed(env: str, target: Any) -> Iterator[None]:
     except gym.error.DependencyNotInstalled as e:
         package = FAMILY_PACKAGES.get(gymnasium_family(target) or "")
         if package is None:
-            raise ConfigError(f"{env} needs a package that is not installed: {e}") from None
+            raise ConfigError(f"env {env} needs a package that is not installed: {e}") from None
         name, extra = package
         raise ConfigError(
             f"env {env} needs {name}, which is not installed: pip install 'flowrl-ray[{extra}]'"
