@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -78,6 +79,20 @@ class PPOConfig(ActorCriticConfig, ClippedSurrogateConfig):
         "one update behind (Cleanba's PPO): the SGD phase no longer stalls sampling",
     )
 
+    @property
+    def min_fragment_length(self) -> int:
+        """A horizon and a half of GAE, ``1 / (1 - gamma * gae_lambda)`` steps a horizon: a
+        fragment's end cuts the advantages of its last steps short (the value stands in for
+        the rest), so an automatic layout keeps fragments long enough that most steps see
+        their horizon whole (docs/benchmarks.md: the lunar lander, at gamma 0.999).
+
+        Examples:
+            >>> PPOConfig().min_fragment_length, PPOConfig(gamma=0.999).min_fragment_length
+            (26, 30)
+        """
+        discount = self.gamma * self.gae_lambda
+        return 2**31 if discount >= 1 else math.ceil(1.5 / (1 - discount))
+
 
 # Settings known to learn these env families, under the user's own values (flowrl.run.presets)
 PRESETS = (
@@ -128,8 +143,8 @@ PRESETS = (
         LUNAR_LANDER,
         "RL Baselines3 Zoo's ppo.yml for LunarLander: 16 envs x 1024 steps per update, 4 "
         "epochs of 64-row minibatches, gamma 0.999, lambda 0.98, entropy 0.01, lr 3e-4; "
-        "in process, with its 1024-step fragments: the automatic layout's 64-step ones cut "
-        "GAE's long horizon short and learnt slower (docs/benchmarks.md)",
+        "in process, with its 1024-step fragments: shorter ones cut GAE's long horizon "
+        "short and learnt slower (docs/benchmarks.md)",
         {
             "num_workers": 0,
             "num_envs_per_worker": 16,

@@ -94,8 +94,9 @@ CHECKPOINT_EVERY = {"sac": 20, "ppo": 20, "dqn": 10}
 LONG = 100_000
 
 #: parts that rerun another's tasks with other settings (kept out of the default aggregate)
-VARIANTS = ("ppo-mujoco-constant-lr", "atari-dqn-short-schedule", "atari-dqn-cleanrl-setup",
-            "atari-dqn-cleanrl-buffer", "atari-dqn-cleanrl-exact")  # fmt: skip
+VARIANTS = ("ppo-mujoco-constant-lr", "lunar-lander-fragments", "atari-dqn-short-schedule",
+            "atari-dqn-cleanrl-setup", "atari-dqn-cleanrl-buffer",
+            "atari-dqn-cleanrl-exact")  # fmt: skip
 
 #: CleanRL's ppo_continuous_action at 1M: env, mean, std over its seeds
 CLEANRL_MUJOCO = [
@@ -118,6 +119,13 @@ def dqn_breakout(args: tuple[str, ...] = (), variant: str = "") -> Run:
     published, std, source = CLEANRL_DQN_ATARI
     return Run("dqn", "ALE/Breakout-v5", 1_000_000, args, variant, published=published,
                published_std=std, source=source, eval_eps=0.05)  # fmt: skip
+
+
+def lander_in(envs: int, steps: int) -> Run:
+    """The lander's run in fragments of ``steps`` (the preset's are 1024): 64 is what the
+    automatic layout chose for PPO's 2048-step rounds in 32 envs."""
+    layout = ("--set", f"num_envs_per_worker={envs}", "--set", f"rollout_fragment_length={steps}")
+    return PPO_LANDER._replace(args=layout, variant=f"{envs} envs x {steps} steps")
 
 
 PARTS: dict[str, list[Run]] = {
@@ -150,6 +158,7 @@ PARTS: dict[str, list[Run]] = {
     # the card 32 steps back: sequences long enough for the gradient to reach it
     + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
     "lunar-lander": [PPO_LANDER],
+    "lunar-lander-fragments": [lander_in(32, 64), lander_in(16, 128)],
     "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [
