@@ -189,19 +189,25 @@ def test_an_env_module_missing_an_extras_package_names_the_extra(monkeypatch):
         Algorithm("ppo", env="flowrl.rollout.toy_multi_agent:RememberCues", num_workers=0)
 
 
-def test_a_gymnasium_env_missing_its_package_names_flowrls_extra(monkeypatch, capsys):
+def test_a_gymnasium_env_missing_its_package_names_flowrls_extra(monkeypatch, capsys, tmp_path):
     """gymnasium's own advice for Box2D (swig, then a build from source) is not what a
     user needs: the extra installs Box2D's wheel."""
     from flowrl.apps.cli import main
 
     monkeypatch.setitem(sys.modules, "Box2D", None)  # not installed, as import sees it
-    for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
-        monkeypatch.delitem(sys.modules, name)  # imported anew, without Box2D
-    assert main(["train", "ppo", "--env", "LunarLander-v3", "--num-workers", "0"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "flowrl: error: env LunarLander-v3 needs Box2D, which is not installed: "
-        "pip install 'flowrl-ray[box2d]'"
-    ]
+    hint = "pip install 'flowrl-ray[box2d]'"
+    for env in ["LunarLander-v3", "gymnasium.envs.box2d.lunar_lander:LunarLander"]:
+        for name in [m for m in sys.modules if m.startswith("gymnasium.envs.box2d")]:
+            monkeypatch.delitem(sys.modules, name)  # imported anew, without Box2D
+        assert main(["train", "ppo", "--env", env, "--num-workers", "0"]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"flowrl: error: env {env} needs Box2D, which is not installed: {hint}"
+        ]
+    # an env module of the user's own that imports Box2D
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "lander_env.py").write_text("import Box2D\n")
+    with pytest.raises(ConfigError, match=r"cannot import lander_env .*flowrl-ray\[box2d\]'\)$"):
+        Algorithm("ppo", env="lander_env:Env", num_workers=0)
 
 
 def test_an_env_instance_is_refused_naming_what_to_pass_instead():

@@ -226,7 +226,7 @@ def is_atari(env_id: str) -> bool:
 
 
 #: the flowrl extra that installs a package an env module may import
-EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco"}
+EXTRAS = {"pettingzoo": "multiagent", "mujoco": "mujoco", "Box2D": "box2d"}
 #: gymnasium's env families that need a package of their own: its name, and the flowrl
 #: extra that installs it
 FAMILY_PACKAGES = {"box2d": ("Box2D", "box2d"), "mujoco": ("MuJoCo", "mujoco")}
@@ -234,13 +234,13 @@ FAMILY_PACKAGES = {"box2d": ("Box2D", "box2d"), "mujoco": ("MuJoCo", "mujoco")}
 
 def gymnasium_family(target: Any) -> str | None:
     """The family of a gymnasium env (``classic_control``, ``box2d``, ``mujoco``...), from
-    its spec's entry point; None for other envs.
+    its spec's entry point (or a module's name); None for other envs.
 
     Examples:
         >>> gymnasium_family(gym.spec("LunarLander-v3")), gymnasium_family(gym.spec("Ant-v5"))
         ('box2d', 'mujoco')
     """
-    entry = getattr(target, "entry_point", None)
+    entry = target if isinstance(target, str) else getattr(target, "entry_point", None)
     if not isinstance(entry, str) or not entry.startswith("gymnasium.envs."):
         return None
     return entry.removeprefix("gymnasium.envs.").split(".")[0].split(":")[0]
@@ -248,10 +248,10 @@ def gymnasium_family(target: Any) -> str | None:
 
 @contextlib.contextmanager
 def installed(env: str, target: Any) -> Iterator[None]:
-    """A package missing as the block makes ``env`` (gymnasium's DependencyNotInstalled) as
-    a ConfigError that says what to install: flowrl's extra for gymnasium's Box2D and
-    MuJoCo envs (gymnasium's own advice builds Box2D from source with swig; the extra
-    installs its wheel), else gymnasium's words."""
+    """A package missing as the block makes ``env`` (gymnasium's DependencyNotInstalled;
+    ``target`` its spec or module name) as a ConfigError that says what to install:
+    flowrl's extra for gymnasium's Box2D and MuJoCo envs (gymnasium's own advice builds
+    Box2D from source with swig; the extra installs its wheel), else gymnasium's words."""
     try:
         yield
     except gym.error.DependencyNotInstalled as e:
@@ -293,7 +293,8 @@ def resolve_env(env: str) -> EnvCreator | gym.envs.registration.EnvSpec:
     module_name, sep, name = env.rpartition(":")
     if sep:
         try:
-            module = importlib.import_module(module_name)
+            with installed(env, module_name):  # gymnasium's Box2D or MuJoCo modules
+                module = importlib.import_module(module_name)
         except ImportError as e:
             extra = EXTRAS.get((e.name or "").split(".")[0])
             hint = f" (pip install 'flowrl-ray[{extra}]')" if extra else ""
