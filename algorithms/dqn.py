@@ -40,7 +40,7 @@ from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import ATARI, Preset
+from flowrl.run.presets import ATARI, MOUNTAIN_CAR, Preset
 from flowrl.run.spec import AlgorithmSpec
 
 #: the losses on the TD error ``td_loss`` names: Huber (the Nature DQN's error clipping)
@@ -112,6 +112,29 @@ PRESETS = (
             "exploration_final_eps": 0.01,
             "n_step": 1,
             "min_env_steps_per_iteration": 10_000,
+        },
+    ),
+    Preset(
+        MOUNTAIN_CAR,
+        "RL Baselines3 Zoo's dqn.yml for MountainCar-v0: 256x256, 10k buffer, lr 4e-3, 8 "
+        "batches of 128 every 16 env steps, target copy every 600 env steps, gamma 0.98, "
+        "epsilon 1 -> 0.07 over 24k steps, learning from 1k; in process, with its one env "
+        "(in an automatic layout's 16 envs x 1 step, seed 0 stayed at -200 at 120k)",
+        {
+            "num_workers": 0,
+            "model_hiddens": (256, 256),
+            "buffer_size": 10_000,
+            "lr": 4e-3,
+            "train_batch_size": 128,
+            "num_envs_per_worker": 1,
+            "rollout_fragment_length": 16,
+            "training_intensity": 64.0,  # 8 x 128 rows trained per 16 sampled
+            "target_network_update_freq": 38_400,  # rows trained in 600 env steps
+            "learning_starts": 1_000,
+            "gamma": 0.98,
+            "n_step": 1,
+            "exploration_timesteps": 24_000,
+            "exploration_final_eps": 0.07,
         },
     ),
 )

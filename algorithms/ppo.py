@@ -47,7 +47,7 @@ from flowrl.ops import (
     TrainOneStep,
 )
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import ATARI, LUNAR_LANDER, MUJOCO, Preset
+from flowrl.run.presets import ATARI, LUNAR_LANDER, MOUNTAIN_CAR, MUJOCO, PENDULUM, Preset
 from flowrl.run.spec import AlgorithmSpec
 
 
@@ -156,6 +156,46 @@ PRESETS = (
             "gamma": 0.999,
             "gae_lambda": 0.98,
             "entropy_coeff": 0.01,
+        },
+    ),
+    Preset(
+        PENDULUM,
+        "RL Baselines3 Zoo's ppo.yml for Pendulum-v1 without its gSDE exploration, which "
+        "flowrl has not (these settings learn without it: docs/benchmarks.md): 4 envs x "
+        "1024 steps per update, 10 epochs of 64-row minibatches, gamma 0.9, lambda 0.95, "
+        "lr 1e-3, no entropy bonus",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 4,
+            "rollout_fragment_length": 1024,
+            "train_batch_size": 4096,
+            "sgd_minibatch_size": 64,
+            "num_sgd_iter": 10,
+            "lr": 1e-3,
+            "gamma": 0.9,
+            "gae_lambda": 0.95,
+            "clip_param": 0.2,
+            "entropy_coeff": 0.0,
+        },
+    ),
+    Preset(
+        MOUNTAIN_CAR,
+        "RL Baselines3 Zoo's ppo.yml for MountainCar-v0: 16 envs x 16 steps per update, 4 "
+        "epochs of 64-row minibatches, lambda 0.98, lr 3e-4, no entropy bonus, "
+        "observations and rewards normalised",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 16,
+            "rollout_fragment_length": 16,
+            "train_batch_size": 256,
+            "sgd_minibatch_size": 64,
+            "num_sgd_iter": 4,
+            "lr": 3e-4,
+            "gamma": 0.99,
+            "gae_lambda": 0.98,
+            "entropy_coeff": 0.0,
+            "normalize_observations": True,
+            "normalize_rewards": True,
         },
     ),
 )

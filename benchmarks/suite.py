@@ -1,6 +1,7 @@
 """flowrl on the third-party benchmarks users know, at published budgets, beside the published
 results: PPO and SAC on MuJoCo, PPO on MiniGrid DoorKey, PPO with and without memory on POPGym,
-PPO on gymnasium's lunar lander, DQN and PPO on Atari.
+PPO on gymnasium's lunar lander, DQN and PPO on its pendulum and mountain car, DQN and PPO on
+Atari.
 
 Each run is ``flowrl train`` as a user runs it (presets and layout auto), to a budget of env
 steps. A row holds its final training return (the mean of the episodes the run's metrics
@@ -57,6 +58,13 @@ RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
 PPO_LANDER = Run("ppo", "LunarLander-v3", 1_000_000, published=233.56, published_std=53.89,
                  source="RL Zoo's sb3/ppo-LunarLander-v2 agent (ppo.yml, 1M steps), its "
                  "model card's deterministic evaluation", eval_eps=0.0)  # fmt: skip
+#: RL Zoo's benchmark table: one run of each, its deterministic evaluation (PPO's pendulum row
+#: is Pendulum-v0's, at 2M steps, with gSDE)
+RL_ZOO_CLASSIC = [
+    Run("ppo", "Pendulum-v1", 200_000, published=-169.887, published_std=104.904),
+    Run("ppo", "MountainCar-v0", 1_000_000, published=-110.423, published_std=19.473),
+    Run("dqn", "MountainCar-v0", 120_000, published=-100.849, published_std=9.925),
+]
 #: CleanRL's dqn_atari run for 1M steps (its schedule scaled to that budget: epsilon to
 #: 0.01 over 100k, learning from 80k, 1M buffer), two seeds: each its final evaluation's
 #: mean over episodes at epsilon 0.05 (67.1 and 102.0; the mean and spread of the two)
@@ -159,6 +167,7 @@ PARTS: dict[str, list[Run]] = {
     + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
     "lunar-lander": [PPO_LANDER],
     "lunar-lander-fragments": [lander_in(32, 64), lander_in(16, 128)],
+    "classic": [run._replace(source=RL_ZOO, eval_eps=0.0) for run in RL_ZOO_CLASSIC],
     "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [
@@ -268,10 +277,13 @@ def aggregate(parts: list[str]) -> dict | None:
     """IQM of return / published return over the rows of ``parts`` that have a published
     figure, with a stratified bootstrap interval; tasks keep the seeds all of them have,
     and a task of one run is left out (a bootstrap resamples several; ``left_out``). A row
-    whose final checkpoint was evaluated as the published runs were counts that return."""
+    whose final checkpoint was evaluated as the published runs were counts that return. A
+    task whose published return is not above 0 is left out: a ratio to it reads backwards
+    (-200 / -110 is 1.8)."""
     paths = [RESULTS / f"suite_{part}.json" for part in parts]
-    rows = [r for path in paths if path.exists() for r in json.loads(path.read_text())["rows"]
-            if "error" not in r and r.get("published") and r["return"] is not None]  # fmt: skip
+    rows = [r for path in paths if path.exists() for r in json.loads(path.read_text())["rows"]]
+    rows = [r for r in rows if "error" not in r and r["return"] is not None
+            and (r.get("published") or 0) > 0]  # fmt: skip
     per_task: dict[tuple[str, str], list[float]] = {}
     for r in sorted(rows, key=lambda r: (r["algo"], r["env"])):
         score = r["eval_return"] if r.get("eval_return") is not None else r["return"]

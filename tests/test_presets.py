@@ -1,5 +1,5 @@
-"""Presets: an algorithm's settings for Atari, MuJoCo or lunar lander envs, under the user's
-own values."""
+"""Presets: an algorithm's settings for Atari, MuJoCo, the lunar lander, the pendulum or the
+mountain car, under the user's own values."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ import pytest
 
 from flowrl.apps.cli import main
 from flowrl.run.algorithm import build_config
-from flowrl.run.presets import ATARI, LUNAR_LANDER, MUJOCO, env_family, preset_for
+from flowrl.run.presets import (
+    ATARI,
+    LUNAR_LANDER,
+    MOUNTAIN_CAR,
+    MUJOCO,
+    PENDULUM,
+    env_family,
+    preset_for,
+)
 from flowrl.run.spec import get_algorithm, list_algorithms
 
 PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.presets]
@@ -25,7 +33,11 @@ PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.
         ("LunarLander-v3", LUNAR_LANDER),
         ("LunarLanderContinuous-v3", LUNAR_LANDER),
         ("BipedalWalker-v3", None),  # Box2D too, but it learns with other settings
+        ("Pendulum-v1", PENDULUM),
+        ("MountainCar-v0", MOUNTAIN_CAR),
+        ("MountainCarContinuous-v0", None),  # another module, other settings
         ("CartPole-v1", None),
+        ("Acrobot-v1", None),
     ],
 )
 def test_env_families(env, family):
@@ -34,7 +46,13 @@ def test_env_families(env, family):
 
 @pytest.mark.parametrize(("algo", "preset"), PRESETS, ids=[f"{a}-{p.family}" for a, p in PRESETS])
 def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(algo, preset):
-    env = {ATARI: "ALE/Pong-v5", MUJOCO: "Hopper-v5", LUNAR_LANDER: "LunarLander-v3"}[preset.family]
+    env = {
+        ATARI: "ALE/Pong-v5",
+        MUJOCO: "Hopper-v5",
+        LUNAR_LANDER: "LunarLander-v3",
+        PENDULUM: "Pendulum-v1",
+        MOUNTAIN_CAR: "MountainCar-v0",
+    }[preset.family]
     spec = get_algorithm(algo)
     fields = spec.config_cls.__dataclass_fields__
     assert set(preset.values) <= set(fields), set(preset.values) - set(fields)
@@ -53,7 +71,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 9
+    assert len(PRESETS) == 12
     assert build_config(spec, {}) == spec.config_cls()
 
 

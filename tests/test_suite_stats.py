@@ -36,15 +36,17 @@ def test_stratified_bootstrap_resamples_runs_within_each_task():
 
 def test_the_aggregate_keeps_tasks_of_several_runs_and_names_the_others(tmp_path, monkeypatch):
     """Tasks resampled by the bootstrap keep the runs all of them have; a task of one run
-    (a single-seed Atari row, say) is left out and named."""
+    (a single-seed Atari row, say) is left out and named; a task whose published return is
+    negative (the mountain car's -110) is left out, as a ratio to it reads backwards."""
     import json
 
     import suite
 
-    def row(algo, env, ret):
-        return {"algo": algo, "env": env, "return": ret, "published": 2.0}
+    def row(algo, env, ret, published=2.0):
+        return {"algo": algo, "env": env, "return": ret, "published": published}
 
     rows = [row("ppo", "A", r) for r in (2.0, 4.0, 6.0)] + [row("ppo", "B", r) for r in (2, 2)]
+    rows += [row("ppo", "D", r, published=-110.0) for r in (-200.0, -200.0)]
     parts = {"one": rows, "two": [row("dqn", "C", 1.0)]}
     for part, part_rows in parts.items():
         (tmp_path / f"suite_{part}.json").write_text(json.dumps({"rows": part_rows}))

@@ -442,7 +442,9 @@ class Config:
         ge=0,
     )
     preset: bool = param(
-        True, "use the algorithm's settings for Atari or MuJoCo envs under your own values"
+        True,
+        "use the algorithm's settings for the env's family (Atari, MuJoCo, a few gymnasium "
+        "envs: flowrl list ALGO --env ID) under your own values",
     )
     normalize_observations: bool = param(
         False, "feed the policy observations scaled by their running mean and std"

@@ -1,11 +1,12 @@
 """Presets: settings known to learn a family of envs, applied under your own values.
 
-A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env or gymnasium's lunar lander gets
-its algorithm's preset for that family, when there is one, in place of the CartPole-sized
-defaults; anything you set yourself (``--set``, a config file, keyword arguments) still
-wins, and ``preset=false`` turns presets off. ``flowrl list ALGO --env ID`` shows what a
-run would use. Atari ids also get ale-py's standard preprocessing and the Nature CNN
-whatever the preset (see ``flowrl.rollout.envs`` and ``flowrl.learning.models``).
+A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env, gymnasium's lunar lander, its
+pendulum or its mountain car gets its algorithm's preset for that family, when there is one,
+in place of the CartPole-sized defaults; anything you set yourself (``--set``, a config
+file, keyword arguments) still wins, and ``preset=false`` turns presets off. ``flowrl list
+ALGO --env ID`` shows what a run would use. Atari ids also get ale-py's standard
+preprocessing and the Nature CNN whatever the preset (see ``flowrl.rollout.envs`` and
+``flowrl.learning.models``).
 
 Each algorithm file lists its presets (``PRESETS``, in its spec); each names where its
 numbers come from. Where the source schedules a value (a linearly decaying learning rate,
@@ -26,7 +27,15 @@ from typing import Any
 
 from flowrl.rollout.envs import gymnasium_family, is_atari, resolve_env
 
-ATARI, MUJOCO, LUNAR_LANDER = "atari", "mujoco", "lunar lander"
+ATARI, MUJOCO = "atari", "mujoco"
+LUNAR_LANDER, PENDULUM, MOUNTAIN_CAR = "lunar lander", "pendulum", "mountain car"
+#: the families of one gymnasium env (or two, a discrete and a continuous lander), by the
+#: module of its entry point
+ONE_ENV_FAMILIES = {
+    "box2d.lunar_lander": LUNAR_LANDER,
+    "classic_control.pendulum": PENDULUM,
+    "classic_control.mountain_car": MOUNTAIN_CAR,  # not its continuous twin: another module
+}
 
 
 @dataclass(frozen=True)
@@ -41,9 +50,16 @@ class Preset:
 
 
 def env_family(env: str) -> str | None:
-    """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, ``"lunar
-    lander"`` for its Box2D lander (discrete or continuous), else None (the other Box2D
-    envs, a walker and a racing car from pixels, learn with other settings)."""
+    """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, and for a
+    few single gymnasium envs their own (``ONE_ENV_FAMILIES``: the lunar lander, discrete or
+    continuous, the pendulum, the discrete mountain car), else None: the other Box2D envs
+    (a walker, a racing car from pixels) and the continuous mountain car learn with other
+    settings, CartPole and Acrobot with the defaults.
+
+    Examples:
+        >>> env_family("Pendulum-v1"), env_family("MountainCarContinuous-v0")
+        ('pendulum', None)
+    """
     if is_atari(env):
         return ATARI
     try:
@@ -51,9 +67,10 @@ def env_family(env: str) -> str | None:
     except Exception:  # an unknown env is reported where it is used, not here
         return None
     family = gymnasium_family(target)
-    if family == "box2d" and ".lunar_lander:" in target.entry_point:
-        return LUNAR_LANDER
-    return MUJOCO if family == "mujoco" else None
+    if family == "mujoco":
+        return MUJOCO
+    module = target.entry_point.removeprefix("gymnasium.envs.").split(":")[0] if family else ""
+    return ONE_ENV_FAMILIES.get(module)
 
 
 def preset_for(spec: Any, env: str) -> Preset | None:
