@@ -163,7 +163,8 @@ PRESETS = (
         "RL Baselines3 Zoo's ppo.yml for Pendulum-v1 without its gSDE exploration, which "
         "flowrl has not (these settings learn without it: docs/benchmarks.md): 4 envs x "
         "1024 steps per update, 10 epochs of 64-row minibatches, gamma 0.9, lambda 0.95, "
-        "lr 1e-3, no entropy bonus",
+        "lr 1e-3, no entropy bonus; 200k env steps unless told (the env has no threshold "
+        "to stop at)",
         {
             "num_workers": 0,
             "num_envs_per_worker": 4,
@@ -177,6 +178,7 @@ PRESETS = (
             "clip_param": 0.2,
             "entropy_coeff": 0.0,
         },
+        budget=200_000,
     ),
     Preset(
         MOUNTAIN_CAR,

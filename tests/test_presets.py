@@ -75,6 +75,23 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert build_config(spec, {}) == spec.config_cls()
 
 
+def test_a_preset_s_budget_is_a_run_s_default_stop_unless_presets_are_off():
+    """DQN's mountain car preset trains for its source's 120k env steps (greedy -112 there
+    on seed 0, -142 at DQN's default 500k); the env's threshold still stops it first."""
+    from flowrl.run.runner import StopCriteria
+
+    def default_stop(**values):
+        return StopCriteria.default_for(build_config(get_algorithm("dqn"), values))
+
+    stop = default_stop(env="MountainCar-v0")
+    assert (stop.timesteps, stop.reward) == (120_000, -110.0)
+    assert default_stop(env="MountainCar-v0", preset=False).timesteps == 500_000
+    assert default_stop(env="CartPole-v1").timesteps == 500_000
+    pendulum = build_config(get_algorithm("ppo"), {"env": "Pendulum-v1"})
+    assert StopCriteria().for_config(pendulum).timesteps == 200_000  # no stop given
+    assert StopCriteria(timesteps=5_000).for_config(pendulum).timesteps == 5_000
+
+
 def test_list_with_an_env_shows_the_preset_and_marks_its_values(capsys):
     assert main(["list", "ppo", "--env", "ALE/Pong-v5"]) == 0
     out = capsys.readouterr().out

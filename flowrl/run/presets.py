@@ -41,12 +41,14 @@ ONE_ENV_FAMILIES = {
 @dataclass(frozen=True)
 class Preset:
     """An algorithm's settings for a family of envs (``ATARI``, ``MUJOCO``), and where
-    they come from. An algorithm file lists its own in its
-    ``AlgorithmSpec`` (``presets=``)."""
+    they come from. An algorithm file lists its own in its ``AlgorithmSpec``
+    (``presets=``). ``budget``: the env steps a run takes when it is given no stop, where
+    the source's differ from the algorithm's default (``StopCriteria.default_for``)."""
 
     family: str
     source: str
     values: dict[str, Any]
+    budget: int | None = None
 
 
 def env_family(env: str) -> str | None:

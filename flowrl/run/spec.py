@@ -22,7 +22,7 @@ from flowrl.core.iter import LocalIterator
 from flowrl.learning.learner import Learner
 from flowrl.learning.multi import PolicySpec
 from flowrl.learning.policy import Policy
-from flowrl.run.presets import Preset
+from flowrl.run.presets import Preset, preset_for
 
 Plan = Callable[[Any, Any], LocalIterator[dict[str, Any]]]
 Variant = Callable[[Config], tuple[type[Policy], type[Learner]]]
@@ -182,6 +182,22 @@ def get_algorithm(ref: str) -> AlgorithmSpec:
     if ref.lower() not in NAMES:
         raise ConfigError(f"unknown algorithm '{ref}'; available: {', '.join(NAMES)}")
     return importlib.import_module(f"flowrl.algorithms.{ref.lower()}").ALGORITHM
+
+
+def config_preset(config: Config) -> Preset | None:
+    """The preset a run of ``config`` starts from: its algorithm's for its env (by the
+    config's ``algo_name``); None when ``preset`` is off or the config class is your own.
+
+    Examples:
+        >>> from flowrl.algorithms.ppo import PPOConfig
+        >>> config_preset(PPOConfig(env="Pendulum-v1")).budget
+        200000
+    """
+    from flowrl.algorithms import NAMES
+
+    if not config.preset or config.algo_name not in NAMES or not isinstance(config.env, str):
+        return None
+    return preset_for(get_algorithm(config.algo_name), config.env)
 
 
 def load_plan_file(ref: str) -> AlgorithmSpec:
