@@ -442,9 +442,7 @@ class Config:
         ge=0,
     )
     preset: bool = param(
-        True,
-        "use the algorithm's settings for the env's family (Atari, MuJoCo, a few gymnasium "
-        "envs: flowrl list ALGO --env ID) under your own values",
+        True, "start from the algorithm's settings for the env (flowrl list ALGO --env ID)"
     )
     normalize_observations: bool = param(
         False, "feed the policy observations scaled by their running mean and std"
