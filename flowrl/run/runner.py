@@ -45,7 +45,6 @@ from flowrl.rollout.envs import EndlessEpisodes, EnvError, env_name, reward_thre
 from flowrl.run.checkpoints import BEST, CheckpointWriteError, checkpoint_dir
 from flowrl.run.evaluation import EVAL_ITERATION, EVAL_RETURN_MEAN, Evaluation
 from flowrl.run.logger import ERROR_FILE, RunLogger, json_text
-from flowrl.run.spec import config_preset
 from flowrl.run.tracking import Guarded, Tracker
 
 if TYPE_CHECKING:  # (the command's --help and usage errors import no torch)
@@ -152,6 +151,8 @@ class StopCriteria:
         """The env's registered reward threshold and the default budget: the env steps of
         the run's preset where it gives some (``Preset.budget``), else the algorithm's
         (``default_stop_timesteps``), or iterations for one that samples none (offline)."""
+        from flowrl.run.spec import config_preset  # loads torch: not before the CLI parses
+
         preset = config_preset(config)
         steps = (preset and preset.budget) or config.default_stop_timesteps
         iters = config.default_stop_iters
