@@ -45,6 +45,16 @@ def test_help_and_usage_errors_answer_without_loading_torch():
     assert out.stdout.splitlines()[-1] == "False"
 
 
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [("200k", 200_000), ("1.5M", 1_500_000), ("2e5", 200_000), ("10_000", 10_000)],
+)
+def test_a_step_budget_reads_as_budgets_are_written(text, steps):
+    from flowrl.apps.cli import _whole
+
+    assert _whole(text) == steps
+
+
 @pytest.mark.slow
 def test_an_atari_run_exits_without_nanobind_leak_warnings(tmp_path):
     """The command skips the interpreter's last garbage collection (console_main), so an
@@ -78,7 +88,8 @@ def test_list():
         (["train", "ppo", "--set", "gamma=2"], "gamma must be <= 1"),
         (["train", "ppo", "--num-workers", "-1"], "num_workers must be >= 0"),
         (["train", "ppo", "--num-workers", "two"], "expected a number or auto, got 'two'"),
-        (["train", "ppo", "--stop-timesteps", "1.5e3x"], "expected a whole number, got"),
+        (["train", "ppo", "--stop-timesteps", "1.5e3x"], "expected a whole number (200000,"),
+        (["train", "ppo", "--stop-timesteps", "1.0001k"], "2e5, 200k), got '1.0001k'"),
         (["train", "ppo", "--set", "lr"], "--set expects KEY=VALUE"),
         (["train", "ppo", "--set", "gamma=0.9", "gamma.x=1"], "gamma is 0.9, not a mapping"),
         (["train", "ppo", "--config", "/no/such/file.json"], "cannot read config file"),

@@ -61,14 +61,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+#: a count's suffixes, as budgets are written: 200k, 1M
+SUFFIXES = {"k": 1_000, "m": 1_000_000}
+
+
 def _whole(text: str) -> int:
-    """A whole number, written as one or as a float that is one (``1e6``, ``100_000``)."""
+    """A whole number, written as one, as a float that is one (``1e6``, ``100_000``), or
+    with a k or M suffix (``200k``, ``1.5M``)."""
+    scale = SUFFIXES.get(text[-1:].lower(), 1)
     try:
-        value = float(text)
+        value = float(text[:-1] if scale > 1 else text) * scale
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        value = math.nan
     if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number (200000, 2e5, 200k), got {text!r}"
+        )
     return int(value)
 
 
@@ -124,7 +132,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False
     _add_config_arguments(parser, resumes=resumes)
     parser.add_argument("--stop-reward", type=float, help="stop at this mean episode return")
     parser.add_argument(
-        "--stop-timesteps", type=_whole, help="stop after this many env steps (1e6 is one too)"
+        "--stop-timesteps",
+        type=_whole,
+        help="stop after this many env steps (1e6 and 1M are one too)",
     )
     parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
     parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
