@@ -47,7 +47,15 @@ from flowrl.ops import (
     TrainOneStep,
 )
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import ATARI, LUNAR_LANDER, MOUNTAIN_CAR, MUJOCO, PENDULUM, Preset
+from flowrl.run.presets import (
+    ATARI,
+    BIPEDAL_WALKER,
+    LUNAR_LANDER,
+    MOUNTAIN_CAR,
+    MUJOCO,
+    PENDULUM,
+    Preset,
+)
 from flowrl.run.spec import AlgorithmSpec
 
 
@@ -157,6 +165,29 @@ PRESETS = (
             "gae_lambda": 0.98,
             "entropy_coeff": 0.01,
         },
+    ),
+    Preset(
+        BIPEDAL_WALKER,
+        "RL Baselines3 Zoo's ppo.yml for BipedalWalker-v3: 32 envs x 2048 steps per update, "
+        "in process, 10 epochs of 64-row minibatches, gamma 0.999, lambda 0.95, clip 0.18, "
+        "lr 3e-4, no entropy bonus, observations and rewards normalised; 3M env steps "
+        "unless told (RL Zoo's 5M; at 3M seeds 0-2 walked, 290-298 greedy: docs/benchmarks.md)",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 32,
+            "rollout_fragment_length": 2048,
+            "train_batch_size": 65536,
+            "sgd_minibatch_size": 64,
+            "num_sgd_iter": 10,
+            "lr": 3e-4,
+            "gamma": 0.999,
+            "gae_lambda": 0.95,
+            "clip_param": 0.18,
+            "entropy_coeff": 0.0,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
+        budget=3_000_000,
     ),
     Preset(
         PENDULUM,

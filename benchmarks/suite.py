@@ -1,7 +1,7 @@
 """flowrl on the third-party benchmarks users know, at published budgets, beside the published
 results: PPO and SAC on MuJoCo, PPO on MiniGrid DoorKey, PPO with and without memory on POPGym,
-PPO on gymnasium's lunar lander, DQN and PPO on its pendulum and mountain car, DQN and PPO on
-Atari.
+PPO on gymnasium's lunar lander and walker, DQN and PPO on its pendulum and mountain car, DQN
+and PPO on Atari.
 
 Each run is ``flowrl train`` as a user runs it (presets and layout auto), to a budget of env
 steps. A row holds its final training return (the mean of the episodes the run's metrics
@@ -65,6 +65,10 @@ RL_ZOO_CLASSIC = [
     Run("ppo", "MountainCar-v0", 1_000_000, published=-110.423, published_std=19.473),
     Run("dqn", "MountainCar-v0", 120_000, published=-100.849, published_std=9.925),
 ]
+#: PPO on the walker at its preset's 3M env steps, greedy at the end, beside RL Zoo's run of
+#: 5M (its benchmark table)
+PPO_WALKER = Run("ppo", "BipedalWalker-v3", 3_000_000, published=213.299, published_std=129.49,
+                 source=RL_ZOO + ", 5M steps", eval_eps=0.0)  # fmt: skip
 #: CleanRL's dqn_atari run for 1M steps (its schedule scaled to that budget: epsilon to
 #: 0.01 over 100k, learning from 80k, 1M buffer), two seeds: each its final evaluation's
 #: mean over episodes at epsilon 0.05 (67.1 and 102.0; the mean and spread of the two)
@@ -168,6 +172,7 @@ PARTS: dict[str, list[Run]] = {
     "lunar-lander": [PPO_LANDER],
     "lunar-lander-fragments": [lander_in(32, 64), lander_in(16, 128)],
     "classic": [run._replace(source=RL_ZOO, eval_eps=0.0) for run in RL_ZOO_CLASSIC],
+    "bipedal-walker": [PPO_WALKER],
     "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [

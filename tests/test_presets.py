@@ -12,6 +12,7 @@ from flowrl.apps.cli import main
 from flowrl.run.algorithm import build_config
 from flowrl.run.presets import (
     ATARI,
+    BIPEDAL_WALKER,
     LUNAR_LANDER,
     MOUNTAIN_CAR,
     MUJOCO,
@@ -32,7 +33,9 @@ PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.
         ("HalfCheetah-v5", MUJOCO),
         ("LunarLander-v3", LUNAR_LANDER),
         ("LunarLanderContinuous-v3", LUNAR_LANDER),
-        ("BipedalWalker-v3", None),  # Box2D too, but it learns with other settings
+        ("BipedalWalker-v3", BIPEDAL_WALKER),
+        ("BipedalWalkerHardcore-v3", None),  # the same class, other settings
+        ("CarRacing-v3", None),
         ("Pendulum-v1", PENDULUM),
         ("MountainCar-v0", MOUNTAIN_CAR),
         ("MountainCarContinuous-v0", None),  # another module, other settings
@@ -50,6 +53,7 @@ def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(al
         ATARI: "ALE/Pong-v5",
         MUJOCO: "Hopper-v5",
         LUNAR_LANDER: "LunarLander-v3",
+        BIPEDAL_WALKER: "BipedalWalker-v3",
         PENDULUM: "Pendulum-v1",
         MOUNTAIN_CAR: "MountainCar-v0",
     }[preset.family]
@@ -71,7 +75,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 12
+    assert len(PRESETS) == 13
     assert build_config(spec, {}) == spec.config_cls()
 
 

@@ -1,12 +1,12 @@
 """Presets: settings known to learn a family of envs, applied under your own values.
 
-A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env, gymnasium's lunar lander, its
-pendulum or its mountain car gets its algorithm's preset for that family, when there is one,
-in place of the CartPole-sized defaults; anything you set yourself (``--set``, a config
-file, keyword arguments) still wins, and ``preset=false`` turns presets off. ``flowrl list
-ALGO --env ID`` shows what a run would use. Atari ids also get ale-py's standard
-preprocessing and the Nature CNN whatever the preset (see ``flowrl.rollout.envs`` and
-``flowrl.learning.models``).
+A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env, or one of gymnasium's lunar
+lander, walker, pendulum and mountain car gets its algorithm's preset for that family, when
+there is one, in place of the CartPole-sized defaults; anything you set yourself
+(``--set``, a config file, keyword arguments) still wins, and ``preset=false`` turns
+presets off. ``flowrl list ALGO --env ID`` shows what a run would use. Atari ids also get
+ale-py's standard preprocessing and the Nature CNN whatever the preset (see
+``flowrl.rollout.envs`` and ``flowrl.learning.models``).
 
 Each algorithm file lists its presets (``PRESETS``, in its spec); each names where its
 numbers come from. Where the source schedules a value (a linearly decaying learning rate,
@@ -28,13 +28,16 @@ from typing import Any
 from flowrl.rollout.envs import gymnasium_family, is_atari, resolve_env
 
 ATARI, MUJOCO = "atari", "mujoco"
-LUNAR_LANDER, PENDULUM, MOUNTAIN_CAR = "lunar lander", "pendulum", "mountain car"
-#: the families of one gymnasium env (or two, a discrete and a continuous lander), by the
-#: module of its entry point
+LUNAR_LANDER, BIPEDAL_WALKER = "lunar lander", "bipedal walker"
+PENDULUM, MOUNTAIN_CAR = "pendulum", "mountain car"
+#: the families of single gymnasium envs, by their name (the id without its version); their
+#: twins learn with other settings: the continuous car, the hardcore walker
 ONE_ENV_FAMILIES = {
-    "box2d.lunar_lander": LUNAR_LANDER,
-    "classic_control.pendulum": PENDULUM,
-    "classic_control.mountain_car": MOUNTAIN_CAR,  # not its continuous twin: another module
+    "LunarLander": LUNAR_LANDER,
+    "LunarLanderContinuous": LUNAR_LANDER,
+    "BipedalWalker": BIPEDAL_WALKER,
+    "Pendulum": PENDULUM,
+    "MountainCar": MOUNTAIN_CAR,
 }
 
 
@@ -54,8 +57,8 @@ class Preset:
 def env_family(env: str) -> str | None:
     """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, and for a
     few single gymnasium envs their own (``ONE_ENV_FAMILIES``: the lunar lander, discrete or
-    continuous, the pendulum, the discrete mountain car), else None: the other Box2D envs
-    (a walker, a racing car from pixels) and the continuous mountain car learn with other
+    continuous, the walker, the pendulum, the discrete mountain car), else None: the racing
+    car (from pixels), the hardcore walker and the continuous mountain car learn with other
     settings, CartPole and Acrobot with the defaults.
 
     Examples:
@@ -71,8 +74,7 @@ def env_family(env: str) -> str | None:
     family = gymnasium_family(target)
     if family == "mujoco":
         return MUJOCO
-    module = target.entry_point.removeprefix("gymnasium.envs.").split(":")[0] if family else ""
-    return ONE_ENV_FAMILIES.get(module)
+    return ONE_ENV_FAMILIES.get(target.name) if family else None  # gymnasium's own envs
 
 
 def preset_for(spec: Any, env: str) -> Preset | None:
