@@ -58,17 +58,15 @@ RL_ZOO = "RL Zoo (rl-baselines3-zoo benchmark table)"
 PPO_LANDER = Run("ppo", "LunarLander-v3", 1_000_000, published=233.56, published_std=53.89,
                  source="RL Zoo's sb3/ppo-LunarLander-v2 agent (ppo.yml, 1M steps), its "
                  "model card's deterministic evaluation", eval_eps=0.0)  # fmt: skip
-#: RL Zoo's benchmark table: one run of each, its deterministic evaluation (PPO's pendulum row
-#: is Pendulum-v0's, at 2M steps, with gSDE)
-RL_ZOO_CLASSIC = [
-    Run("ppo", "Pendulum-v1", 200_000, published=-169.887, published_std=104.904),
-    Run("ppo", "MountainCar-v0", 1_000_000, published=-110.423, published_std=19.473),
-    Run("dqn", "MountainCar-v0", 120_000, published=-100.849, published_std=9.925),
-]
-#: PPO on the walker at its preset's 3M env steps, greedy at the end, beside RL Zoo's run of
-#: 5M (its benchmark table)
-PPO_WALKER = Run("ppo", "BipedalWalker-v3", 3_000_000, published=213.299, published_std=129.49,
-                 source=RL_ZOO + ", 5M steps", eval_eps=0.0)  # fmt: skip
+
+
+def rl_zoo(algo: str, env: str, budget: int, mean: float, std: float, note: str = "") -> Run:
+    """A run beside RL Zoo's benchmark table (one run of each, evaluated deterministically):
+    its final checkpoint played greedy."""
+    return Run(algo, env, budget, published=mean, published_std=std, source=RL_ZOO + note,
+               eval_eps=0.0)  # fmt: skip
+
+
 #: CleanRL's dqn_atari run for 1M steps (its schedule scaled to that budget: epsilon to
 #: 0.01 over 100k, learning from 80k, 1M buffer), two seeds: each its final evaluation's
 #: mean over episodes at epsilon 0.05 (67.1 and 102.0; the mean and spread of the two)
@@ -171,8 +169,13 @@ PARTS: dict[str, list[Run]] = {
     + [Run("ppo", "suite_envs:repeat_previous_medium", 500_000, LONG_MEMORY, "lstm, 64 steps")],
     "lunar-lander": [PPO_LANDER],
     "lunar-lander-fragments": [lander_in(32, 64), lander_in(16, 128)],
-    "classic": [run._replace(source=RL_ZOO, eval_eps=0.0) for run in RL_ZOO_CLASSIC],
-    "bipedal-walker": [PPO_WALKER],
+    "classic": [
+        rl_zoo("ppo", "Pendulum-v1", 200_000, -169.887, 104.904, ": Pendulum-v0, 2M, gSDE"),
+        rl_zoo("ppo", "MountainCar-v0", 1_000_000, -110.423, 19.473),
+        rl_zoo("dqn", "MountainCar-v0", 120_000, -100.849, 9.925),
+    ],
+    # the walker at its preset's 3M env steps; RL Zoo's run took 5M
+    "bipedal-walker": [rl_zoo("ppo", "BipedalWalker-v3", 3_000_000, 213.299, 129.49, ": 5M")],
     "atari": [Run("ppo", "ALE/Breakout-v5", 1_000_000), dqn_breakout()],
     "atari-dqn-short-schedule": [dqn_breakout(CLEANRL_DQN_SCHEDULE, "CleanRL's schedule")],
     "atari-dqn-cleanrl-setup": [

@@ -45,8 +45,9 @@ ONE_ENV_FAMILIES = {
 class Preset:
     """An algorithm's settings for a family of envs (``ATARI``, ``MUJOCO``), and where
     they come from. An algorithm file lists its own in its ``AlgorithmSpec``
-    (``presets=``). ``budget``: the env steps a run takes when it is given no stop, where
-    the source's differ from the algorithm's default (``StopCriteria.default_for``)."""
+    (``presets=``). ``budget``: the env steps a run takes when it is given no stop, in
+    place of the algorithm's default (``StopCriteria.default_for``): the source's, or fewer
+    where those were enough here."""
 
     family: str
     source: str
