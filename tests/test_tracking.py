@@ -178,6 +178,27 @@ def test_a_tracking_server_gone_mid_run_is_a_warning_and_the_run_goes_on(
     assert len(warned) == 1 and warned[0].startswith("MLflowTracker failed ("), warned
 
 
+def test_a_tracker_that_failed_once_still_ends_its_run(tmp_path, caplog):
+    """After one failed log (a server's blip) the tracker was skipped to the end, finish
+    too: its MLflow run showed as running for ever."""
+    from mlflow.tracking import MlflowClient
+
+    class Blip(MLflowTracker):
+        def log(self, result):
+            if result["iteration"] == 2:
+                raise ConnectionError("the server went away for a moment")
+            super().log(result)
+
+    tracker = Blip(local_store(tmp_path / "mlruns"))
+    short_run(tmp_path, [tracker])
+    saved = MlflowClient(tracker.tracking_uri).get_run(tracker.run_id)
+    assert saved.info.status == "FINISHED" and saved.data.tags["summary.iterations"] == "3"
+    history = MlflowClient(tracker.tracking_uri).get_metric_history(tracker.run_id, "iteration")
+    assert [m.value for m in history] == [1.0]  # the run went on without it after the blip
+    warned = [r.message for r in caplog.records if "the run goes on without it" in r.message]
+    assert len(warned) == 1, warned
+
+
 def test_mlflow_leaves_the_process_tracking_uri_and_active_run_alone(tmp_path):
     """The tracker set MLflow's process-wide tracking URI and active run: a notebook's own
     mlflow calls went to flowrl's store, and a run left active by a failure refused the

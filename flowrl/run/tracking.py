@@ -196,6 +196,15 @@ class MLflowTracker:
         values = [Metric(k, v, at, step) for k, v in metrics(result).items()]
         self._client.log_batch(self.run_id, metrics=values)
 
+    def reachable(self) -> bool:
+        """Whether the store answers now (at once for a local one): a server gone need not
+        hold the run's end for the four minutes MLflow retries."""
+        try:
+            check_server.__wrapped__(self.tracking_uri)
+        except ConfigError:
+            return False
+        return True
+
     def finish(self, summary: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
@@ -257,6 +266,8 @@ class WandbTracker:
 class Guarded:
     """``tracker`` whose failures after its start (its server gone, a full disk) are a
     warning, once: the run goes on without it, and the run's own files keep every result.
+    It is still finished at the end where it is ``reachable`` (a tracker without that
+    method always is), so a server back by then marks its run ended, not running forever.
 
     Examples:
         >>> class Broken:
@@ -274,7 +285,13 @@ class Guarded:
         self._call("log", result)
 
     def finish(self, summary: dict[str, Any]) -> None:
-        self._call("finish", summary)
+        if not self.failed:
+            self._call("finish", summary)
+        elif getattr(self.tracker, "reachable", lambda: True)():
+            try:
+                self.tracker.finish(summary)
+            except Exception as e:  # (warned once already)
+                logger.debug("%s could not finish: %s", type(self.tracker).__name__, one_line(e))
 
     def _call(self, method: str, arg: dict[str, Any]) -> None:
         if self.failed:
