@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
+import pytest
 import torch
 
-from flowrl.learning.distributions import Categorical
+from flowrl.learning.distributions import Categorical, DiagGaussian, StateDependentNoise
+from flowrl.learning.models import ActorCritic
 
 
 def test_categorical_samples_follow_the_softmax_probabilities():
@@ -25,3 +29,58 @@ def test_categorical_log_prob_and_mode():
     expected = torch.log_softmax(torch.tensor([0.0, 2.0, 1.0]), -1)
     assert dist.mode().tolist() == [1]
     assert torch.allclose(dist.log_prob(torch.tensor([2])), expected[2:3])
+
+
+def test_gsde_noise_is_held_for_its_steps_and_spread_as_the_reported_std():
+    """gSDE's actions are ``mean + features @ W``: the draw ``W`` holds for ``gsde_steps``
+    calls, and across lanes the noise has the std the module reports for the log-probs."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1, 1, (3,))
+    module = ActorCritic(space, gym.spaces.Box(-1, 1, (2,)), hiddens=(16,), gsde=True,
+                         log_std_init=-1.0)  # fmt: skip
+    out = module(torch.randn(1, 3).repeat(20_000, 1))  # one state, 20k lanes
+    noise = StateDependentNoise(steps=2)
+    first = noise(out.noise_features, module.log_std)
+    assert torch.equal(noise(out.noise_features, module.log_std), first)  # held
+    assert not torch.equal(noise(out.noise_features, module.log_std), first)  # drawn anew
+    reported = DiagGaussian(out.dist_inputs).std[0]
+    assert torch.allclose(first.std(0), reported, rtol=0.03), (first.std(0), reported)
+
+
+def test_gsde_log_probs_train_its_log_std_and_not_the_features():
+    module = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)),
+                        hiddens=(8,), gsde=True)  # fmt: skip
+    out = module(torch.randn(5, 3))
+    assert module.log_std.shape == (8, 2) and not out.noise_features.requires_grad
+    DiagGaussian(out.dist_inputs).log_prob(torch.zeros(5, 2)).sum().backward()
+    assert module.log_std.grad.abs().sum() > 0
+
+
+def test_gsde_on_discrete_actions_or_a_module_of_yours_is_one_line():
+    from algorithms.ppo import PPOConfig
+    from flowrl.core.config import ConfigError
+    from flowrl.learning.policy import ActorCriticPolicy
+
+    obs = gym.spaces.Box(-1, 1, (3,))
+    discrete = r"^gsde explores Box actions; the env's action space is Discrete\(2\)$"
+    with pytest.raises(ConfigError, match=discrete):
+        ActorCriticPolicy(obs, gym.spaces.Discrete(2), PPOConfig(gsde=True))
+    yours = PPOConfig(gsde=True, model="custom_models:LinearActorCritic")
+    with pytest.raises(ConfigError, match=r"^gsde explores with flowrl's actor-critic, not a"):
+        ActorCriticPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), yours)
+
+
+def test_gsde_acts_in_torch_and_holds_each_lane_s_draw_for_its_steps():
+    """numpy acting draws fresh noise every step, so a gSDE policy acts in torch; a lane
+    in the same state acts the same while a draw holds, and differently after."""
+    from algorithms.ppo import PPOConfig
+    from flowrl.learning.policy import ActorCriticPolicy
+
+    obs, box = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-5, 5, (2,))
+    assert ActorCriticPolicy(obs, box, PPOConfig()).numpy_acting is not None
+    policy = ActorCriticPolicy(obs, box, PPOConfig(gsde=True, gsde_steps=3))
+    assert policy.numpy_acting is None
+    lanes = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
+    actions = [policy.compute_actions(lanes)[0] for _ in range(4)]
+    assert np.array_equal(actions[0], actions[1]) and np.array_equal(actions[0], actions[2])
+    assert not np.allclose(actions[0], actions[3]) and not np.allclose(*actions[0])

@@ -68,6 +68,33 @@ class DiagGaussian:
         return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
 
 
+class StateDependentNoise:
+    """gSDE's exploration noise for a batch of lanes: ``features @ W``, with one ``W`` per
+    lane drawn from N(0, exp(log_std)^2) and held for ``steps`` calls (drawn anew when the
+    number of lanes changes), so a lane's noise changes smoothly with its state, not at
+    random every step (``flowrl.learning.models.head_outputs``).
+
+    Examples:
+        >>> noise = StateDependentNoise(steps=4)
+        >>> features, log_std = torch.ones(3, 8), torch.zeros(8, 2)
+        >>> first = noise(features, log_std)
+        >>> first.shape, bool((noise(features, log_std) == first).all())  # held
+        (torch.Size([3, 2]), True)
+    """
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.calls = steps, 0
+        self.matrices: torch.Tensor | None = None
+
+    def __call__(self, features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        lanes = features.shape[0]
+        if self.matrices is None or self.calls % self.steps == 0 or len(self.matrices) != lanes:
+            std = log_std.detach().exp()
+            self.matrices, self.calls = std * torch.randn(lanes, *std.shape), 0
+        self.calls += 1
+        return (features.unsqueeze(1) @ self.matrices).squeeze(1)
+
+
 class SquashedGaussian:
     """``tanh`` of a diagonal Gaussian (SAC's policy): actions in (-1, 1). ``inputs`` hold the
     mean and the log std (clamped to [-20, 2]); log-probs include the change of variables,

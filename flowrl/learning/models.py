@@ -3,8 +3,8 @@
 Examples:
     >>> space = gym.spaces.Box(-1, 1, (4,))
     >>> model = ActorCritic(space, gym.spaces.Discrete(2), hiddens=(64, 64))
-    >>> logits, values, _ = model(torch.zeros(3, 4))
-    >>> logits.shape, values.shape
+    >>> out = model(torch.zeros(3, 4))
+    >>> out.dist_inputs.shape, out.value.shape
     (torch.Size([3, 2]), torch.Size([3]))
 """
 
@@ -41,12 +41,17 @@ class MLP(nn.Sequential):
     per-module call overhead is about a third of the forward pass."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self:
-            if isinstance(layer, nn.Linear):
-                x = F.linear(x, layer.weight, layer.bias)
-            else:
-                x = _FUNCTIONAL.get(type(layer), layer)(x)
-        return x
+        return run_layers(self, x)
+
+
+def run_layers(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """``x`` through ``layers`` in turn, as ``MLP`` runs them."""
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            x = F.linear(x, layer.weight, layer.bias)
+        else:
+            x = _FUNCTIONAL.get(type(layer), layer)(x)
+    return x
 
 
 def mlp(sizes: Sequence[int], *, out_gain: float, activation: type[nn.Module] = nn.Tanh) -> MLP:
@@ -230,7 +235,8 @@ class ActorCritic(ActingModule):
     and a ``trunk`` (your encoder, ``flowrl.learning.registry``) replaces both.
 
     ``forward(obs)`` returns the distribution inputs and the values. Box actions use a
-    learned, state-independent log standard deviation.
+    learned, state-independent log standard deviation (``log_std_init`` at first), or with
+    ``gsde`` one that depends on the state (``head_outputs``).
     """
 
     def __init__(
@@ -240,12 +246,16 @@ class ActorCritic(ActingModule):
         *,
         hiddens: Sequence[int],
         trunk: nn.Module | None = None,
+        log_std_init: float = 0.0,
+        gsde: bool = False,
     ) -> None:
         super().__init__()
         check_obs_space(obs_space)
-        n_out, log_std = policy_head(action_space)
         if trunk is None and is_image_space(obs_space):
             trunk = image_encoder(obs_space.shape)
+        latent = trunk.out_features if trunk is not None else hiddens[-1]
+        n_out, log_std = policy_head(action_space, log_std_init, latent if gsde else 0)
+        self.gsde = gsde
         if trunk is not None:  # an encoder shared by both heads (yours, or the CNN)
             self.trunk: nn.Module | None = trunk
             self.pi = _init(nn.Linear(self.trunk.out_features, n_out), 0.01)
@@ -260,17 +270,48 @@ class ActorCritic(ActingModule):
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
         features = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
-        out = with_log_std(self.pi(features), self.log_std)
-        return ActingOutput(out, self.vf(features).squeeze(-1))
+        out, noise_features = head_outputs(self.pi, features, self.log_std, self.gsde)
+        return ActingOutput(out, self.vf(features).squeeze(-1), None, noise_features)
 
 
-def policy_head(action_space: gym.Space) -> tuple[int, nn.Parameter | None]:
+def policy_head(
+    action_space: gym.Space, log_std_init: float = 0.0, gsde_features: int = 0
+) -> tuple[int, nn.Parameter | None]:
     """The outputs of a policy head for ``action_space`` and, for Box actions, the learned
-    state-independent log standard deviation that ``with_log_std`` appends to them."""
+    log standard deviation (``log_std_init`` at first): one per action dimension, which
+    ``with_log_std`` appends to them, or with ``gsde_features`` one per feature and
+    dimension (``head_outputs``)."""
     _, n_inputs = distribution_for(action_space)
     if not isinstance(action_space, gym.spaces.Box):
+        if gsde_features:
+            space = action_space
+            raise ConfigError(f"gsde explores Box actions; the env's action space is {space}")
         return n_inputs, None
-    return n_inputs // 2, nn.Parameter(torch.zeros(n_inputs // 2))
+    shape = (gsde_features, n_inputs // 2) if gsde_features else (n_inputs // 2,)
+    return n_inputs // 2, nn.Parameter(torch.full(shape, float(log_std_init)))
+
+
+def head_outputs(
+    pi: nn.Module, x: torch.Tensor, log_std: torch.Tensor | None, gsde: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The policy head ``pi`` on ``x``: its distribution inputs, and gSDE's noise features
+    (None without ``gsde``).
+
+    With gSDE (generalised state-dependent exploration, Raffin et al. 2022) an action's
+    noise is ``features @ W``: ``features`` the input of ``pi``'s last layer (held out of
+    the gradient), ``W`` drawn from N(0, exp(log_std)^2) and held for some steps
+    (``StateDependentNoise``). Given the state the action is then Gaussian with the
+    variance ``features^2 @ exp(log_std)^2``, whose log std the inputs carry, so the
+    distribution, its log-probs and entropy are DiagGaussian's.
+    """
+    if not gsde:
+        return with_log_std(pi(x), log_std), None
+    *body, last = pi if isinstance(pi, nn.Sequential) else (pi,)
+    features = run_layers(body, x)
+    mean = F.linear(features, last.weight, last.bias)
+    features = features.detach()
+    variance = features.pow(2) @ (2 * log_std).exp()
+    return torch.cat([mean, 0.5 * torch.log(variance + 1e-6)], dim=-1), features
 
 
 def with_log_std(out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
@@ -303,10 +344,13 @@ class RecurrentActorCritic(ActingModule):
         hiddens: Sequence[int],
         cell_size: int,
         trunk: nn.Module | None = None,
+        log_std_init: float = 0.0,
+        gsde: bool = False,
     ) -> None:
         super().__init__()
         check_obs_space(obs_space)
-        n_out, log_std = policy_head(action_space)
+        n_out, log_std = policy_head(action_space, log_std_init, cell_size if gsde else 0)
+        self.gsde = gsde
         if trunk is None and is_image_space(obs_space):
             trunk = image_encoder(obs_space.shape)
         if trunk is None:
@@ -323,15 +367,16 @@ class RecurrentActorCritic(ActingModule):
     def initial_state(self, batch_size: int) -> torch.Tensor:
         return torch.zeros(batch_size, 2, self.cell_size, device=self.pi.weight.device)
 
-    def _heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return with_log_std(self.pi(h), self.log_std), self.vf(h).squeeze(-1)
+    def _heads(self, h: torch.Tensor, state: torch.Tensor) -> ActingOutput:
+        out, noise_features = head_outputs(self.pi, h, self.log_std, self.gsde)
+        return ActingOutput(out, self.vf(h).squeeze(-1), state, noise_features)
 
     def forward(self, obs: Any, state: torch.Tensor | None = None) -> ActingOutput:
         x = self.trunk(obs)
         if state is None:
             state = self.initial_state(x.shape[0])
         h, c = self.lstm(x, (state[:, 0], state[:, 1]))
-        return ActingOutput(*self._heads(h), torch.stack([h, c], 1))
+        return self._heads(h, torch.stack([h, c], 1))
 
     def unroll(self, obs: Any, states: torch.Tensor, starts: torch.Tensor) -> ActingOutput:
         """The features of every step in one pass, the LSTM step by step, the heads in
@@ -344,7 +389,7 @@ class RecurrentActorCritic(ActingModule):
             h, c = self.lstm(x[:, t], (state[:, 0], state[:, 1]))
             hs.append(h)
             state = torch.stack([h, c], 1)
-        return ActingOutput(*self._heads(torch.stack(hs, 1).flatten(0, 1)), state)
+        return self._heads(torch.stack(hs, 1).flatten(0, 1), state)
 
 
 class _Features(nn.Module):

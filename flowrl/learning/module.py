@@ -48,6 +48,8 @@ class ActingOutput(NamedTuple):
     value: torch.Tensor | None = None
     #: the next recurrent state, for recurrent modules
     state: Any = None
+    #: gSDE's noise features (``flowrl.learning.models.head_outputs``), where it explores so
+    noise_features: torch.Tensor | None = None
 
 
 class ActingModule(nn.Module):
@@ -68,6 +70,8 @@ class ActingModule(nn.Module):
 
     #: whether ``forward`` takes and returns a recurrent state
     recurrent: ClassVar[bool] = False
+    #: whether it explores with gSDE (``ActingOutput.noise_features``)
+    gsde: bool = False
 
     def initial_state(self, batch_size: int) -> Any:
         """The state of ``batch_size`` fresh episodes (None: the module has none)."""

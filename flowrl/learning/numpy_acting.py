@@ -256,9 +256,12 @@ LSTM_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
 def _supported(module: Any) -> bool:
-    """flowrl's MLP actor-critic, or its LSTM one on MLP features: nothing of yours."""
+    """flowrl's MLP actor-critic, or its LSTM one on MLP features: nothing of yours, and
+    no gSDE (its noise is held across steps, in torch)."""
     from flowrl.learning.models import ActorCritic, RecurrentActorCritic, _Features
 
+    if module.gsde:
+        return False
     if type(module) is ActorCritic:
         heads = (module.pi, module.vf)
         return module.trunk is None and _flat(module.flatten) and all(map(_mlp, heads))

@@ -35,7 +35,12 @@ from flowrl.core.sample_batch import (
     VF_PREDS,
 )
 from flowrl.learning.acting import BasePolicy, Weights, action_start, without_mask
-from flowrl.learning.distributions import Distribution, DistributionClass, distribution_for
+from flowrl.learning.distributions import (
+    Distribution,
+    DistributionClass,
+    StateDependentNoise,
+    distribution_for,
+)
 from flowrl.learning.models import ActorCritic, RecurrentActorCritic, is_image_space
 from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import split_state
@@ -149,6 +154,10 @@ class Policy(BasePolicy):
         super().__init__(observation_space, action_space, config, worker_index=worker_index)
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
+        if getattr(config, "gsde", False) and not self.module.gsde:
+            raise ConfigError("gsde explores with flowrl's actor-critic, not a module of your own")
+        #: gSDE's noise, held across steps, where the module explores so
+        self.gsde = StateDependentNoise(config.gsde_steps) if self.module.gsde else None
         #: the module's forward and action draw in numpy, where one applies (an MLP)
         self.numpy_acting = NumpyActing.of(self) if config.numpy_acting else None
 
@@ -209,7 +218,10 @@ class Policy(BasePolicy):
             return self.numpy_acting.compute_actions(obs, explore=explore, state=state)
         out = self.forward(self._as_tensor(obs), self._as_tensor(state))
         dist = self.dist_cls(out.dist_inputs)
-        actions = dist.sample() if explore else dist.mode()
+        if explore and self.gsde is not None:
+            actions = dist.mode() + self.gsde(out.noise_features, self.module.log_std)
+        else:
+            actions = dist.sample() if explore else dist.mode()
         extras = {ACTION_DIST_INPUTS: self._as_numpy(out.dist_inputs)}
         if out.value is not None:
             extras[VF_PREDS] = self._as_numpy(out.value)
@@ -279,12 +291,13 @@ def actor_critic(
     cfg: Config, obs_space: gym.Space, action_space: gym.Space, trunk: nn.Module | None
 ) -> ActingModule:
     """flowrl's actor-critic (recurrent with ``use_lstm``), on ``trunk`` when given."""
+    gaussian = {k: getattr(cfg, k) for k in ("log_std_init", "gsde") if hasattr(cfg, k)}
     if getattr(cfg, "use_lstm", False):
         return RecurrentActorCritic(
             obs_space, action_space, hiddens=cfg.model_hiddens, cell_size=cfg.lstm_cell_size,
-            trunk=trunk,
+            trunk=trunk, **gaussian,
         )  # fmt: skip
-    return ActorCritic(obs_space, action_space, hiddens=cfg.model_hiddens, trunk=trunk)
+    return ActorCritic(obs_space, action_space, hiddens=cfg.model_hiddens, trunk=trunk, **gaussian)
 
 
 def masked(out: ActingOutput, mask: torch.Tensor | None) -> ActingOutput:
