@@ -50,6 +50,7 @@ from flowrl.rollout.worker import WorkerSet
 from flowrl.run.presets import (
     ATARI,
     BIPEDAL_WALKER,
+    CONTINUOUS_MOUNTAIN_CAR,
     LUNAR_LANDER,
     MOUNTAIN_CAR,
     MUJOCO,
@@ -191,8 +192,8 @@ PRESETS = (
     ),
     Preset(
         PENDULUM,
-        "RL Baselines3 Zoo's ppo.yml for Pendulum-v1 without its gSDE exploration, which "
-        "flowrl has not (these settings learn without it: docs/benchmarks.md): 4 envs x "
+        "RL Baselines3 Zoo's ppo.yml for Pendulum-v1 without its gSDE exploration (these "
+        "settings learn without it: docs/benchmarks.md): 4 envs x "
         "1024 steps per update, 10 epochs of 64-row minibatches, gamma 0.9, lambda 0.95, "
         "lr 1e-3, no entropy bonus; 200k env steps unless told (the env has no threshold "
         "to stop at)",
@@ -230,6 +231,35 @@ PRESETS = (
             "normalize_observations": True,
             "normalize_rewards": True,
         },
+    ),
+    Preset(
+        CONTINUOUS_MOUNTAIN_CAR,
+        "RL Baselines3 Zoo's ppo.yml for MountainCarContinuous-v0: gSDE exploration (a draw "
+        "held for each 8-step update), log std -3.29 at first, 1 env x 8 steps per update, "
+        "10 epochs, gamma 0.9999, lambda 0.9, lr 7.77e-5, clip 0.1, entropy 0.00429, value "
+        "loss 0.19, gradients clipped at 5, observations and rewards normalised; its 20k env "
+        "steps unless told. Without gSDE the car stood still (docs/benchmarks.md)",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 1,
+            "rollout_fragment_length": 8,
+            "train_batch_size": 8,
+            "sgd_minibatch_size": 8,
+            "num_sgd_iter": 10,
+            "lr": 7.77e-5,
+            "gamma": 0.9999,
+            "gae_lambda": 0.9,
+            "clip_param": 0.1,
+            "entropy_coeff": 0.00429,
+            "vf_loss_coeff": 0.19,
+            "grad_clip": 5.0,
+            "gsde": True,
+            "gsde_steps": 8,
+            "log_std_init": -3.29,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
+        budget=20_000,
     ),
 )
 

@@ -13,6 +13,7 @@ from flowrl.run.algorithm import build_config
 from flowrl.run.presets import (
     ATARI,
     BIPEDAL_WALKER,
+    CONTINUOUS_MOUNTAIN_CAR,
     LUNAR_LANDER,
     MOUNTAIN_CAR,
     MUJOCO,
@@ -38,7 +39,7 @@ PRESETS = [(spec.name, preset) for spec in list_algorithms() for preset in spec.
         ("CarRacing-v3", None),
         ("Pendulum-v1", PENDULUM),
         ("MountainCar-v0", MOUNTAIN_CAR),
-        ("MountainCarContinuous-v0", None),  # another module, other settings
+        ("MountainCarContinuous-v0", CONTINUOUS_MOUNTAIN_CAR),  # another module
         ("CartPole-v1", None),
         ("Acrobot-v1", None),
     ],
@@ -56,6 +57,7 @@ def test_every_preset_is_a_valid_config_of_its_algorithm_and_names_its_source(al
         BIPEDAL_WALKER: "BipedalWalker-v3",
         PENDULUM: "Pendulum-v1",
         MOUNTAIN_CAR: "MountainCar-v0",
+        CONTINUOUS_MOUNTAIN_CAR: "MountainCarContinuous-v0",
     }[preset.family]
     spec = get_algorithm(algo)
     fields = spec.config_cls.__dataclass_fields__
@@ -75,7 +77,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 13
+    assert len(PRESETS) == 14
     assert build_config(spec, {}) == spec.config_cls()
 
 

@@ -1,7 +1,7 @@
 """Presets: settings known to learn a family of envs, applied under your own values.
 
 A run on an Atari id (``ALE/...``), a gymnasium MuJoCo env, or one of gymnasium's lunar
-lander, walker, pendulum and mountain car gets its algorithm's preset for that family, when
+lander, walker, pendulum and mountain cars gets its algorithm's preset for that family, when
 there is one, in place of the CartPole-sized defaults; anything you set yourself
 (``--set``, a config file, keyword arguments) still wins, and ``preset=false`` turns
 presets off. ``flowrl list ALGO --env ID`` shows what a run would use. Atari ids also get
@@ -30,14 +30,16 @@ from flowrl.rollout.envs import gymnasium_family, is_atari, resolve_env
 ATARI, MUJOCO = "atari", "mujoco"
 LUNAR_LANDER, BIPEDAL_WALKER = "lunar lander", "bipedal walker"
 PENDULUM, MOUNTAIN_CAR = "pendulum", "mountain car"
-#: the families of single gymnasium envs, by their name (the id without its version); their
-#: twins learn with other settings: the continuous car, the hardcore walker
+CONTINUOUS_MOUNTAIN_CAR = "continuous mountain car"
+#: the families of single gymnasium envs, by their name (the id without its version); the
+#: hardcore walker learns with other settings than its twin
 ONE_ENV_FAMILIES = {
     "LunarLander": LUNAR_LANDER,
     "LunarLanderContinuous": LUNAR_LANDER,
     "BipedalWalker": BIPEDAL_WALKER,
     "Pendulum": PENDULUM,
     "MountainCar": MOUNTAIN_CAR,
+    "MountainCarContinuous": CONTINUOUS_MOUNTAIN_CAR,
 }
 
 
@@ -58,12 +60,12 @@ class Preset:
 def env_family(env: str) -> str | None:
     """``"atari"`` for ale-py's ids, ``"mujoco"`` for gymnasium's MuJoCo envs, and for a
     few single gymnasium envs their own (``ONE_ENV_FAMILIES``: the lunar lander, discrete or
-    continuous, the walker, the pendulum, the discrete mountain car), else None: the racing
-    car (from pixels), the hardcore walker and the continuous mountain car learn with other
-    settings, CartPole and Acrobot with the defaults.
+    continuous, the walker, the pendulum, the mountain cars), else None: the racing car
+    (from pixels) and the hardcore walker learn with other settings, CartPole and Acrobot
+    with the defaults.
 
     Examples:
-        >>> env_family("Pendulum-v1"), env_family("MountainCarContinuous-v0")
+        >>> env_family("Pendulum-v1"), env_family("BipedalWalkerHardcore-v3")
         ('pendulum', None)
     """
     if is_atari(env):
