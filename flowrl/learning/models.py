@@ -282,13 +282,17 @@ def policy_head(
     ``with_log_std`` appends to them, or with ``gsde_features`` one per feature and
     dimension (``head_outputs``)."""
     _, n_inputs = distribution_for(action_space)
+    check_gsde(action_space, bool(gsde_features))
     if not isinstance(action_space, gym.spaces.Box):
-        if gsde_features:
-            space = action_space
-            raise ConfigError(f"gsde explores Box actions; the env's action space is {space}")
         return n_inputs, None
     shape = (gsde_features, n_inputs // 2) if gsde_features else (n_inputs // 2,)
     return n_inputs // 2, nn.Parameter(torch.full(shape, float(log_std_init)))
+
+
+def check_gsde(action_space: gym.Space, gsde: bool) -> None:
+    """A ConfigError where ``gsde`` is asked for actions other than a Box."""
+    if gsde and not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(f"gsde explores Box actions; the env's action space is {action_space}")
 
 
 def head_outputs(

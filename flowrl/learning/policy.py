@@ -41,7 +41,7 @@ from flowrl.learning.distributions import (
     StateDependentNoise,
     distribution_for,
 )
-from flowrl.learning.models import ActorCritic, RecurrentActorCritic, is_image_space
+from flowrl.learning.models import ActorCritic, RecurrentActorCritic, check_gsde, is_image_space
 from flowrl.learning.module import ActingModule, ActingOutput
 from flowrl.learning.normalization import split_state
 from flowrl.learning.numpy_acting import NumpyActing
@@ -139,6 +139,7 @@ class Policy(BasePolicy):
             names = ", ".join(t.__name__ for t in cls.action_spaces)
             algo = getattr(config, "algo_name", "") or cls.__name__
             raise ConfigError(f"{algo} takes {names} actions; the env's action space is {space}")
+        check_gsde(space, getattr(config, "gsde", False))
 
     def __init__(
         self,
