@@ -57,17 +57,29 @@ def test_gsde_log_probs_train_its_log_std_and_not_the_features():
 
 
 def test_gsde_on_discrete_actions_or_a_module_of_yours_is_one_line():
+    import flowrl
     from algorithms.ppo import PPOConfig
     from flowrl.core.config import ConfigError
+    from flowrl.learning.module import ActingModule, ActingOutput
     from flowrl.learning.policy import ActorCriticPolicy
 
     obs = gym.spaces.Box(-1, 1, (3,))
     discrete = r"^gsde explores Box actions; the env's action space is Discrete\(2\)$"
     with pytest.raises(ConfigError, match=discrete):
         ActorCriticPolicy(obs, gym.spaces.Discrete(2), PPOConfig(gsde=True))
-    yours = PPOConfig(gsde=True, model="custom_models:LinearActorCritic")
+
+    class Linear(ActingModule):
+        def __init__(self, observation_space, action_space):
+            super().__init__()
+            self.pi = torch.nn.Linear(3, 2 * action_space.shape[0])
+
+        def forward(self, obs, state=None):
+            return ActingOutput(self.pi(obs))
+
+    flowrl.register_model("linear_gaussian", Linear)
+    yours = PPOConfig(gsde=True, model="linear_gaussian")
     with pytest.raises(ConfigError, match=r"^gsde explores with flowrl's actor-critic, not a"):
-        ActorCriticPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), yours)
+        ActorCriticPolicy(obs, gym.spaces.Box(-1, 1, (1,)), yours)
 
 
 def test_gsde_acts_in_torch_and_holds_each_lane_s_draw_for_its_steps():
