@@ -82,16 +82,17 @@ def test_gsde_on_discrete_actions_or_a_module_of_yours_is_one_line():
         ActorCriticPolicy(obs, gym.spaces.Box(-1, 1, (1,)), yours)
 
 
-def test_gsde_acts_in_torch_and_holds_each_lane_s_draw_for_its_steps():
-    """numpy acting draws fresh noise every step, so a gSDE policy acts in torch; a lane
-    in the same state acts the same while a draw holds, and differently after."""
+@pytest.mark.parametrize("numpy_acting", [True, False])
+def test_gsde_holds_each_lane_s_draw_for_its_steps(numpy_acting):
+    """A lane in the same state acts the same while a draw holds, and differently after,
+    whether the policy acts in numpy or in torch."""
     from algorithms.ppo import PPOConfig
     from flowrl.learning.policy import ActorCriticPolicy
 
     obs, box = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-5, 5, (2,))
-    assert ActorCriticPolicy(obs, box, PPOConfig()).numpy_acting is not None
-    policy = ActorCriticPolicy(obs, box, PPOConfig(gsde=True, gsde_steps=3))
-    assert policy.numpy_acting is None
+    config = PPOConfig(gsde=True, gsde_steps=3, numpy_acting=numpy_acting)
+    policy = ActorCriticPolicy(obs, box, config)
+    assert (policy.numpy_acting is not None) == numpy_acting
     lanes = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
     actions = [policy.compute_actions(lanes)[0] for _ in range(4)]
     assert np.array_equal(actions[0], actions[1]) and np.array_equal(actions[0], actions[2])

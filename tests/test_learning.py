@@ -111,10 +111,10 @@ def test_ppo_with_its_pendulum_preset_reaches_minus_250_on_pendulum():
 
 def test_ppo_with_gsde_drives_the_continuous_mountain_car_up_the_hill():
     # without gSDE the same settings stood still (a return of 0 at 20k, seed 0), and so did
-    # PPO's defaults at 1M; with it seeds 0, 2 and 3 scored 88-93 greedy at 20k env steps
-    algo = Algorithm("ppo", env="MountainCarContinuous-v0", seed=0)
-    assert algo.config.gsde and algo.workers.local_worker.policy.numpy_acting is None
-    summary = reach(algo, 70, 20_000)
+    # PPO's defaults at 1M; with it 5 of seeds 0-6 scored 87-98 greedy at 20k env steps
+    algo = Algorithm("ppo", env="MountainCarContinuous-v0", seed=4)
+    assert algo.config.gsde
+    summary = reach(algo, 90, 20_000)
     assert summary["stopped_by"] == "reward", summary
 
 

@@ -15,18 +15,26 @@ from flowrl.learning.numpy_acting import NumpyActing
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
 
 
-def twins(action_space, **config):
+def twins(action_space, config_cls=Config, **config):
     """A policy acting in numpy and one acting in torch, with the same weights."""
-    fast = Policy(OBS, action_space, Config(**config))
-    slow = Policy(OBS, action_space, Config(numpy_acting=False, **config))
+    fast = Policy(OBS, action_space, config_cls(**config))
+    slow = Policy(OBS, action_space, config_cls(numpy_acting=False, **config))
     slow.set_weights(fast.get_weights())
     assert fast.numpy_acting is not None and slow.numpy_acting is None
     return fast, slow
 
 
-@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.Box(-2, 2, (2,))])
-def test_numpy_acting_matches_torch(action_space):
-    fast, slow = twins(action_space)
+@pytest.mark.parametrize(
+    "action_space, settings",
+    [
+        (gym.spaces.Discrete(3), {}),
+        (gym.spaces.Box(-2, 2, (2,)), {}),
+        (gym.spaces.Box(-2, 2, (2,)), {"gsde": True, "log_std_init": -1.0}),
+    ],
+    ids=["categorical", "gaussian", "gsde"],
+)
+def test_numpy_acting_matches_torch(action_space, settings):
+    fast, slow = twins(action_space, ActorCriticConfig, **settings)
     obs = np.random.default_rng(0).uniform(-1, 1, (20_000, 4)).astype(np.float32)
     greedy, fast_extras = fast.compute_actions(obs, explore=False)
     torch_greedy, slow_extras = slow.compute_actions(obs, explore=False)
@@ -110,14 +118,14 @@ def test_in_process_acting_follows_the_learner_s_steps():
 GREEDY = {"exploration_initial_eps": 0.0, "exploration_final_eps": 0.0}
 
 
-def torch_and_numpy_workers(name, **settings):
+def torch_and_numpy_workers(name, env="CartPole-v1", **settings):
     """Worker 1 of an in-process WorkerSet built twice: with the algorithm's torch policy,
     and as a remote worker without torch is (``NumpyPolicy``), with the same weights."""
     from flowrl.rollout.worker import RolloutWorker, WorkerSet, numpy_worker_args
     from flowrl.run.spec import get_algorithm
 
     spec = get_algorithm(name)
-    config = spec.config_cls(env="CartPole-v1", num_workers=0, num_envs_per_worker=3,
+    config = spec.config_cls(env=env, num_workers=0, num_envs_per_worker=3,
                              rollout_fragment_length=16, **settings)  # fmt: skip
     workers = WorkerSet(policy_cls=spec.policy_cls, config=config)
     light_args = numpy_worker_args(workers.local_worker)
@@ -159,6 +167,21 @@ def test_a_numpy_worker_samples_the_fragments_a_torch_worker_does(name, settings
         for column in names:
             np.testing.assert_allclose(a[column], b[column], rtol=1e-4, atol=1e-5, err_msg=column)
     assert light.parameter_count() == heavy.parameter_count()
+
+
+def test_a_numpy_worker_explores_with_gsde():
+    """A worker without torch draws gSDE's noise itself: its fragments' Gaussians have a
+    log std that varies with the state, and each action's log-prob is its own under them."""
+    from flowrl.learning.numpy_acting import logp
+    from flowrl.learning.numpy_policy import NumpyPolicy
+
+    _, light = torch_and_numpy_workers("ppo", env="Pendulum-v1", gsde=True, log_std_init=-1.0)
+    assert isinstance(light.policy, NumpyPolicy) and light.policy.plan.gsde_steps == 4
+    (rows,) = light.sample().policy_batches.values()
+    log_std = rows["action_dist_inputs"][:, 1]
+    assert log_std.std() > 0.01  # (a plain Gaussian's is one number)
+    expected = logp(False, rows["action_dist_inputs"], rows["actions"])
+    np.testing.assert_allclose(rows["action_logp"], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_policies_of_their_own_keep_torch_workers():

@@ -17,6 +17,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from flowrl.learning.numpy_acting import HeldDraws
 from flowrl.learning.spaces import RecordLayout, action_kind, is_composite, leaf_spaces
 
 
@@ -83,16 +84,12 @@ class StateDependentNoise:
     """
 
     def __init__(self, steps: int) -> None:
-        self.steps, self.calls = steps, 0
-        self.matrices: torch.Tensor | None = None
+        self.steps, self.draws = steps, HeldDraws(steps)
 
     def __call__(self, features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-        lanes = features.shape[0]
-        if self.matrices is None or self.calls % self.steps == 0 or len(self.matrices) != lanes:
-            std = log_std.detach().exp()
-            self.matrices, self.calls = std * torch.randn(lanes, *std.shape), 0
-        self.calls += 1
-        return (features.unsqueeze(1) @ self.matrices).squeeze(1)
+        std = log_std.detach().exp()
+        matrices = self.draws(len(features), lambda n: std * torch.randn(n, *std.shape))
+        return (features.unsqueeze(1) @ matrices).squeeze(1)
 
 
 class SquashedGaussian:

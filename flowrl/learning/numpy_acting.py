@@ -56,6 +56,8 @@ class ActingPlan:
     #: ``nn.LSTMCell``'s weight_ih, weight_hh, bias_ih and bias_hh
     lstm: tuple[str, ...] = ()
     cell_size: int = 0
+    #: the steps a gSDE draw is held for (0: no gSDE; ``flowrl.learning.models.head_outputs``)
+    gsde_steps: int = 0
 
     @classmethod
     def of(cls, policy: Any) -> ActingPlan | None:
@@ -77,13 +79,13 @@ class ActingPlan:
         names = {id(p): name for name, p in module.named_parameters()}
         heads = dict(pi=_plan(module.pi, names), vf=_plan(module.vf, names))
         log_std = None if module.log_std is None else names[id(module.log_std)]
-        discrete = policy.dist_cls is Categorical
+        gaussian = dict(discrete=policy.dist_cls is Categorical, log_std=log_std,
+                        gsde_steps=policy.gsde.steps if module.gsde else 0)  # fmt: skip
         if not isinstance(module, RecurrentActorCritic):
-            return cls(**heads, discrete=discrete, log_std=log_std)
+            return cls(**heads, **gaussian)
         lstm = tuple(names[id(getattr(module.lstm, w))] for w in LSTM_WEIGHTS)
         body = _plan(module.trunk.body, names)
-        return cls(**heads, discrete=discrete, log_std=log_std, body=body, lstm=lstm,
-                   cell_size=module.cell_size)  # fmt: skip
+        return cls(**heads, **gaussian, body=body, lstm=lstm, cell_size=module.cell_size)
 
     @classmethod
     def of_q_network(cls, policy: Any) -> ActingPlan | None:
@@ -109,6 +111,28 @@ class ActingPlan:
                    body=(*body, (weight, bias, _activation(relu))))  # fmt: skip
 
 
+class HeldDraws:
+    """A random draw per lane (``draw(lanes)``) held for ``steps`` calls, and drawn anew
+    when the number of lanes changes: gSDE's exploration matrices, in torch or numpy.
+
+    Examples:
+        >>> held = HeldDraws(steps=2)
+        >>> first, second, third = (held(4, np.random.rand) for _ in range(3))
+        >>> first is second, second is third
+        (True, False)
+    """
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.calls = steps, 0
+        self.value: Any = None
+
+    def __call__(self, lanes: int, draw: Callable[[int], Any]) -> Any:
+        if self.value is None or self.calls % self.steps == 0 or len(self.value) != lanes:
+            self.value, self.calls = draw(lanes), 0
+        self.calls += 1
+        return self.value
+
+
 class NumpyActing:
     """An ``ActingPlan`` run on numpy arrays, acting as ``Policy.compute_actions`` does:
     the same distribution inputs, values and next recurrent state (to float32 rounding),
@@ -132,6 +156,7 @@ class NumpyActing:
         self.pi: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self.vf: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self.log_std: np.ndarray | None = None
+        self.gsde_draws = HeldDraws(plan.gsde_steps or 1)
 
     @classmethod
     def of(cls, policy: Any) -> NumpyActing | None:
@@ -202,7 +227,10 @@ class NumpyActing:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Actions, distribution inputs, values and the next state (None: no memory)."""
         x, state = self.features(obs, state)
-        out, values = _forward(x, self.pi), _forward(x, self.vf)[:, 0]
+        values = _forward(x, self.vf)[:, 0]
+        if self.plan.gsde_steps:
+            return (*self._gsde_act(x, explore), values, state)
+        out = _forward(x, self.pi)
         if self.discrete:
             if not explore:
                 return out.argmax(-1), out, values, state
@@ -212,6 +240,22 @@ class NumpyActing:
         if explore:
             out = out + np.exp(self.log_std) * self.rng.standard_normal(out.shape, np.float32)
         return out, dist_inputs, values, state
+
+    def _gsde_act(self, x: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """gSDE's actions and distribution inputs, as ``head_outputs`` and
+        ``StateDependentNoise`` give them in torch (with this generator's draws)."""
+        features = _forward(x, self.pi[:-1])
+        mean = _forward(features, self.pi[-1:])
+        variance = np.exp(2 * self.log_std)  # [features, actions]
+        log_std = 0.5 * np.log(np.square(features) @ variance + 1e-6)
+        dist_inputs = np.concatenate([mean, log_std], -1)
+        if not explore:
+            return mean, dist_inputs
+        shape, std = variance.shape, np.sqrt(variance)
+        matrices = self.gsde_draws(
+            len(features), lambda n: std * self.rng.standard_normal((n, *shape), np.float32)
+        )
+        return mean + (features[:, None] @ matrices)[:, 0], dist_inputs
 
     def _lstm_step(self, x: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """``nn.LSTMCell`` on ``x`` from ``state`` ``[B, 2, cell]`` (h and c; zeros when
@@ -256,12 +300,9 @@ LSTM_WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
 def _supported(module: Any) -> bool:
-    """flowrl's MLP actor-critic, or its LSTM one on MLP features: nothing of yours, and
-    no gSDE (its noise is held across steps, in torch)."""
+    """flowrl's MLP actor-critic, or its LSTM one on MLP features: nothing of yours."""
     from flowrl.learning.models import ActorCritic, RecurrentActorCritic, _Features
 
-    if module.gsde:
-        return False
     if type(module) is ActorCritic:
         heads = (module.pi, module.vf)
         return module.trunk is None and _flat(module.flatten) and all(map(_mlp, heads))
