@@ -17,7 +17,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from flowrl.learning.numpy_acting import HeldDraws
+from flowrl.learning.draws import HeldDraws
 from flowrl.learning.spaces import RecordLayout, action_kind, is_composite, leaf_spaces
 
 

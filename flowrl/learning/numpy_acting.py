@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.core.sample_batch import ACTION_DIST_INPUTS, STATE_OUT, VF_PREDS
+from flowrl.learning.draws import HeldDraws
 
 #: a Linear layer: its weight's and bias's names, and the activation after it (or None)
 Layer = tuple[str, str, str | None]
@@ -109,28 +110,6 @@ class ActingPlan:
         value = () if module.value is None else _plan(module.value, names)
         return cls(pi=_plan(module.advantage, names), vf=value, discrete=True,
                    body=(*body, (weight, bias, _activation(relu))))  # fmt: skip
-
-
-class HeldDraws:
-    """A random draw per lane (``draw(lanes)``) held for ``steps`` calls, and drawn anew
-    when the number of lanes changes: gSDE's exploration matrices, in torch or numpy.
-
-    Examples:
-        >>> held = HeldDraws(steps=2)
-        >>> first, second, third = (held(4, np.random.rand) for _ in range(3))
-        >>> first is second, second is third
-        (True, False)
-    """
-
-    def __init__(self, steps: int) -> None:
-        self.steps, self.calls = steps, 0
-        self.value: Any = None
-
-    def __call__(self, lanes: int, draw: Callable[[int], Any]) -> Any:
-        if self.value is None or self.calls % self.steps == 0 or len(self.value) != lanes:
-            self.value, self.calls = draw(lanes), 0
-        self.calls += 1
-        return self.value
 
 
 class NumpyActing:
