@@ -281,18 +281,15 @@ class ScriptedVectorEnv(gym.vector.VectorEnv):
         return self._obs(), self.rewards[t], self.done[t], np.zeros(self.num_envs, bool), info
 
 
-class MaskedChoices:
-    """``MaskedChoice`` for two agents in PettingZoo's Parallel API: each agent its own
-    copy (a Dict observation with an ``action_mask``); an agent that takes a forbidden
-    action leaves while the other goes on."""
+class PairOf:
+    """Two agents in PettingZoo's Parallel API, each its own copy of a single-agent env
+    (``make()``); an agent whose episode ends leaves while the other goes on."""
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "masked_choices_v0"}
+    metadata: ClassVar[dict[str, Any]] = {"name": "pair_of_v0"}
 
-    def __init__(self, length: int = 10) -> None:
-        from flowrl.rollout.toy_envs import MaskedChoice
-
+    def __init__(self, make: Any) -> None:
         self.possible_agents = ["a", "b"]
-        self._envs = {agent: MaskedChoice(length=length) for agent in self.possible_agents}
+        self._envs = {agent: make() for agent in self.possible_agents}
         self.agents: list[str] = []
 
     def observation_space(self, agent: str) -> gym.Space:
@@ -317,6 +314,23 @@ class MaskedChoices:
 
     def close(self) -> None:
         pass
+
+
+class MaskedChoices(PairOf):
+    """``MaskedChoice`` for two agents (a Dict observation with an ``action_mask``); an
+    agent that takes a forbidden action leaves while the other goes on."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "masked_choices_v0"}
+
+    def __init__(self, length: int = 10) -> None:
+        from flowrl.rollout.toy_envs import MaskedChoice
+
+        super().__init__(lambda: MaskedChoice(length=length))
+
+
+def pendulum_pair() -> PairOf:
+    """Two pendulums, one per agent: a Parallel env with Box actions."""
+    return PairOf(lambda: gym.make("Pendulum-v1"))
 
 
 def float_tictactoe(**kwargs: Any) -> Any:

@@ -49,3 +49,15 @@ def test_every_feature_at_once_in_every_kind_of_env(kind, tmp_path):
     policy = load_policy(path).policy  # the one policy, shared by the agents
     assert policy.module.recurrent and policy.normalizer.parts
     assert export_policy(path, tmp_path / "policy.onnx").stat().st_size > 0
+
+
+def test_gsde_explores_in_a_parallel_env_as_in_a_vector_env(tmp_path):
+    """gSDE lives in the policy, so the agents of a Parallel env with Box actions explore
+    with it as a vector env's lanes do, each agent holding its own draw."""
+    with Algorithm("ppo", env="custom_envs:pendulum_pair", gsde=True, **SMALL) as algo:
+        result = algo.train()
+        evaluation = algo.evaluate(2)
+        policy = algo.workers.local_worker.policy
+    losses = [v for k, v in result.items() if k.endswith("policy_loss")]
+    assert losses and np.isfinite(losses).all() and evaluation["episodes"] == 2
+    assert policy.numpy_acting.gsde_draws.value.shape == (8, 64, 1)  # 4 envs x 2 agents
