@@ -178,6 +178,7 @@ def test_a_tracking_server_gone_mid_run_is_a_warning_and_the_run_goes_on(
     assert len(warned) == 1 and warned[0].startswith("MLflowTracker failed ("), warned
 
 
+@pytest.mark.slow
 def test_a_tracker_that_failed_once_still_ends_its_run(tmp_path, caplog):
     """After one failed log (a server's blip) the tracker was skipped to the end, finish
     too: its MLflow run showed as running for ever."""
