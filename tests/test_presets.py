@@ -98,6 +98,19 @@ def test_a_preset_s_budget_is_a_run_s_default_stop_unless_presets_are_off():
     assert StopCriteria(timesteps=5_000).for_config(pendulum).timesteps == 5_000
 
 
+def test_a_resumed_run_keeps_its_preset_s_budget(tmp_path):
+    """A resumed run builds its config from the checkpoint, which keeps ``preset`` and the
+    env: its default stop is the preset's budget still (the car's 20k, not PPO's 1M)."""
+    from flowrl import Algorithm
+    from flowrl.run.runner import StopCriteria
+
+    with Algorithm("ppo", env="MountainCarContinuous-v0", seed=0) as algo:
+        algo.train()
+        path = algo.save(str(tmp_path / "run"))
+    with Algorithm.from_checkpoint(path) as resumed:
+        assert resumed.config.gsde and StopCriteria().for_config(resumed.config).timesteps == 20_000
+
+
 def test_list_with_an_env_shows_the_preset_and_marks_its_values(capsys):
     assert main(["list", "ppo", "--env", "ALE/Pong-v5"]) == 0
     out = capsys.readouterr().out
