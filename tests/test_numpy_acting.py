@@ -30,8 +30,9 @@ def twins(action_space, config_cls=Config, **config):
         (gym.spaces.Discrete(3), {}),
         (gym.spaces.Box(-2, 2, (2,)), {}),
         (gym.spaces.Box(-2, 2, (2,)), {"gsde": True, "log_std_init": -1.0}),
+        (gym.spaces.Box(-2, 2, (2,)), {"gsde": True, "use_lstm": True, "lstm_cell_size": 16}),
     ],
-    ids=["categorical", "gaussian", "gsde"],
+    ids=["categorical", "gaussian", "gsde", "gsde-lstm"],
 )
 def test_numpy_acting_matches_torch(action_space, settings):
     fast, slow = twins(action_space, ActorCriticConfig, **settings)
