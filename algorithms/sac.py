@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flowrl.core.config import Config, ConfigError, param
+from flowrl.core.config import Config, ConfigError, GaussianConfig, param
 from flowrl.core.iter import LocalIterator
 from flowrl.core.sample_batch import ACTIONS, OBS, REWARDS, TERMINATEDS, Fragment, SampleBatch
 from flowrl.learning.distributions import (
@@ -41,7 +41,7 @@ from flowrl.learning.distributions import (
     distribution_for,
 )
 from flowrl.learning.learner import Learner, Optimized
-from flowrl.learning.models import ActorNetwork, TwinQ
+from flowrl.learning.models import ActorNetwork, TwinQ, check_gsde
 from flowrl.learning.module import ActingModule
 from flowrl.learning.policy import Policy, bounds, inference
 from flowrl.learning.postprocessing import DISCOUNTS, NEXT_OBS, n_step_transitions
@@ -50,12 +50,12 @@ from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import MUJOCO, Preset
+from flowrl.run.presets import CONTINUOUS_MOUNTAIN_CAR, MUJOCO, Preset
 from flowrl.run.spec import AlgorithmSpec
 
 
 @dataclass
-class SACConfig(ReplayConfig):
+class SACConfig(ReplayConfig, GaussianConfig):
     """SAC settings. The defaults take one SGD step per env step in one process (no Ray
     start-up) and reach -250 on Pendulum-v1 within 20k env steps.
 
@@ -74,7 +74,9 @@ class SACConfig(ReplayConfig):
     discrete: bool = param(False, "the discrete-action variant, for Discrete action spaces")
     lr: float = 3e-4  # the actor's; the critics and the temperature have their own
     critic_lr: float = param(3e-4, "Q-network learning rate (Adam)", gt=0)
-    alpha_lr: float = param(3e-4, "temperature learning rate (Adam)", gt=0)
+    alpha_lr: float = param(
+        3e-4, "temperature learning rate (Adam; 0: it stays at initial_alpha)", ge=0
+    )
     initial_alpha: float = param(1.0, "temperature at the start", gt=0)
     target_entropy: float | None = param(
         None, "entropy the temperature aims for; None: -action dims (Box), 0.98 log n (Discrete)"
@@ -109,6 +111,34 @@ PRESETS = (
             "learning_starts": 10_000,
         },
     ),
+    Preset(
+        CONTINUOUS_MOUNTAIN_CAR,
+        "RL Baselines3 Zoo's sac.yml for MountainCarContinuous-v0: gSDE exploration (a draw "
+        "held for 32 steps), log std -3.67 at first, 64x64 networks, a fixed temperature of "
+        "0.1, batch 512, 32 updates every 32 env steps, gamma 0.9999, tau 0.01, a 50k "
+        "buffer; its 50k env steps unless told. Without gSDE the car stood still "
+        "(docs/benchmarks.md)",
+        {
+            "num_workers": 0,
+            "num_envs_per_worker": 1,
+            "rollout_fragment_length": 32,
+            "model_hiddens": (64, 64),
+            "buffer_size": 50_000,
+            "train_batch_size": 512,
+            "training_intensity": 512.0,
+            "lr": 3e-4,
+            "critic_lr": 3e-4,
+            "initial_alpha": 0.1,
+            "alpha_lr": 0.0,
+            "gamma": 0.9999,
+            "tau": 0.01,
+            "learning_starts": 512,
+            "gsde": True,
+            "gsde_steps": 32,
+            "log_std_init": -3.67,
+        },
+        budget=50_000,
+    ),
 )
 
 
@@ -134,22 +164,24 @@ class SoftActorPolicy(Policy):
     n-step transitions."""
 
     def make_module(self) -> ActingModule:
-        obs_space, hiddens = self.input_space, self.config.model_hiddens
+        cfg, obs_space = self.config, self.input_space
         n_inputs = distribution_for(self.action_space)[1]
+        check_gsde(self.action_space, cfg.gsde)
+        gaussian = {"log_std_init": cfg.log_std_init, "gsde": cfg.gsde}
         return build_module(
-            self.config,
+            cfg,
             obs_space,
             self.action_space,
-            lambda trunk: ActorNetwork(obs_space, n_inputs, hiddens=hiddens, trunk=trunk),
+            lambda trunk: ActorNetwork(
+                obs_space, n_inputs, hiddens=cfg.model_hiddens, trunk=trunk, **gaussian
+            ),
         )
 
     @inference
     def compute_actions(
         self, obs: np.ndarray, *, explore: bool = True
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        dist = self.dist_cls(self.forward(self._as_tensor(obs)).dist_inputs)
-        actions = dist.sample() if explore else dist.mode()
-        return self._as_numpy(actions), {}
+        return self._as_numpy(self.draw(self.forward(self._as_tensor(obs)), explore)), {}
 
     def postprocess(self, fragment: Fragment) -> SampleBatch:
         return n_step_transitions(fragment, n=self.config.n_step, gamma=self.config.gamma)

@@ -77,7 +77,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 14
+    assert len(PRESETS) == 15
     assert build_config(spec, {}) == spec.config_cls()
 
 

@@ -88,11 +88,40 @@ def test_sac_trains_and_soft_updates_targets(env, extra):
     algo.stop()
 
 
+def test_sac_with_gsde_holds_its_draws_and_trains_the_log_std():
+    """SAC explores with gSDE as the actor-critics do: squashed, each draw held for
+    ``gsde_steps`` calls; its log std (one per feature) is the actor's parameter, trained
+    through the reparameterised actor loss."""
+    algo = Algorithm("sac", env="Pendulum-v1", gsde=True, gsde_steps=3, log_std_init=-1.0,
+                     **SMALL)  # fmt: skip
+    policy = algo.workers.local_worker.policy
+    log_std = policy.module.log_std
+    assert log_std.shape == (32, 1) and float(log_std.mean()) == -1.0
+    obs = np.ones((2, 3), np.float32)  # one state in two lanes
+    actions = [policy.compute_actions(obs)[0] for _ in range(4)]
+    assert np.array_equal(actions[0], actions[2]) and not np.array_equal(actions[0], actions[3])
+    assert np.abs(actions[0]).max() < 1 and not np.allclose(*actions[0])  # a draw per lane
+    algo.train()
+    assert float(log_std.mean()) != -1.0
+    with pytest.raises(ConfigError, match=r"^gsde explores Box actions"):
+        Algorithm("sac", env="CartPole-v1", discrete=True, gsde=True, num_workers=0)
+    algo.stop()
+
+
 def test_temperature_rises_when_entropy_is_below_target():
     algo = Algorithm("sac", env="Pendulum-v1", target_entropy=10.0, **SMALL)
     algo.train()
     algo.train()
     assert algo.last_result["learner/alpha"] > 1.0
+    algo.stop()
+
+
+def test_a_temperature_with_alpha_lr_0_stays_where_it_starts():
+    """RL Zoo's fixed ``ent_coef`` (its continuous car's 0.1) is ``alpha_lr=0``."""
+    algo = Algorithm("sac", env="Pendulum-v1", initial_alpha=0.1, alpha_lr=0.0, **SMALL)
+    algo.train()
+    algo.train()
+    assert algo.last_result["learner/alpha"] == pytest.approx(0.1)
     algo.stop()
 
 

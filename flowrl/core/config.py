@@ -608,7 +608,21 @@ def _fixed_message(config: Config, name: str) -> str:
 
 
 @dataclasses.dataclass
-class ActorCriticConfig(Config):
+class GaussianConfig(Config):
+    """Settings of a Gaussian policy over Box actions: where its log std starts, and gSDE
+    exploration (``flowrl.learning.models.head_outputs``)."""
+
+    log_std_init: float = param(
+        0.0, "first log std of the Gaussian over Box actions (SAC: gSDE's; its actor's own else)"
+    )
+    gsde: bool = param(
+        False, "Box actions explore with noise that varies smoothly with the state (gSDE)"
+    )
+    gsde_steps: int = param(4, "steps each gSDE noise draw is held for (gsde)", ge=1)
+
+
+@dataclasses.dataclass
+class ActorCriticConfig(GaussianConfig):
     """Settings of policies trained on advantages with a value baseline (see
     ``flowrl.learning.policy.ActorCriticPolicy``).
 
@@ -622,11 +636,6 @@ class ActorCriticConfig(Config):
     entropy_coeff: Schedule = param(  # noqa: RUF009
         0.0, "entropy bonus weight; or a schedule", ge=0, schedule=True
     )
-    log_std_init: float = param(0.0, "first log std of the Gaussian over Box actions")
-    gsde: bool = param(
-        False, "Box actions explore with noise that varies smoothly with the state (gSDE)"
-    )
-    gsde_steps: int = param(4, "steps each gSDE noise draw is held for (gsde)", ge=1)
     use_lstm: bool = param(False, "an LSTM between the observation features and the heads")
     lstm_cell_size: int = param(128, "LSTM cells (use_lstm)", ge=1)
     max_seq_len: int = param(

@@ -61,6 +61,10 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         return self.mean
 
+    def from_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """The action the mean plus ``noise`` makes (gSDE's, ``StateDependentNoise``)."""
+        return self.mean + noise
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         z = (actions - self.mean) / self.std
         return (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -112,6 +116,10 @@ class SquashedGaussian:
 
     def mode(self) -> torch.Tensor:
         return torch.tanh(self.mean)
+
+    def from_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """The action the mean plus ``noise`` makes, squashed (gSDE's)."""
+        return torch.tanh(self.mean + noise)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         eps = torch.finfo(actions.dtype).eps

@@ -409,7 +409,10 @@ class _Features(nn.Module):
 
 class ActorNetwork(ActingModule):
     """An actor alone: an MLP (ReLU) from vector observations to ``n_outputs``
-    distribution inputs, no value head (SAC's actor).
+    distribution inputs, no value head (SAC's actor). With ``gsde`` (Box actions: means
+    and log stds) the log std is gSDE's (``head_outputs``, ``log_std_init`` at first) and
+    the means are clipped to [-2, 2], as Stable-Baselines3 clips them, short of where
+    tanh saturates.
 
     Examples:
         >>> actor = ActorNetwork(gym.spaces.Box(-1, 1, (3,)), 2, hiddens=(16,))
@@ -424,9 +427,14 @@ class ActorNetwork(ActingModule):
         *,
         hiddens: Sequence[int],
         trunk: nn.Module | None = None,
+        log_std_init: float = 0.0,
+        gsde: bool = False,
     ) -> None:
         super().__init__()
-        self.trunk = trunk  # your encoder, with a linear head on it
+        self.trunk, self.gsde = trunk, gsde  # your encoder, with a linear head on it
+        latent = trunk.out_features if trunk is not None else hiddens[-1]
+        n_outputs, shape = (n_outputs // 2, (latent, n_outputs // 2)) if gsde else (n_outputs, ())
+        self.log_std = nn.Parameter(torch.full(shape, float(log_std_init))) if gsde else None
         if trunk is not None:
             self.pi: nn.Module = _init(nn.Linear(trunk.out_features, n_outputs), 0.01)
         else:
@@ -435,9 +443,14 @@ class ActorNetwork(ActingModule):
             self.pi = mlp([n_obs, *hiddens, n_outputs], out_gain=0.01, activation=nn.ReLU)
 
     def forward(self, obs: torch.Tensor, state: None = None) -> ActingOutput:
-        if self.trunk is not None:
-            return ActingOutput(self.pi(self.trunk(obs)))
-        return ActingOutput(self.pi(self.flatten(obs)))
+        x = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
+        if not self.gsde:
+            return ActingOutput(self.pi(x))
+        out, noise_features = head_outputs(self.pi, x, self.log_std, True)
+        mean, log_std = out.chunk(2, dim=-1)
+        return ActingOutput(
+            torch.cat([mean.clamp(-2.0, 2.0), log_std], -1), None, None, noise_features
+        )
 
 
 class QNetwork(ActingModule):

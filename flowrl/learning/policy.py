@@ -218,17 +218,23 @@ class Policy(BasePolicy):
         if self.numpy_acting is not None:  # the same in numpy, at a third of the cost
             return self.numpy_acting.compute_actions(obs, explore=explore, state=state)
         out = self.forward(self._as_tensor(obs), self._as_tensor(state))
-        dist = self.dist_cls(out.dist_inputs)
-        if explore and self.gsde is not None:
-            actions = dist.mode() + self.gsde(out.noise_features, self.module.log_std)
-        else:
-            actions = dist.sample() if explore else dist.mode()
+        actions = self.draw(out, explore)
         extras = {ACTION_DIST_INPUTS: self._as_numpy(out.dist_inputs)}
         if out.value is not None:
             extras[VF_PREDS] = self._as_numpy(out.value)
         if out.state is not None:
             extras[STATE_OUT] = self._as_numpy(out.state)
         return self.actions_numpy(actions), extras
+
+    def draw(self, out: ActingOutput, explore: bool) -> torch.Tensor:
+        """The actions of the module's ``out``: drawn from its distribution (with gSDE's
+        held noise where the module explores so), or its mode."""
+        dist = self.dist_cls(out.dist_inputs)
+        if not explore:
+            return dist.mode()
+        if self.gsde is None:
+            return dist.sample()
+        return dist.from_noise(self.gsde(out.noise_features, self.module.log_std))
 
     def actions_numpy(self, actions: torch.Tensor) -> np.ndarray:
         """Sampled actions for the data path: a Tuple or Dict space's as records."""
