@@ -78,7 +78,7 @@ def test_gsde_on_discrete_actions_or_a_module_of_yours_is_one_line():
 
     flowrl.register_model("linear_gaussian", Linear)
     yours = PPOConfig(gsde=True, model="linear_gaussian")
-    with pytest.raises(ConfigError, match=r"^gsde explores with flowrl's actor-critic, not a"):
+    with pytest.raises(ConfigError, match=r"^gsde explores with flowrl's networks, not a"):
         ActorCriticPolicy(obs, gym.spaces.Box(-1, 1, (1,)), yours)
 
 

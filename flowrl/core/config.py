@@ -613,7 +613,7 @@ class GaussianConfig(Config):
     exploration (``flowrl.learning.models.head_outputs``)."""
 
     log_std_init: float = param(
-        0.0, "first log std of the Gaussian over Box actions (SAC: gSDE's; its actor's own else)"
+        0.0, "first log std of the Gaussian over Box actions (gSDE's only, where a net outputs it)"
     )
     gsde: bool = param(
         False, "Box actions explore with noise that varies smoothly with the state (gSDE)"

@@ -156,7 +156,7 @@ class Policy(BasePolicy):
         self.dist_cls = self.distribution_class()
         self.module = self.make_module().to(self.device)
         if getattr(config, "gsde", False) and not self.module.gsde:
-            raise ConfigError("gsde explores with flowrl's actor-critic, not a module of your own")
+            raise ConfigError("gsde explores with flowrl's networks, not a module of your own")
         #: gSDE's noise, held across steps, where the module explores so
         self.gsde = StateDependentNoise(config.gsde_steps) if self.module.gsde else None
         #: the module's forward and action draw in numpy, where one applies (an MLP)
