@@ -91,8 +91,10 @@ class StateDependentNoise:
         self.steps, self.draws = steps, HeldDraws(steps)
 
     def __call__(self, features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-        std = log_std.detach().exp()
-        matrices = self.draws(len(features), lambda n: std * torch.randn(n, *std.shape))
+        def draw(lanes: int) -> torch.Tensor:  # only when one is due
+            return log_std.detach().exp() * torch.randn(lanes, *log_std.shape)
+
+        matrices = self.draws(len(features), draw)
         return (features.unsqueeze(1) @ matrices).squeeze(1)
 
 

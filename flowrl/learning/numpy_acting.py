@@ -230,11 +230,13 @@ class NumpyActing:
         dist_inputs = np.concatenate([mean, log_std], -1)
         if not explore:
             return mean, dist_inputs
-        shape, std = variance.shape, np.sqrt(variance)
-        matrices = self.gsde_draws(
-            len(features), lambda n: std * self.rng.standard_normal((n, *shape), np.float32)
-        )
+        matrices = self.gsde_draws(len(features), self._gsde_matrices)
         return mean + (features[:, None] @ matrices)[:, 0], dist_inputs
+
+    def _gsde_matrices(self, lanes: int) -> np.ndarray:
+        """A draw of gSDE's ``W`` per lane, from N(0, exp(log_std)^2): only when one is due."""
+        std = np.sqrt(np.exp(2 * self.log_std))  # (as the variance's root, to the bit)
+        return std * self.rng.standard_normal((lanes, *std.shape), np.float32)
 
     def _lstm_step(self, x: np.ndarray, state: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """``nn.LSTMCell`` on ``x`` from ``state`` ``[B, 2, cell]`` (h and c; zeros when
