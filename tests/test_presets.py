@@ -98,6 +98,25 @@ def test_a_preset_s_budget_is_a_run_s_default_stop_unless_presets_are_off():
     assert StopCriteria(timesteps=5_000).for_config(pendulum).timesteps == 5_000
 
 
+def test_a_preset_s_budget_goes_with_its_values(tmp_path):
+    """A plan file using PPOConfig on the pendulum got the preset's 200k env steps without
+    the preset's values, as did a PPOConfig made by hand: both keep PPO's default 1M."""
+    from flowrl.algorithms.ppo import PPOConfig
+    from flowrl.run.runner import StopCriteria
+    from flowrl.run.spec import load_plan_file
+
+    plan = tmp_path / "my_plan.py"
+    plan.write_text(
+        "from flowrl.algorithms.ppo import PPOConfig as Config, PPOLearner as Learner\n"
+        "from flowrl.algorithms.ppo import PPOPolicy as Policy, execution_plan as plan\n"
+    )
+    own = build_config(load_plan_file(f"{plan}:plan"), {"env": "Pendulum-v1"})
+    by_hand = PPOConfig(env="Pendulum-v1")
+    tweaked = build_config(get_algorithm("ppo"), {"env": "Pendulum-v1", "lr": 5e-4})
+    budget = [StopCriteria().for_config(c).timesteps for c in (own, by_hand, tweaked)]
+    assert budget == [1_000_000, 1_000_000, 200_000]  # a value of yours keeps the rest
+
+
 def test_a_resumed_run_keeps_its_preset_s_budget(tmp_path):
     """A resumed run builds its config from the checkpoint, which keeps ``preset`` and the
     env: its default stop is the preset's budget still (the car's 20k, not PPO's 1M)."""

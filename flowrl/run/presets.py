@@ -49,7 +49,8 @@ class Preset:
     they come from. An algorithm file lists its own in its ``AlgorithmSpec``
     (``presets=``). ``budget``: the env steps a run takes when it is given no stop, in
     place of the algorithm's default (``StopCriteria.default_for``): the source's, or fewer
-    where those were enough here."""
+    where those were enough here. It goes with the values: a run whose config does not
+    hold them (``flowrl.run.spec.carries``) keeps the algorithm's default."""
 
     family: str
     source: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -185,19 +186,34 @@ def get_algorithm(ref: str) -> AlgorithmSpec:
 
 
 def config_preset(config: Config) -> Preset | None:
-    """The preset a run of ``config`` starts from: its algorithm's for its env (by the
-    config's ``algo_name``); None when ``preset`` is off or the config class is your own.
+    """The preset a run of ``config`` started from: its algorithm's for its env (by the
+    config's ``algo_name``), where the config holds the preset's values (``carries``);
+    None when ``preset`` is off or the config class is your own.
 
     Examples:
-        >>> from flowrl.algorithms.ppo import PPOConfig
-        >>> config_preset(PPOConfig(env="Pendulum-v1")).budget
+        >>> from flowrl.algorithms.ppo import ALGORITHM, PPOConfig
+        >>> from flowrl.run.algorithm import build_config
+        >>> config_preset(build_config(ALGORITHM, {"env": "Pendulum-v1"})).budget
         200000
+        >>> config_preset(PPOConfig(env="Pendulum-v1")) is None  # a Config made by hand
+        True
     """
     from flowrl.algorithms import NAMES
 
     if not config.preset or config.algo_name not in NAMES or not isinstance(config.env, str):
         return None
-    return preset_for(get_algorithm(config.algo_name), config.env)
+    preset = preset_for(get_algorithm(config.algo_name), config.env)
+    return preset if preset is not None and carries(config, preset) else None
+
+
+def carries(config: Config, preset: Preset) -> bool:
+    """Whether ``config`` was built over ``preset``: it holds one of the values where the
+    preset departs from the defaults. A Config made by hand (``build_config`` takes it as
+    it is) or a plan file's (whose spec has no presets) holds none, so its run keeps the
+    algorithm's default budget as it keeps the algorithm's defaults."""
+    values, defaults = config.to_dict(), type(config)().to_dict()
+    as_saved = json.loads(json.dumps(preset.values))  # tuples as lists, as to_dict has them
+    return any(values.get(k) == v != defaults.get(k) for k, v in as_saved.items())
 
 
 def load_plan_file(ref: str) -> AlgorithmSpec:
