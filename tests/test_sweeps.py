@@ -457,6 +457,7 @@ def test_a_trial_short_of_the_sweeps_stop_is_a_row_stopped_early():
     assert trial_rows([result("b", 4)], ["lr"])[0]["status"] == "done"  # no stop: its own
 
 
+@pytest.mark.slow  # 220 iterations: the quick tier's Tune run is the sweep in Python
 def test_asha_runs_the_best_trials_to_the_sweeps_iterations(ray_session, tmp_path):
     """ASHA's own budget (100 iterations) ended every trial there, --stop-iters 300 or not."""
     results = sweep("ppo", {"lr": [1e-3, 1e-5]}, fixed=FAST, stop={"iteration": 110},
