@@ -97,6 +97,17 @@ def test_a_model_flowrl_cannot_use_is_one_clear_line(model, message):
         Algorithm("ppo", env="CartPole-v1", model=model, num_workers=0)
 
 
+def test_a_model_no_name_finds_is_one_line_before_the_layout_is_measured(capsys):
+    """``--set model=lstm`` was refused only after the automatic layout's measurement, with
+    no word of ``use_lstm``, the setting meant."""
+    from flowrl.apps.cli import main
+
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--set", "model=lstm"]) == 2
+    out, err = capsys.readouterr()
+    assert "measuring" not in out and len(err.splitlines()) == 1
+    assert "unknown model 'lstm'" in err and "use_lstm" in err
+
+
 def test_a_model_whose_outputs_do_not_fit_the_actions_is_one_line_naming_it():
     """It used to reach the env as actions CartPole cannot take: an EnvError naming the env,
     after three pointless worker restarts."""

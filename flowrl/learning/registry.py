@@ -72,9 +72,10 @@ def resolve_model(name: str) -> type[nn.Module]:
     module_name, sep, attr = name.partition(":")
     if not sep:
         known = ", ".join(sorted(_MODELS)) or "none"
-        raise ConfigError(
+        raise ConfigError(  # ('lstm', SB3's 'MlpPolicy': flowrl's own networks need none)
             f"unknown model {name!r}: register it with flowrl.register_model, or name it "
-            f"module:Class (registered: {known})"
+            f"module:Class (registered: {known}); flowrl's own networks need no model, "
+            "their settings are config keys: model_hiddens, use_lstm, lstm_cell_size"
         )
     try:
         cls = getattr(importlib.import_module(module_name), attr)

@@ -32,6 +32,7 @@ from flowrl.diagnostics.autotune import Layout, choose_layout, cluster_cpus, is_
 from flowrl.diagnostics.graph import PlanGraph, plan_graph
 from flowrl.diagnostics.profiler import Profile, Profiler
 from flowrl.learning.models import large_images
+from flowrl.learning.registry import resolve_model
 from flowrl.rollout.envs import (
     check_env_id,
     check_spaces,
@@ -82,10 +83,13 @@ OTHER_METHODS = {
 def check_env(spec: AlgorithmSpec, config: Config) -> None:
     """Build one env of ``config`` and check its spaces against ``spec``'s policy (each
     policy's, for a multi-agent env): a bad env or space is a ConfigError here, before Ray
-    or a worker starts."""
+    or a worker starts. A model that no name finds is one too."""
+    check_model(config)
     make_agent_env = agent_env_maker(config.env, config.env_config)
     if make_agent_env is not None:
         specs = policy_specs(spec, config)
+        for own in specs.values():
+            check_model(own.config)
         policy_of = policy_mapping(config.policy_mapping, list(config.policies))
         lanes = Lanes(make_agent_env, num_envs=2, policy_of=policy_of)  # 2: self_play's seats
         lanes.close()
@@ -98,6 +102,12 @@ def check_env(spec: AlgorithmSpec, config: Config) -> None:
     env = make_vector_env(config.env, num_envs=1, seed=0, env_config=config.env_config)
     env.close()
     spec.classes(config)[0].check_action_space(env.single_action_space, config)
+
+
+def check_model(config: Config) -> None:
+    """The class ``config.model`` names, found now: a ConfigError when none is."""
+    if config.model:
+        resolve_model(config.model)
 
 
 def ensure_ray(address: str | None, **init_kwargs: Any) -> None:
