@@ -602,3 +602,48 @@ def test_evaluate_and_export_of_a_folder_of_runs_name_the_best_one(run_dir, tmp_
         assert err[0].endswith(f"highest (80.0): {tmp_path / 'runs' / 'b'}"), err
     with pytest.raises(ConfigError, match="holds 2 runs, not a checkpoint"):
         flowrl_api.load_policy(tmp_path / "runs")  # in Python too
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "ppo", "--output", "s3://bucket/run"],
+        ["train", "--resume", "gs://bucket/run"],
+        ["train", "ppo", "--record-experiences", "s3://bucket/rec"],
+        ["train", "bc", "--input", "s3://bucket/rec"],
+        ["train", "ppo", "--set", "evaluation_video_dir=s3://bucket/v", "evaluation_interval=1"],
+        ["tune", "ppo", "--grid", "lr=[0.001]", "--output", "s3://bucket/sweep"],
+        ["evaluate", "s3://bucket/run", "--video", "v"],
+        ["export", "s3://bucket/run"],
+        ["plot", "s3://bucket/run"],
+    ],
+)
+def test_a_uri_where_a_local_path_goes_is_one_line_and_writes_nothing(
+    args, tmp_path, monkeypatch, capsys
+):
+    """``--output s3://bucket/run`` trained into a local directory named ``s3:``."""
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "takes a path on this machine, not " in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_uri_given_to_the_python_api_for_a_run_s_files_is_a_config_error(tmp_path):
+    from flowrl import Algorithm, ConfigError
+    from flowrl.apps.sweeps import check_new_sweep
+    from flowrl.run.runner import run
+
+    with Algorithm("ppo", num_workers=0, train_batch_size=256) as algo:
+        for write in (
+            lambda: algo.save("s3://bucket/ckpt"),
+            lambda: run(algo, stop={"iters": 1}, output_dir="gs://bucket/run"),
+            lambda: check_new_sweep("s3://bucket/sweep"),  # sweep()'s check of its storage
+        ):
+            with pytest.raises(ConfigError, match="takes a path on this machine"):
+                write()
+        assert algo.iteration == 0  # refused before training

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import flowrl
-from flowrl.core.config import ConfigError, parse_set_value, set_dotted, with_dotted
+from flowrl.core.config import ConfigError, not_local, parse_set_value, set_dotted, with_dotted
 from flowrl.core.context import EPISODE_RETURN_MEAN, ITERATION, STEPS_SAMPLED
 from flowrl.core.tables import print_table
 from flowrl.diagnostics.graph import FORMATS
@@ -80,6 +80,15 @@ def _whole(text: str) -> int:
     return int(value)
 
 
+def _local(text: str) -> str:
+    """A path on this machine: a URI (``s3://``) is a usage error, not a directory named
+    ``s3:`` here."""
+    why = not_local(text)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
 def _num_workers(text: str) -> int | str:
     if text == "auto":
         return text
@@ -117,7 +126,7 @@ def _add_config_arguments(parser: argparse.ArgumentParser, *, resumes: bool = Fa
         help="your flowrl.Callbacks subclass (episode hooks with the env's info, custom "
         "metrics), imported from the current directory too",
     )
-    parser.add_argument("--config", help="JSON or TOML file of config values")
+    parser.add_argument("--config", type=_local, help="JSON or TOML file of config values")
     _add_list_argument(
         parser,
         "--set",
@@ -139,7 +148,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, *, resumes: bool = False
     parser.add_argument("--stop-time", type=float, help="stop after this many seconds")
     parser.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     parser.add_argument(
-        "--input", metavar="DIR", help="the recording an offline algorithm learns from"
+        "--input", type=_local, metavar="DIR", help="the recording an offline algorithm learns from"
     )
 
 
@@ -164,38 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--format", choices=FORMATS, help="default: the one --out's suffix names, else text"
     )
-    plan.add_argument("-o", "--out", help="write to this file (default for png: plan.png here)")
+    plan.add_argument(
+        "-o", "--out", type=_local, help="write to this file (default for png: plan.png here)"
+    )
     plan.set_defaults(func=cmd_plan)
 
     _add_evaluate_parser(sub)
-
-    export = sub.add_parser(
-        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
-    )
-    export.add_argument("checkpoint", help="a checkpoint directory or a run directory")
-    export.add_argument(
-        "--format",
-        choices=("onnx", "torchscript"),
-        help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript), else onnx",
-    )
-    export.add_argument(
-        "-o",
-        "--out",
-        help="the model file to write (default: policy.onnx here, or policy.pt with "
-        "--format torchscript; POLICY_ID.onnx with --policy-id)",
-    )
-    export.add_argument(
-        "--policy-id", default=None, help="the policy of a multi-agent run's checkpoint"
-    )
-    export.set_defaults(func=cmd_export)
-
-    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
-    plot.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                      help="run directories, or what holds them (a sweep's --output)")  # fmt: skip
-    plot.add_argument(
-        "-o", "--out", default="curves.png", help="the PNG to write (default: %(default)s)"
-    )
-    plot.set_defaults(func=cmd_plot)
+    _add_export_parser(sub)
+    _add_plot_parser(sub)
 
     list_ = sub.add_parser("list", help="list algorithms, or one algorithm's config")
     list_.add_argument("algo", nargs="?", help="show this algorithm's config fields")
@@ -213,12 +198,53 @@ def command_examples(func: Callable[..., int]) -> str | None:
     return "examples:\n" + lines + "\n" if found else None
 
 
+def _add_export_parser(sub: Any) -> None:
+    export = sub.add_parser(
+        "export", help="write a checkpoint's greedy policy as an ONNX or TorchScript model"
+    )
+    export.add_argument("checkpoint", type=_local, help="a checkpoint directory or a run directory")
+    export.add_argument(
+        "--format",
+        choices=("onnx", "torchscript"),
+        help="default: the one --out's suffix names (.onnx: onnx; .pt: torchscript), else onnx",
+    )
+    export.add_argument(
+        "-o",
+        "--out",
+        type=_local,
+        help="the model file to write (default: policy.onnx here, or policy.pt with "
+        "--format torchscript; POLICY_ID.onnx with --policy-id)",
+    )
+    export.add_argument(
+        "--policy-id", default=None, help="the policy of a multi-agent run's checkpoint"
+    )
+    export.set_defaults(func=cmd_export)
+
+
+def _add_plot_parser(sub: Any) -> None:
+    plot = sub.add_parser("plot", help="draw runs' learning curves into a PNG")
+    plot.add_argument("runs", nargs="+", type=_local, metavar="RUN_DIR",
+                      help="run directories, or what holds them (a sweep's --output)")  # fmt: skip
+    plot.add_argument(
+        "-o",
+        "--out",
+        type=_local,
+        default="curves.png",
+        help="the PNG to write (default: %(default)s)",
+    )
+    plot.set_defaults(func=cmd_plot)
+
+
 def _add_evaluate_parser(sub: Any) -> None:
     evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint")
-    evaluate.add_argument("checkpoint", help="a checkpoint directory or a run directory")
+    evaluate.add_argument(
+        "checkpoint", type=_local, help="a checkpoint directory or a run directory"
+    )
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes to run")
     evaluate.add_argument("--explore", action="store_true", help="sample actions, not greedy")
-    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR as an MP4")
+    evaluate.add_argument(
+        "--video", type=_local, metavar="DIR", help="write each episode to DIR as an MP4"
+    )
     evaluate.add_argument(
         "--render",
         action="store_true",
@@ -247,15 +273,18 @@ def _add_evaluate_parser(sub: Any) -> None:
 def _add_train_parser(sub: Any) -> None:
     train = sub.add_parser("train", help="train an algorithm", description="Train ALGO on an env.")
     _add_run_arguments(train, resumes=True)
-    train.add_argument("-o", "--output", help="run directory (default: runs/ALGO_ENV_TIME)")
+    train.add_argument(
+        "-o", "--output", type=_local, help="run directory (default: runs/ALGO_ENV_TIME)"
+    )
     train.add_argument("--checkpoint-every", type=int, default=0, help="iterations per checkpoint")
     train.add_argument(
         "--keep-checkpoints", type=int, default=0, metavar="N", help="keep the newest N (0: all)"
     )
-    train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
+    train.add_argument("--resume", type=_local, metavar="DIR", help="continue the run in DIR")
     train.add_argument("--address", help="address of a running Ray cluster to join")
     train.add_argument(
         "--record-experiences",
+        type=_local,
         metavar="DIR",
         help="write the experiences the workers sample to DIR (Parquet; the offline extra)",
     )
@@ -327,12 +356,14 @@ def _add_tune_parser(sub: Any) -> None:
     tune.add_argument(
         "-o",
         "--output",
+        type=_local,
         help="where Tune writes (default: runs/tune_ALGO_ENV_TIME; on a cluster of several "
         "machines, a directory all of them see)",
     )
     tune.add_argument("--address", help="address of a running Ray cluster to sweep on")
     tune.add_argument(
         "--resume",
+        type=_local,
         metavar="DIR",
         help="go on with the sweep in DIR (an --output) that was interrupted",
     )

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import ConfigError, parse_set_value, with_dotted
+from flowrl.core.config import ConfigError, check_local_path, parse_set_value, with_dotted
 
 try:
     from ray import tune
@@ -505,7 +505,9 @@ def _fit(tuner: tune.Tuner) -> tune.ResultGrid:
 
 def check_new_sweep(storage: Path) -> None:
     """A ConfigError when ``storage`` holds a sweep already: a second one's trials would
-    mix with its trials (in ``flowrl plot``, say), and ``resume_sweep`` goes on with it."""
+    mix with its trials (in ``flowrl plot``, say), and ``resume_sweep`` goes on with it.
+    A URI is one too: a sweep's storage is a directory this machine (or each node) sees."""
+    check_local_path("storage", storage)
     if (Path(storage) / SWEEP_FILE).exists():
         raise ConfigError(
             f"{storage} holds a sweep already: go on with it (flowrl tune --resume {storage}, "

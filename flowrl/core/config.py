@@ -25,6 +25,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import secrets
 import types
 import typing
@@ -38,6 +39,37 @@ C = TypeVar("C", bound="Config")
 
 class ConfigError(ValueError):
     """A config that cannot be used: unknown key, wrong type or value out of range."""
+
+
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_local_path(what: str, path: Any) -> None:
+    """A ConfigError for a URI (``s3://``, ``gs://``) given where flowrl takes a path on
+    this machine's disk (a run directory, a checkpoint, a recording): taken as a path, it
+    had written a local directory named ``s3:``.
+
+    Examples:
+        >>> check_local_path("--output", "runs/ppo")
+        >>> check_local_path("--output", "s3://bucket/run")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        flowrl.core.config.ConfigError: --output takes a path on this machine, not s3://...
+    """
+    why = not_local(path)
+    if why:
+        raise ConfigError(f"{what} {why}")
+
+
+def not_local(path: Any) -> str | None:
+    """Why ``path`` is no path on this machine (it is a URI), or None."""
+    scheme = _URI.match(str(path))
+    if scheme is None:
+        return None
+    return (
+        f"takes a path on this machine, not {path}: flowrl reads and writes runs, checkpoints "
+        f"and recordings on local disk; copy them to and from {scheme.group(0)} with its own tools"
+    )
 
 
 class ArgumentTypeError(ConfigError, TypeError):
@@ -193,13 +225,16 @@ def param(
     choices: tuple[str, ...] | None = None,
     min_len: int | None = None,
     schedule: bool = False,
+    path: bool = False,
 ) -> Any:
     """Declare a config field with its doc and allowed range (``min_len``: the fewest
     items a list field takes; ``schedule``: a number or a schedule of numbers, see
-    ``flowrl.core.schedules``)."""
+    ``flowrl.core.schedules``; ``path``: a path on this machine, ``check_local_path``)."""
     meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "choices": choices, "min_len": min_len}
     if schedule:
         meta["schedule"] = True
+    if path:
+        meta["path"] = True
     if isinstance(default, dict):  # each config gets its own copy
         return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -354,6 +389,8 @@ def _check_range(name: str, value: Any, meta: Mapping[str, Any]) -> None:
             raise ConfigError(f"{name} must be <= {meta['le']}, got {value!r}")
         if meta.get("choices") is not None and v not in meta["choices"]:
             raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}, got {v!r}")
+        if meta.get("path"):
+            check_local_path(name, v)
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -459,10 +496,10 @@ class Config:
     )
     evaluation_episodes: int = param(10, "episodes per evaluation", ge=1)
     evaluation_video_dir: str = param(
-        "", "write each evaluation's episodes as MP4s under DIR/iteration_N; '': none"
+        "", "write each evaluation's episodes as MP4s under DIR/iteration_N; '': none", path=True
     )
     record_experiences: str = param(
-        "", "write the experiences the workers sample as Parquet files under DIR; '': none"
+        "", "write the sampled experiences as Parquet files under DIR; '': none", path=True
     )
     metrics_smoothing_episodes: int = param(100, "episodes averaged into returns", ge=1)
     min_time_s_per_iteration: float = param(0.0, "least wall-clock per train() result", ge=0)
@@ -668,7 +705,9 @@ class OfflineConfig(Config):
     default_stop_iters: ClassVar[int | None] = 100
     auto_layout: ClassVar[bool] = False  # nothing is sampled: no layout to measure
 
-    input: str = param("", "directory of the recording to learn from (record_experiences)")
+    input: str = param(
+        "", "directory of the recording to learn from (record_experiences)", path=True
+    )
     input_stream: bool = param(
         False, "stream the recording through Ray Data (larger than memory), not read it whole"
     )

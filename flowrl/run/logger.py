@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ConfigError, check_local_path
 from flowrl.core.context import ITERATION
 from flowrl.rollout.envs import probe_writable
 from flowrl.run.checkpoints import remove_leftovers
@@ -156,6 +156,7 @@ class RunLogger:
     def __init__(
         self, output_dir: Path, *, resume_iteration: int = 0, resume_env_steps: int = 0
     ) -> None:
+        check_local_path("output_dir", output_dir)
         self.output_dir = Path(output_dir)
         if resume_iteration == 0:
             check_new_run_dir(self.output_dir)

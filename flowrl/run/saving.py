@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from flowrl.core.callbacks import run_hook
-from flowrl.core.config import ConfigError
+from flowrl.core.config import ConfigError, check_local_path
 from flowrl.core.context import ITERATION, STEPS_SAMPLED
 from flowrl.learning.policy import Weights
 from flowrl.rollout.envs import registered_creator
@@ -83,6 +83,7 @@ class Checkpointing:
         weights raise ``NonFiniteError`` instead of being saved. ``weights`` (by policy
         id, from ``worker.get_weights()``) replace the current ones: those an evaluation
         scored."""
+        check_local_path("Algorithm.save", path)
         local = self.workers.local_worker
         with local.lock:  # not halfway through a learner thread's update
             local.learner.check_finite_weights()
