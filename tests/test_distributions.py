@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flowrl.learning.distributions import Categorical, DiagGaussian, StateDependentNoise
-from flowrl.learning.models import ActorCritic
+from flowrl.learning.models import ActorCritic, ActorNetwork
 
 
 def test_categorical_samples_follow_the_softmax_probabilities():
@@ -54,6 +54,22 @@ def test_gsde_log_probs_train_its_log_std_and_not_the_features():
     assert module.log_std.shape == (8, 2) and not out.noise_features.requires_grad
     DiagGaussian(out.dist_inputs).log_prob(torch.zeros(5, 2)).sum().backward()
     assert module.log_std.grad.abs().sum() > 0
+
+
+def test_gsde_s_std_trains_the_features_of_sac_s_actor_not_the_actor_critic_s():
+    """As Stable-Baselines3 has it (``learn_features``): SAC's actor lets the gradient of
+    its state-dependent std reach its features; the actor-critic holds them out. SAC on the
+    continuous car stood still on seed 0 without it (benchmarks/results/gsde.json)."""
+    obs, actions = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,))
+    for module, learns in (
+        (ActorCritic(obs, actions, hiddens=(8,), gsde=True), False),
+        (ActorNetwork(obs, 4, hiddens=(8,), gsde=True), True),
+    ):
+        out = module(torch.randn(5, 3))
+        out.dist_inputs[:, 2:].sum().backward()  # the log stds alone
+        first = module.pi[0].weight.grad  # the first layer of the features
+        assert (first is not None and bool(first.abs().sum() > 0)) == learns, module
+        assert module.log_std.grad.abs().sum() > 0 and not out.noise_features.requires_grad
 
 
 def test_gsde_on_discrete_actions_or_a_module_of_yours_is_one_line():

@@ -296,26 +296,33 @@ def check_gsde(action_space: gym.Space, gsde: bool) -> None:
 
 
 def head_outputs(
-    pi: nn.Module, x: torch.Tensor, log_std: torch.Tensor | None, gsde: bool
+    pi: nn.Module,
+    x: torch.Tensor,
+    log_std: torch.Tensor | None,
+    gsde: bool,
+    *,
+    learn_features: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The policy head ``pi`` on ``x``: its distribution inputs, and gSDE's noise features
     (None without ``gsde``).
 
     With gSDE (generalised state-dependent exploration, Raffin et al. 2022) an action's
-    noise is ``features @ W``: ``features`` the input of ``pi``'s last layer (held out of
-    the gradient), ``W`` drawn from N(0, exp(log_std)^2) and held for some steps
-    (``StateDependentNoise``). Given the state the action is then Gaussian with the
-    variance ``features^2 @ exp(log_std)^2``, whose log std the inputs carry, so the
-    distribution, its log-probs and entropy are DiagGaussian's.
+    noise is ``features @ W``: ``features`` the input of ``pi``'s last layer, ``W`` drawn
+    from N(0, exp(log_std)^2) and held for some steps (``StateDependentNoise``). Given the
+    state the action is then Gaussian with the variance ``features^2 @ exp(log_std)^2``,
+    whose log std the inputs carry, so the distribution, its log-probs and entropy are
+    DiagGaussian's. The variance's gradient reaches the features only with
+    ``learn_features`` (SAC's actor, as Stable-Baselines3 has it; its actor-critic holds
+    them out).
     """
     if not gsde:
         return with_log_std(pi(x), log_std), None
     *body, last = pi if isinstance(pi, nn.Sequential) else (pi,)
     features = run_layers(body, x)
     mean = F.linear(features, last.weight, last.bias)
-    features = features.detach()
-    variance = features.pow(2) @ (2 * log_std).exp()
-    return torch.cat([mean, 0.5 * torch.log(variance + 1e-6)], dim=-1), features
+    held = features.detach()
+    variance = (features if learn_features else held).pow(2) @ (2 * log_std).exp()
+    return torch.cat([mean, 0.5 * torch.log(variance + 1e-6)], dim=-1), held
 
 
 def with_log_std(out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
@@ -410,9 +417,9 @@ class _Features(nn.Module):
 class ActorNetwork(ActingModule):
     """An actor alone: an MLP (ReLU) from vector observations to ``n_outputs``
     distribution inputs, no value head (SAC's actor). With ``gsde`` (Box actions: means
-    and log stds) the log std is gSDE's (``head_outputs``, ``log_std_init`` at first) and
-    the means are clipped to [-2, 2], as Stable-Baselines3 clips them, short of where
-    tanh saturates.
+    and log stds) the log std is gSDE's (``head_outputs``, ``log_std_init`` at first),
+    whose gradient trains the features too, and the means are clipped to [-2, 2], as
+    Stable-Baselines3 clips them, short of where tanh saturates.
 
     Examples:
         >>> actor = ActorNetwork(gym.spaces.Box(-1, 1, (3,)), 2, hiddens=(16,))
@@ -446,7 +453,7 @@ class ActorNetwork(ActingModule):
         x = self.trunk(obs) if self.trunk is not None else self.flatten(obs)
         if not self.gsde:
             return ActingOutput(self.pi(x))
-        out, noise_features = head_outputs(self.pi, x, self.log_std, True)
+        out, noise_features = head_outputs(self.pi, x, self.log_std, True, learn_features=True)
         mean, log_std = out.chunk(2, dim=-1)
         return ActingOutput(
             torch.cat([mean.clamp(-2.0, 2.0), log_std], -1), None, None, noise_features
