@@ -50,7 +50,7 @@ from flowrl.ops import UpdateTargets
 from flowrl.ops.plans import replay_plan
 from flowrl.replay import WEIGHTS, ReplayConfig
 from flowrl.rollout.worker import WorkerSet
-from flowrl.run.presets import CONTINUOUS_MOUNTAIN_CAR, MUJOCO, Preset
+from flowrl.run.presets import CONTINUOUS_MOUNTAIN_CAR, MUJOCO, PENDULUM, Preset
 from flowrl.run.spec import AlgorithmSpec
 
 
@@ -110,6 +110,14 @@ PRESETS = (
             "tau": 5e-3,
             "learning_starts": 10_000,
         },
+    ),
+    Preset(
+        PENDULUM,
+        "RL Baselines3 Zoo's sac.yml for Pendulum-v1: lr 1e-3 (the actor's, the critics' "
+        "and the temperature's), the defaults otherwise; its 20k env steps unless told (the "
+        "env has no threshold to stop at)",
+        {"lr": 1e-3, "critic_lr": 1e-3, "alpha_lr": 1e-3},
+        budget=20_000,
     ),
     Preset(
         CONTINUOUS_MOUNTAIN_CAR,

@@ -94,8 +94,10 @@ def test_dqn_reaches_450_on_cartpole():
 
 
 def test_sac_reaches_minus_250_on_pendulum():
+    # RL Zoo's pendulum preset (lr 1e-3): seeds 0-6 passed -250 at 5k-8k env steps, where
+    # the defaults' 3e-4 took 5k-7k; both played -108 to -111 greedy at 20k
     algo = Algorithm("sac", env="Pendulum-v1", seed=0)
-    assert algo.config.metrics_smoothing_episodes <= 10
+    assert algo.config.metrics_smoothing_episodes <= 10 and algo.config.lr == 1e-3
     summary = reach(algo, -250, 20_000)
     assert summary["stopped_by"] == "reward", summary
 

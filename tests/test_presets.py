@@ -77,7 +77,7 @@ def test_your_own_values_win_and_preset_false_drops_the_preset():
     assert plain.num_sgd_iter == spec.config_cls().num_sgd_iter
     assert not plain.normalize_observations
     assert preset_for(spec, "CartPole-v1") is None
-    assert len(PRESETS) == 15
+    assert len(PRESETS) == 16
     assert build_config(spec, {}) == spec.config_cls()
 
 
@@ -96,6 +96,8 @@ def test_a_preset_s_budget_is_a_run_s_default_stop_unless_presets_are_off():
     pendulum = build_config(get_algorithm("ppo"), {"env": "Pendulum-v1"})
     assert StopCriteria().for_config(pendulum).timesteps == 200_000  # no stop given
     assert StopCriteria(timesteps=5_000).for_config(pendulum).timesteps == 5_000
+    sac = build_config(get_algorithm("sac"), {})  # SAC's default env is the pendulum
+    assert (sac.lr, StopCriteria().for_config(sac).timesteps) == (1e-3, 20_000)
 
 
 def test_a_preset_s_budget_goes_with_its_values(tmp_path):
