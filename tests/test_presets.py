@@ -141,6 +141,19 @@ def test_list_with_an_env_shows_the_preset_and_marks_its_values(capsys):
     assert "seed" in lines  # not the preset's: unmarked
 
 
+def test_list_shows_the_preset_a_run_on_the_default_env_uses(capsys):
+    """``flowrl train sac`` runs the pendulum preset on SAC's default env; ``flowrl list
+    sac`` showed the bare defaults (lr 3e-4) as if they applied."""
+    assert main(["list", "sac"]) == 0
+    out = capsys.readouterr().out
+    assert "Pendulum-v1: the pendulum preset" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(" ")}
+    assert lines["*lr"].split()[1] == "0.001"
+    assert main(["list", "ppo"]) == 0  # CartPole: no preset, and nothing said of one
+    out = capsys.readouterr().out
+    assert "preset (* below)" not in out and "no preset" not in out and "*lr" not in out
+
+
 def test_list_with_an_env_but_no_algorithm_is_one_line(capsys):
     assert main(["list", "--env", "Hopper-v5"]) == 2
     assert capsys.readouterr().err.count("\n") == 1

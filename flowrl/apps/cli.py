@@ -1015,7 +1015,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """``flowrl list``: the algorithms, or one algorithm's config.
+    """``flowrl list``: the algorithms, or one algorithm's config: on ``--env``, or on its
+    default env where a preset applies there (SAC's pendulum), as a run would use it.
 
     Examples:
         flowrl list
@@ -1033,16 +1034,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.env:
             check_env_id(args.env)
         print(f"{spec.name}: {spec.summary}\n")
+        default_env = spec.config_cls().env
+        env = args.env or (default_env if preset_for(spec, default_env) else None)
         preset_keys: set[str] = set()
         values = {}
-        if args.env:
-            preset_keys = set(preset_values(spec, {"env": args.env}))
-            values = build_config(spec, {"env": args.env}).to_dict()
-            preset = preset_for(spec, args.env)
+        if env:
+            preset_keys = set(preset_values(spec, {"env": env}))
+            values = build_config(spec, {"env": env}).to_dict()
+            preset = preset_for(spec, env)
             if preset is None:
-                print(f"{args.env}: no preset for {spec.name}; the defaults below apply\n")
+                print(f"{env}: no preset for {spec.name}; the defaults below apply\n")
             else:
-                print(f"{args.env}: the {preset.family} preset (* below): {preset.source}\n")
+                print(f"{env}: the {preset.family} preset (* below): {preset.source}\n")
         for name, default, doc in spec.config_cls.docs():
             value = values.get(name, default)
             mark = "*" if name in preset_keys else " "
