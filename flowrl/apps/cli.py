@@ -1034,14 +1034,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.env:
             check_env_id(args.env)
         print(f"{spec.name}: {spec.summary}\n")
-        default_env = spec.config_cls().env
-        env = args.env or (default_env if preset_for(spec, default_env) else None)
+        env = args.env or spec.config_cls().env
+        preset = preset_for(spec, env)
         preset_keys: set[str] = set()
         values = {}
-        if env:
+        if args.env or preset is not None:  # the default env is named where a preset applies
             preset_keys = set(preset_values(spec, {"env": env}))
             values = build_config(spec, {"env": env}).to_dict()
-            preset = preset_for(spec, env)
             if preset is None:
                 print(f"{env}: no preset for {spec.name}; the defaults below apply\n")
             else:
